@@ -1,0 +1,25 @@
+# Two commands do all the set-up: `make demo` and `make test`. Each creates .venv when it is
+# missing and installs the pinned environment from constraints.txt.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(INSTALLED): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --constraint constraints.txt --editable '.[test]'
+	touch $@
+
+demo: $(INSTALLED)
+	$(PY) examples/demo.py
+
+test: $(INSTALLED)
+	$(PY) -m pytest
+
+bench: $(INSTALLED)
+	$(PY) benchmarks/placement.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

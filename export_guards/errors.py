@@ -1,0 +1,21 @@
+"""Errors raised by the guards; each carries the report that explains it."""
+
+from __future__ import annotations
+
+from executorch.exir.error import InternalError
+
+from export_guards.report import Report
+
+__all__ = ["ConstantPlacementError", "GuardError"]
+
+
+class GuardError(InternalError):
+    """A guard stopped the export. ``report`` holds every finding, not only the first."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class ConstantPlacementError(GuardError):
+    """Constants that the emitter or a delegate would read from host memory are not there."""

@@ -1,0 +1,98 @@
+"""The report that every guard returns: immutable findings with code, severity and location."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import final
+
+__all__ = ["Finding", "Report", "Severity", "SourceLocation"]
+
+
+class Severity(str, enum.Enum):
+    """How much a finding matters: an ``ERROR`` stops a guarded export."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@final
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of the user's source, taken from a graph node's stack trace."""
+
+    file: str
+    line: int
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@final
+@dataclass(frozen=True)
+class Finding:
+    """One thing a guard found or did.
+
+    Attributes:
+        code: stable rule code, for example ``"EG101"``.
+        severity: how much it matters.
+        message: what is wrong (or what was done), in one sentence.
+        method: the program method, when known (``"forward"`` for single-method programs).
+        node: the graph node concerned, if any.
+        constant: the fully-qualified name of the constant concerned, if any.
+        location: the user's source line that created the node, if known.
+        fix: how to fix it.
+    """
+
+    code: str
+    severity: Severity
+    message: str
+    method: str | None = None
+    node: str | None = None
+    constant: str | None = None
+    location: SourceLocation | None = None
+    fix: str | None = None
+
+    def __str__(self) -> str:
+        where = str(self.location) if self.location else f"<method {self.method or '?'}>"
+        lines = [f"{where}: {self.code} [{self.severity.value}] {self.message}"]
+        if self.location and self.location.code:
+            lines.append(f"    {self.location.code}")
+        return "\n".join(lines)
+
+
+@final
+@dataclass(frozen=True)
+class Report:
+    """The findings of one or more guards, in the order they were made."""
+
+    findings: tuple[Finding, ...] = ()
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding]) -> Report:
+        """A report holding ``findings``."""
+        return cls(tuple(findings))
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.findings)
+
+    def __len__(self) -> int:
+        return len(self.findings)
+
+    def __add__(self, other: Report) -> Report:
+        return Report(self.findings + other.findings)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        """The findings of severity ``ERROR``."""
+        return tuple(f for f in self.findings if f.severity is Severity.ERROR)
+
+    def with_code(self, *codes: str) -> tuple[Finding, ...]:
+        """The findings whose code is one of ``codes``."""
+        return tuple(f for f in self.findings if f.code in codes)
+
+    def __str__(self) -> str:
+        return "\n".join(str(f) for f in self.findings) if self.findings else "no findings"

@@ -1,0 +1,46 @@
+"""Find the user's source line behind a graph node, from its recorded stack trace."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from export_guards.report import SourceLocation
+
+__all__ = ["node_location"]
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
+
+
+def _library_roots() -> tuple[str, ...]:
+    import executorch
+
+    package_dirs = [Path(torch.__file__).parent, Path(executorch.__path__[0]), Path(__file__).parent]
+    return tuple(f"{d.resolve()}{os.sep}" for d in package_dirs)
+
+
+_LIBRARY_ROOTS = _library_roots()
+
+
+def node_location(node: torch.fx.Node) -> SourceLocation | None:
+    """The innermost frame of ``node``'s stack trace that is the user's code.
+
+    Frames inside torch, executorch and this package are skipped, so a ``Linear`` inside the
+    user's ``forward`` points at the user's call, not at ``torch/nn/modules/linear.py``. When
+    every frame is library code (a bare ``nn.Sequential``, say), the innermost one is used.
+    """
+    trace = node.meta.get("stack_trace")
+    if not isinstance(trace, str):
+        return None
+    frames = [
+        SourceLocation(m["file"], int(m["line"]), m["code"].strip()) for m in _FRAME.finditer(trace)
+    ]
+    if not frames:
+        return None
+    for frame in reversed(frames):
+        if not str(Path(frame.file).resolve()).startswith(_LIBRARY_ROOTS):
+            return frame
+    return frames[-1]

@@ -1,0 +1,61 @@
+"""Shared fixtures: the test-only device (built once a session) and the devices to run on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from export_guards.testing import load_trapdev
+
+TESTS = Path(__file__).parent
+
+DEVICES = [
+    "trapdev",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(
+            not torch.cuda.is_available(),
+            reason="CUDA is not available here; the trapdev device covers the same host-read crash",
+        ),
+    ),
+]
+
+
+@pytest.fixture(scope="session")
+def trapdev() -> torch.device:
+    """The test accelerator whose memory faults on a host read (compiled once, cached)."""
+    return load_trapdev()
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Each non-CPU device available: trapdev always, CUDA where present."""
+    if request.param == "trapdev":
+        return request.getfixturevalue("trapdev")
+    return torch.device(request.param)
+
+
+def run_script(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``tests/<script>`` in a fresh interpreter with faulthandler on, so a crash there
+    shows where it happened and cannot take the test session down."""
+    return subprocess.run(
+        [sys.executable, "-X", "faulthandler", str(TESTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=TESTS,
+    )
+
+
+def last_json(completed: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """The JSON line a scenario printed last; fails with its stderr when there is none."""
+    lines = completed.stdout.strip().splitlines()
+    assert completed.returncode == 0 and lines, (
+        f"scenario exited {completed.returncode}:\n{completed.stderr[-4000:]}"
+    )
+    return json.loads(lines[-1])
