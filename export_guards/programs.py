@@ -12,7 +12,14 @@ from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-__all__ = ["ConstantKind", "Program", "ProgramConstant", "iter_constants", "methods_of"]
+__all__ = [
+    "ConstantKind",
+    "Program",
+    "ProgramConstant",
+    "iter_constants",
+    "methods_of",
+    "mutated_buffers",
+]
 
 Program = Union[ExportedProgram, Mapping[str, ExportedProgram], EdgeProgramManager]
 """What a guard takes: one ``ExportedProgram`` (the method ``"forward"``), a mapping of method
@@ -79,7 +86,7 @@ def iter_constants(method: str | None, ep: ExportedProgram) -> Iterator[ProgramC
     """Every tensor constant of ``ep``: parameters, buffers (mutable ones included), lifted
     tensor constants, and tensors still held as attributes of the graph module."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    mutated = set(ep.graph_signature.buffers_to_mutate.values())
+    mutated = mutated_buffers(ep)
     for spec in ep.graph_signature.input_specs:
         kind = _SIGNATURE_KINDS.get(spec.kind)
         if kind is None or spec.target is None:
@@ -100,6 +107,35 @@ def iter_constants(method: str | None, ep: ExportedProgram) -> Iterator[ProgramC
             tensor = _resolve_attr(gm, node.target)
             if isinstance(tensor, torch.Tensor):
                 yield ProgramConstant(method, str(node.target), ConstantKind.GRAPH_ATTRIBUTE, tensor, node)
+
+
+def mutated_buffers(ep: ExportedProgram) -> set[str]:
+    """The FQNs of the buffers that ``ep`` writes: those its signature lists as mutated (a
+    functional program) and those an in-place op writes, directly or through a view (a
+    training-dialect program, where mutations are still in-place ops)."""
+    mutated = set(ep.graph_signature.buffers_to_mutate.values())
+    buffers = ep.graph_signature.inputs_to_buffers
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and node.name in buffers and _is_written(node):
+            mutated.add(buffers[node.name])
+    return mutated
+
+
+def _is_written(node: torch.fx.Node) -> bool:
+    """Whether an op writes ``node``'s value in place, or a view of it."""
+    for user in node.users:
+        schema = getattr(user.target, "_schema", None)
+        if schema is None:
+            continue
+        for index, argument in enumerate(schema.arguments):
+            value = user.args[index] if index < len(user.args) else user.kwargs.get(argument.name)
+            if value is not node or argument.alias_info is None:
+                continue
+            if argument.alias_info.is_write:
+                return True
+            if _is_written(user):  # ``user`` is a view of ``node``
+                return True
+    return False
 
 
 def _resolve_attr(module: torch.nn.Module, target: object) -> object:

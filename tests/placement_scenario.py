@@ -24,6 +24,7 @@ def main(mode: str, device_name: str, backend: str) -> dict[str, object]:
         device = torch.device(device_name)
 
     from executorch.exir import to_edge, to_edge_transform_and_lower
+    from executorch.exir.error import InternalError
 
     import export_guards as eg
 
@@ -49,14 +50,16 @@ def main(mode: str, device_name: str, backend: str) -> dict[str, object]:
                 passes = eg.guard_passes()
                 to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
             else:
-                eg.guard_constant_placement(to_edge(program)).to_executorch()
+                edge = eg.guard_constant_placement(to_edge(program))
+                for partitioner in partitioners:
+                    edge = edge.to_backend(partitioner)
+                edge.to_executorch()
         except Exception as error:  # noqa: BLE001 - the test inspects what was raised
             guard_error = error if isinstance(error, eg.GuardError) else error.__cause__
             return {
                 "raised": type(error).__name__,
                 "guard_error": type(guard_error).__name__,
-                "is_internal_error": isinstance(guard_error, eg.ConstantPlacementError)
-                and isinstance(guard_error, __import__("executorch.exir.error").exir.error.InternalError),
+                "is_internal_error": isinstance(guard_error, InternalError),
                 "constants": [f.constant for f in guard_error.report.errors],
                 "codes": sorted({f.code for f in guard_error.report.errors}),
                 "message": str(guard_error),

@@ -1,0 +1,242 @@
+"""The placement guard in process: what it reports, raises and copies, on every program form."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.exir import to_edge, to_edge_transform_and_lower
+from executorch.exir.error import InternalError
+from executorch.runtime import Runtime
+
+import export_guards as eg
+import models
+
+EVERY_CONSTANT = {
+    "conv.weight": "parameter",
+    "conv.bias": "parameter",
+    "bn.weight": "parameter",
+    "bn.bias": "parameter",
+    "head.weight": "parameter",
+    "head.bias": "parameter",
+    "bn.running_mean": "buffer",
+    "bn.running_var": "buffer",
+    "bn.num_batches_tracked": "buffer",
+    "scale": "buffer",
+    "calls": "mutable buffer",
+    "offset": "lifted tensor constant",
+}
+
+
+def export_on(device: torch.device) -> tuple[torch.nn.Module, torch.export.ExportedProgram]:
+    model = models.to_device(models.seeded(models.EveryConstantKind), device)
+    return model, torch.export.export(model, model.example_inputs(device))
+
+
+def export_cpu(factory=models.EveryConstantKind) -> torch.export.ExportedProgram:
+    model = models.seeded(factory)
+    inputs = model.example_inputs() if hasattr(model, "example_inputs") else (torch.randn(2, 4),)
+    return torch.export.export(model, inputs)
+
+
+def placement(ep: torch.export.ExportedProgram) -> dict[str, str]:
+    tensors = {**ep.state_dict, **ep.constants}
+    return {name: tensors[name].device.type for name in EVERY_CONSTANT}
+
+
+def test_check_names_every_constant_with_kind_shape_device_and_source(device: torch.device) -> None:
+    _, ep = export_on(device)
+    report = eg.check_constant_placement(ep)
+
+    assert {f.constant for f in report} == set(EVERY_CONSTANT)
+    assert all(f.code == eg.CONSTANT_ON_DEVICE and f.severity is eg.Severity.ERROR for f in report)
+    by_name = {f.constant: f for f in report}
+    for name, kind in EVERY_CONSTANT.items():
+        assert by_name[name].message.startswith(f"{kind} '{name}' ("), by_name[name].message
+        assert str(device.type) in by_name[name].message
+    head = by_name["head.weight"]
+    assert "float32[4, 8], 128 bytes" in head.message
+    assert head.method == "forward" and head.node == "linear"
+    assert head.location is not None
+    assert Path(head.location.file).name == "models.py"
+    assert head.location.code == "return self.head(features) * self.scale + self.offset"
+    assert "model.to('cpu')" in head.fix and "policy='copy'" in head.fix
+
+
+def test_cpu_program_passes_untouched() -> None:
+    ep = export_cpu()
+    assert len(eg.check_constant_placement(ep)) == 0
+    assert eg.guard_constant_placement(ep) is ep
+    assert eg.guard_constant_placement(ep, policy="copy") is ep
+    result = eg.ConstantPlacementPass()(ep)
+    assert result.exported_program is ep and not result.modified
+
+
+def test_error_policy_raises_internal_error_listing_every_constant(trapdev: torch.device) -> None:
+    _, ep = export_on(trapdev)
+    with pytest.raises(eg.ConstantPlacementError) as raised:
+        eg.guard_constant_placement(ep)
+    error = raised.value
+    assert isinstance(error, InternalError)
+    assert {f.constant for f in error.report.errors} == set(EVERY_CONSTANT)
+    text = str(error)
+    assert text.startswith("12 constants cannot be read from host memory")
+    for name in EVERY_CONSTANT:
+        assert f"'{name}'" in text
+    assert "is on trapdev:0" in text
+    assert "models.py:" in text
+    assert "Fix: move the model and its example inputs to the CPU" in text
+
+
+def test_copy_policy_moves_a_copy_and_leaves_the_caller_untouched(trapdev: torch.device) -> None:
+    model, ep = export_on(trapdev)
+    weights = {k: v.cpu().clone() for k, v in model.state_dict().items()}
+    graph_before = str(ep.graph)
+
+    moved = eg.guard_constant_placement(ep, policy="copy")
+
+    assert moved is not ep
+    assert set(placement(moved).values()) == {"cpu"}
+    assert all(t.device.type == "cpu" for t in moved.example_inputs[0])
+    assert all(
+        n.meta["val"].device.type == "cpu" for n in moved.graph.nodes if n.op == "placeholder"
+    )
+    # The caller's program, model and tensors: same device, same data, same graph.
+    assert set(placement(ep).values()) == {"trapdev"}
+    assert all(t.device.type == "trapdev" for t in ep.example_inputs[0])
+    assert str(ep.graph) == graph_before
+    for name, value in model.state_dict().items():
+        assert value.device.type == "trapdev"
+        assert torch.equal(value.cpu(), weights[name])
+    for name, value in moved.state_dict.items():
+        assert torch.equal(value, weights[name])
+
+
+def test_copy_pass_reports_each_copy(trapdev: torch.device) -> None:
+    _, ep = export_on(trapdev)
+    guard = eg.ConstantPlacementPass("copy", method="forward")
+    result = guard(ep)
+    assert result.modified
+    assert {f.constant for f in guard.report} == set(EVERY_CONSTANT)
+    assert {f.code for f in guard.report} == {eg.CONSTANT_COPIED}
+    assert all(f.severity is eg.Severity.INFO for f in guard.report)
+    assert "copied parameter 'conv.weight'" in str(guard.report)
+
+
+def test_copy_after_to_edge_raises_with_advice_to_guard_before_to_edge(trapdev: torch.device) -> None:
+    _, ep = export_on(trapdev)
+    edge = to_edge(ep)
+    for attempt in (
+        lambda: eg.guard_constant_placement(edge, policy="copy"),
+        lambda: eg.ConstantPlacementPass("copy")(edge.exported_program()),
+    ):
+        with pytest.raises(eg.ConstantPlacementError, match="exact only on the torch.export program"):
+            attempt()
+    assert edge.exported_program().state_dict["conv.weight"].device.type == "trapdev"
+
+
+def test_guard_in_transform_passes_stops_before_the_partitioner(trapdev: torch.device) -> None:
+    _, ep = export_on(trapdev)
+    with pytest.raises(Exception, match="ConstantPlacementPass") as raised:
+        to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes())
+    assert isinstance(raised.value.__cause__, eg.ConstantPlacementError)
+    assert len(raised.value.__cause__.report.errors) == len(EVERY_CONSTANT)
+
+
+def test_edge_manager_guard_before_to_executorch() -> None:
+    edge = to_edge(export_cpu())
+    assert eg.guard_constant_placement(edge) is edge
+    assert len(edge.to_executorch().buffer) > 0
+
+
+@pytest.mark.parametrize("policy", ["error", "copy"])
+def test_meta_constants_are_errors_under_both_policies(policy: str) -> None:
+    with torch.device("meta"):
+        model = models.linear_relu()
+    ep = torch.export.export(model, (torch.randn(2, 4, device="meta"),))
+    with pytest.raises(eg.ConstantPlacementError, match="on the meta device and has no data") as raised:
+        eg.guard_constant_placement(ep, policy=policy)
+    assert {f.code for f in raised.value.report} == {eg.CONSTANT_WITHOUT_DATA}
+    assert {f.constant for f in raised.value.report} == {"0.weight", "0.bias"}
+    assert "Fix: give the constant real data before export" in str(raised.value)
+
+
+def test_fake_constants_have_no_data() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+    report = eg.check_constant_placement(ep)
+    assert [(f.constant, f.code) for f in report] == [
+        ("weight", eg.CONSTANT_WITHOUT_DATA),
+        ("bias", eg.CONSTANT_WITHOUT_DATA),
+    ]
+    assert "fake tensor" in report.findings[0].message
+
+
+def test_null_data_pointer_with_elements_is_an_error() -> None:
+    ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+    ep.state_dict["weight"].untyped_storage().resize_(0)  # frees the bytes, keeps the shape
+    report = eg.check_constant_placement(ep)
+    assert [(f.constant, f.code) for f in report] == [("weight", eg.CONSTANT_WITHOUT_DATA)]
+    assert "null data pointer" in report.findings[0].message
+    with pytest.raises(eg.ConstantPlacementError):
+        eg.guard_constant_placement(ep, policy="copy")
+
+
+def test_zero_size_constants_are_fine(trapdev: torch.device) -> None:
+    class WithEmpty(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("empty", torch.zeros(0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.empty.sum()
+
+    ep = torch.export.export(WithEmpty(), (torch.randn(3),))
+    for empty in (torch.zeros(0, device=trapdev), torch.zeros(0, device="meta")):
+        ep.state_dict["empty"] = empty
+        assert len(eg.check_constant_placement(ep)) == 0
+
+
+def test_multi_method_program_reports_and_copies_per_method(trapdev: torch.device) -> None:
+    _, on_device = export_on(trapdev)
+    on_cpu = export_cpu()
+    methods = {"forward": on_device, "encode": on_cpu}
+
+    report = eg.check_constant_placement(methods)
+    assert {f.method for f in report} == {"forward"}
+    with pytest.raises(eg.ConstantPlacementError, match="of method 'forward'"):
+        eg.guard_constant_placement(methods)
+    both = {"forward": on_device, "encode": export_on(trapdev)[1]}
+    assert {f.method for f in eg.check_constant_placement(both)} == {"forward", "encode"}
+
+    moved = eg.guard_constant_placement(methods, policy="copy")
+    assert moved["encode"] is on_cpu and moved["forward"] is not on_device
+    program = to_edge_transform_and_lower(moved).to_executorch()
+    loaded = Runtime.get().load_program(program.buffer)
+    assert set(loaded.method_names) == {"forward", "encode"}
+    inputs = list(models.seeded(models.EveryConstantKind).example_inputs())
+    forward, encode = (loaded.load_method(name).execute(inputs)[0] for name in ("forward", "encode"))
+    assert torch.allclose(forward, encode, atol=1e-6)
+
+
+def test_bad_input_is_explained() -> None:
+    with pytest.raises(TypeError, match="takes a torch.export ExportedProgram"):
+        eg.check_constant_placement(models.linear_relu())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'error' or 'copy', not 'move'"):
+        eg.guard_constant_placement(export_cpu(), policy="move")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        eg.ConstantPlacementPass("cpu")  # type: ignore[arg-type]
+
+
+def test_report_renders_ruff_style_lines(trapdev: torch.device) -> None:
+    _, ep = export_on(trapdev)
+    first = str(eg.check_constant_placement(ep)).splitlines()[0]
+    assert first.endswith("EG101 [error] parameter 'conv.weight' (float32[8, 3, 3, 3], 864 bytes) "
+                          "is on trapdev:0, not in host (CPU) memory")
+    assert "models.py:" in first
+    assert str(eg.Report()) == "no findings"
+    copy.deepcopy(eg.check_constant_placement(ep))  # findings are plain values
