@@ -9,16 +9,15 @@ error that names them all or, by policy, copies the program's constants to the h
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Literal, TypeVar, get_args
 
 import torch
-import torch.utils._pytree as pytree
 from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
+from torch.export.experimental import _copy_graph_module_and_signature
 from torch.export.passes import move_to_device_pass
 
 from export_guards.errors import ConstantPlacementError
@@ -277,13 +276,16 @@ def _message(errors: tuple[Finding, ...], advice: str | None) -> str:
 def _copied_to_host(method: str | None, ep: ExportedProgram) -> ExportedProgram:
     """A copy of ``ep`` moved to the CPU, holding one host copy of its constants.
 
-    ``move_to_device_pass`` edits the program it is given, so it gets a deep copy of the
-    graph and signature whose tensors are *shared* with ``ep`` (the memo): the device
-    tensors are never duplicated, and each is copied to the host once, one at a time.
+    ``move_to_device_pass`` edits the program it is given, so it gets a new program: a copy
+    of the graph and signature (torch's own helper, which keeps placeholder names such as
+    ``input`` that a plain deepcopy renames) and new dicts over the *same* constant tensors.
+    The device tensors are never duplicated; each is copied to the host once, one at a time.
     """
-    tensors = [*ep.state_dict.values(), *ep.constants.values(), *pytree.tree_leaves(ep.example_inputs)]
-    memo: dict[int, object] = {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
-    moved = move_to_device_pass(copy.deepcopy(ep, memo), "cpu")
+    graph_module, signature = _copy_graph_module_and_signature(ep)
+    program = ep._update(
+        graph_module, signature, state_dict=dict(ep.state_dict), constants=dict(ep.constants)
+    )
+    moved = move_to_device_pass(program, "cpu")
     left = Report.of(_error_finding(*p) for p in _problems(method, moved))
     if left:  # e.g. a tensor held as a graph attribute, which the library pass does not move
         raise ConstantPlacementError(_message(left.errors, advice=_FIX_DEVICE), left)

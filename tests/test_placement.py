@@ -114,6 +114,15 @@ def test_copy_policy_moves_a_copy_and_leaves_the_caller_untouched(trapdev: torch
         assert torch.equal(value, weights[name])
 
 
+def test_copy_keeps_placeholder_names_that_a_deepcopy_would_rename(trapdev: torch.device) -> None:
+    model = models.to_device(models.seeded(models.linear_relu), trapdev)  # forward(self, input)
+    ep = torch.export.export(model, (torch.randn(2, 4).to(trapdev),))
+    moved = eg.guard_constant_placement(ep, policy="copy")
+    assert [s.arg.name for s in moved.graph_signature.input_specs] == ["p_0_weight", "p_0_bias", "input"]
+    assert [n.name for n in moved.graph.nodes if n.op == "placeholder"][-1] == "input"
+    assert len(to_edge_transform_and_lower(moved).to_executorch().buffer) > 0
+
+
 def test_copy_pass_reports_each_copy(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
     guard = eg.ConstantPlacementPass("copy", method="forward")
