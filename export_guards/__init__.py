@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from export_guards.constant_fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
+from export_guards.delegation import DelegationSummary, delegation_summary
 from export_guards.errors import ConstantPlacementError, GuardError
+from export_guards.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
 from export_guards.passes import guard_passes
 from export_guards.placement import (
     CONSTANT_COPIED,
@@ -17,17 +20,24 @@ from export_guards.report import Finding, Report, Severity, SourceLocation
 
 __all__ = [
     "CONSTANT_COPIED",
+    "CONSTANT_FOLDED",
     "CONSTANT_ON_DEVICE",
     "CONSTANT_WITHOUT_DATA",
     "ConstantPlacementError",
     "ConstantPlacementPass",
+    "DelegationSummary",
     "Finding",
+    "FoldConstantsPass",
     "GuardError",
+    "PARAMETRIZATION_FOLDED",
     "PlacementPolicy",
     "Report",
     "Severity",
     "SourceLocation",
     "check_constant_placement",
+    "delegation_summary",
+    "fold_constants",
+    "fold_parametrizations",
     "guard_constant_placement",
     "guard_passes",
 ]

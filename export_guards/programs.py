@@ -18,7 +18,7 @@ __all__ = [
     "ProgramConstant",
     "iter_constants",
     "methods_of",
-    "mutated_buffers",
+    "mutated_constants",
 ]
 
 Program = Union[ExportedProgram, Mapping[str, ExportedProgram], EdgeProgramManager]
@@ -86,7 +86,7 @@ def iter_constants(method: str | None, ep: ExportedProgram) -> Iterator[ProgramC
     """Every tensor constant of ``ep``: parameters, buffers (mutable ones included), lifted
     tensor constants, and tensors still held as attributes of the graph module."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    mutated = mutated_buffers(ep)
+    mutated = mutated_constants(ep)
     for spec in ep.graph_signature.input_specs:
         kind = _SIGNATURE_KINDS.get(spec.kind)
         if kind is None or spec.target is None:
@@ -109,15 +109,16 @@ def iter_constants(method: str | None, ep: ExportedProgram) -> Iterator[ProgramC
                 yield ProgramConstant(method, str(node.target), ConstantKind.GRAPH_ATTRIBUTE, tensor, node)
 
 
-def mutated_buffers(ep: ExportedProgram) -> set[str]:
-    """The FQNs of the buffers that ``ep`` writes: those its signature lists as mutated (a
-    functional program) and those an in-place op writes, directly or through a view (a
-    training-dialect program, where mutations are still in-place ops)."""
-    mutated = set(ep.graph_signature.buffers_to_mutate.values())
-    buffers = ep.graph_signature.inputs_to_buffers
+def mutated_constants(ep: ExportedProgram) -> set[str]:
+    """The FQNs of the parameters and buffers that ``ep`` writes: those its signature lists
+    as mutated (a functional program) and those an in-place op writes, directly or through a
+    view (a training-dialect program, where mutations are still in-place ops)."""
+    signature = ep.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    targets = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
     for node in ep.graph.nodes:
-        if node.op == "placeholder" and node.name in buffers and _is_written(node):
-            mutated.add(buffers[node.name])
+        if node.op == "placeholder" and node.name in targets and _is_written(node):
+            mutated.add(targets[node.name])
     return mutated
 
 

@@ -1,0 +1,126 @@
+"""Fold reparametrized weights of an ``nn.Module`` into plain parameters, before export.
+
+``spectral_norm`` / ``weight_norm`` (hook-based and ``torch.nn.utils.parametrizations``) and
+every ``torch.nn.utils.parametrize`` parametrization recompute a weight at every forward; once
+exported, that weight is a graph computation that delegates such as XNNPACK will not take as a
+static weight. This fold replaces each by the tensor that the eval-mode forward computes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
+
+from export_guards.report import Finding, Report, Severity
+
+__all__ = ["PARAMETRIZATION_FOLDED", "fold_parametrizations"]
+
+PARAMETRIZATION_FOLDED = "EG202"
+"""Rule code (info): a module-level fold replaced a reparametrized weight by a plain parameter."""
+
+
+def fold_parametrizations(model: nn.Module, *, inplace: bool = False) -> tuple[nn.Module, Report]:
+    """Replace every reparametrized weight of ``model`` by a plain ``nn.Parameter``.
+
+    Removes hook-based ``torch.nn.utils.spectral_norm`` / ``weight_norm`` and every
+    ``torch.nn.utils.parametrize`` parametrization (``parametrizations.spectral_norm``,
+    ``parametrizations.weight_norm``, ``orthogonal``, user-defined ones). Each weight becomes
+    exactly what the eval-mode forward computes from the stored state: no power iteration
+    runs (spectral norm uses its stored ``u`` / ``v``), so the eval outputs before and after
+    are bit-identical, whatever mode ``model`` is in. The training flags of the model are kept.
+
+    Args:
+        model: the module to fold.
+        inplace: fold ``model`` itself; by default a deep copy is folded and ``model`` is left
+            untouched.
+
+    Returns:
+        The folded module and a report with one ``EG202`` info finding per folded weight.
+    """
+    folded = model if inplace else _deepcopy(model)
+    findings = []
+    for path, module in list(folded.named_modules()):
+        for tensor_name, api, before in list(_reparametrizations(module)):
+            fqn = f"{path}.{tensor_name}" if path else tensor_name
+            _remove(module, tensor_name, api)  # first: reading a parametrized weight in train mode runs it
+            after = getattr(module, tensor_name).nbytes
+            findings.append(
+                Finding(
+                    code=PARAMETRIZATION_FOLDED,
+                    severity=Severity.INFO,
+                    message=(
+                        f"folded {api} of '{fqn}' into a plain parameter "
+                        f"({before:,} bytes of state -> {after:,} bytes)"
+                    ),
+                    constant=fqn,
+                )
+            )
+    return folded, Report.of(findings)
+
+
+def _deepcopy(model: nn.Module) -> nn.Module:
+    # After a forward, hook-based spectral/weight norm keep the last computed weight as a
+    # non-leaf tensor attribute, which deepcopy refuses. Removal recomputes it, so the copy
+    # may share a detached alias.
+    memo: dict[int, object] = {}
+    for module in model.modules():
+        for hook in module._forward_pre_hooks.values():
+            if isinstance(hook, (SpectralNorm, WeightNorm)):
+                weight = getattr(module, hook.name, None)
+                if isinstance(weight, torch.Tensor) and not weight.is_leaf:
+                    memo[id(weight)] = weight.detach()
+    return copy.deepcopy(model, memo)
+
+
+def _reparametrizations(module: nn.Module) -> Iterator[tuple[str, str, int]]:
+    """``(tensor name, API, bytes of the state behind it)`` for each reparametrized tensor."""
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, SpectralNorm):
+            state = ("_orig", "_u", "_v")
+            yield hook.name, "torch.nn.utils.spectral_norm", _bytes(module, hook.name, state)
+        elif isinstance(hook, WeightNorm):
+            state = ("_g", "_v")
+            yield hook.name, "torch.nn.utils.weight_norm", _bytes(module, hook.name, state)
+    if parametrize.is_parametrized(module):
+        for tensor_name, chain in module.parametrizations.items():
+            kinds = ", ".join(type(p).__name__ for p in chain)
+            state = sum(t.nbytes for t in [*chain.parameters(), *chain.buffers()])
+            yield tensor_name, f"parametrization ({kinds})", state
+
+
+def _bytes(module: nn.Module, name: str, suffixes: tuple[str, ...]) -> int:
+    return sum(getattr(module, name + suffix).nbytes for suffix in suffixes)
+
+
+def _remove(module: nn.Module, tensor_name: str, api: str) -> None:
+    if api == "torch.nn.utils.spectral_norm":
+        # Computes the weight with do_power_iteration=False: the eval-mode forward.
+        nn.utils.remove_spectral_norm(module, tensor_name)
+    elif api == "torch.nn.utils.weight_norm":
+        nn.utils.remove_weight_norm(module, tensor_name)
+    else:
+        # The parametrizations' eval mode skips spectral norm's power iteration; the chain is
+        # removed right after, so its training flags need no restoring.
+        module.parametrizations[tensor_name].eval()
+        _own_class(module)
+        with torch.no_grad():
+            parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
+
+
+def _own_class(module: nn.Module) -> None:
+    """Give ``module`` a private copy of its parametrized class.
+
+    ``parametrize`` keeps each tensor's property on a class made for the module, and
+    ``remove_parametrizations`` deletes it from that class. ``deepcopy`` shares the class
+    between a module and its copies, so removing from one would break the others (the
+    caller's model, when a copy is folded).
+    """
+    cls = type(module)
+    namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+    module.__class__ = type(cls.__name__, cls.__bases__, namespace)
