@@ -10,6 +10,7 @@ its result: a parameter named after the weight it feeds.
 from __future__ import annotations
 
 import operator
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.export.experimental import _copy_graph_module_and_signature
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
+from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from export_guards.ops import aten_name, aten_overload
 from export_guards.programs import iter_constants, mutated_constants
@@ -35,6 +37,12 @@ CONSTANT_FOLDED = "EG201"
 # Quantize / dequantize must stay in the graph: delegates match them as patterns.
 _KEEP_NAMESPACES = frozenset({"quantized_decomposed", "torchao", "quantized", "quant"})
 _SMALL_BYTES = 4096
+_MATMULS = frozenset({"mm", "addmm", "bmm", "matmul", "linear"})
+# How reparametrizations name their state: the tensor they compute is the name without it.
+_REPARAMETRIZED = (
+    (re.compile(r"\.parametrizations\.(\w+)\.original\d*$"), r".\1"),  # torch.nn.utils.parametrize
+    (re.compile(r"_(orig|g|v)$"), ""),  # hook-based spectral_norm (_orig) and weight_norm (_g, _v)
+)
 
 
 def fold_constants(
@@ -114,6 +122,7 @@ def _plan(graph: torch.fx.Graph, constants: Mapping[Node, torch.Tensor], max_gro
     computed, and the plan is made again without it, so that its inputs become roots.
     """
     excluded: set[Node] = set()
+    linear_patterns = _linear_pattern_nodes(graph)
     while True:
         foldable, reads_constant = _foldable_nodes(graph, constants, max_growth, excluded)
         outputs = set(graph.output_node().all_input_nodes)
@@ -123,11 +132,41 @@ def _plan(graph: torch.fx.Graph, constants: Mapping[Node, torch.Tensor], max_gro
         ]
         unstorable = {
             n for n in read_outside
-            if n in outputs or not isinstance(n.meta.get("val"), torch.Tensor)
+            if n in outputs
+            or not isinstance(n.meta.get("val"), torch.Tensor)
+            or _transposes_a_linear_weight(n, linear_patterns)
         }
         if not unstorable:
             return _Plan(frozenset(foldable), tuple(read_outside))
         excluded |= unstorable
+
+
+def _linear_pattern_nodes(graph: torch.fx.Graph) -> set[Node]:
+    """The nodes that make up a decomposed ``nn.Linear`` / ``F.linear``, as partitioners
+    find them (torch.fx's source partitions)."""
+    partitions = get_source_partitions(graph, [torch.nn.Linear, torch.nn.functional.linear])
+    return {node for group in partitions.values() for p in group for node in p.nodes}
+
+
+def _transposes_a_linear_weight(node: Node, linear_patterns: set[Node]) -> bool:
+    """A view of a weight that a decomposed linear's matmul reads.
+
+    Partitioners rebuild the linear from the pattern (XNNPACK from ``permute_copy`` +
+    ``addmm`` of one ``nn.Linear``), so the view stays and its input is stored. Outside
+    such a pattern the view is folded too: the matmul then reads a static weight directly.
+    """
+    return (
+        node in linear_patterns
+        and _is_view(node.target)
+        and any(u in linear_patterns and aten_name(u.target) in _MATMULS for u in node.users)
+    )
+
+
+def _is_view(target: object) -> bool:
+    op = aten_overload(target)
+    if op is None:
+        return False
+    return torch.Tag.view_copy in op.tags or any(r.alias_info is not None for r in op._schema.returns)
 
 
 def _foldable_nodes(
@@ -162,18 +201,18 @@ def _is_pure(target: object) -> bool:
         return False
     if op.namespace in _KEEP_NAMESPACES or torch.Tag.nondeterministic_seeded in op.tags:
         return False
-    returns = op._schema.returns
-    return (
-        not op._schema.is_mutable
-        and bool(returns)
-        and all(isinstance(r.type, torch.TensorType) for r in returns)
-    )
+    schema = op._schema
+    if schema.is_mutable:
+        return False
+    if not schema.returns:  # an assertion on constants (_assert_tensor_metadata): checked once, here
+        return "_assert" in schema.name
+    return all(isinstance(r.type, torch.TensorType) for r in schema.returns)
 
 
 def _small_enough(node: Node, inputs: Iterable[Node], max_growth: float) -> bool:
     out_bytes = _val_bytes(node.meta.get("val"))
-    if out_bytes is None:
-        return False
+    if out_bytes is None:  # only an assertion, which returns nothing, may have no value
+        return node.meta.get("val") is None and not aten_overload(node.target)._schema.returns
     in_bytes = sum(_val_bytes(i.meta.get("val")) or 0 for i in inputs)
     return out_bytes <= max(max_growth * in_bytes, _SMALL_BYTES)
 
@@ -190,7 +229,8 @@ def _evaluate(plan: _Plan, constants: Mapping[Node, torch.Tensor]) -> dict[Node,
     """The value of every root, computing each foldable node once and dropping
     intermediate values as soon as their last foldable user has run."""
     needed: set[Node] = set()
-    stack = list(plan.roots)
+    assertions = [n for n in plan.foldable if not n.users and n.target is not operator.getitem]
+    stack = [*plan.roots, *assertions]
     while stack:
         node = stack.pop()
         if node in needed or node in constants:
@@ -242,11 +282,12 @@ def _apply(
         same = next((entry for entry in stored if _same_bytes(entry[0], value)), None)
         if same is None:
             source_bytes = {fqn_of[s]: constants[s].nbytes for s in sources}
-            fqn = _unique(_constant_name(root, consumer, source_bytes), taken)
+            fqn = _unique(_constant_name(root, plan.foldable, source_bytes), taken)
             taken.add(fqn)
             with graph.inserting_before(anchor):
                 placeholder = graph.placeholder("p_" + fqn.replace(".", "_"))
-            placeholder.meta.update(root.meta)
+            # Only "val", as torch.export gives parameters: the root's own metadata
+            # (source_fn_stack...) would pull the placeholder into partitioners' patterns.
             placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
             state_dict[fqn] = torch.nn.Parameter(value, requires_grad=False)
             specs[placeholder.name] = InputSpec(InputKind.PARAMETER, TensorArgument(placeholder.name), fqn, None)
@@ -328,16 +369,30 @@ def _summary(ops: list[Node]) -> str:
     return ", ".join(dict.fromkeys(aten_name(n.target) or "getitem" for n in ops))
 
 
-def _constant_name(root: Node, consumer: Node, sources: dict[str, int]) -> str:
-    """The consuming module's ``weight`` / ``bias`` FQN when the result feeds one, else the
-    name of the largest constant it is computed from (``sources``: FQN -> bytes), suffixed
-    ``_folded``."""
-    argument = _argument_name(consumer, root)
-    if argument in ("weight", "bias"):
-        stack = consumer.meta.get("nn_module_stack") or {}
-        path = next(reversed(stack.values()))[0] if stack else ""
-        return f"{path}.{argument}" if path else argument
-    largest = max(sources, key=sources.__getitem__, default="constant")
+def _constant_name(root: Node, readers: frozenset[Node], sources: dict[str, int]) -> str:
+    """A meaningful name for the folded ``root``.
+
+    1. The weight or bias it feeds, when a module's op reads it as ``weight`` / ``bias``
+       (looking through views): ``decoder.0.weight``.
+    2. Else the tensor that the largest constant it comes from reparametrizes:
+       ``a.parametrizations.weight.original`` and ``a.weight_orig`` give ``a.weight``.
+    3. Else that constant's name suffixed ``_folded``.
+
+    ``sources`` maps the FQNs of the constants it is computed from to their bytes.
+    """
+    value, reader = root, next(u for u in root.users if u not in readers)
+    while _is_view(reader.target) and len(reader.users) == 1:
+        value, reader = reader, next(iter(reader.users))
+    argument = _argument_name(reader, value)
+    stack = reader.meta.get("nn_module_stack") or {}
+    path = next(reversed(stack.values()))[0] if stack else ""
+    if argument in ("weight", "bias") and path:
+        return f"{path}.{argument}"
+    largest = max(sources, key=sources.__getitem__)
+    for pattern, replacement in _REPARAMETRIZED:
+        renamed = pattern.sub(replacement, largest)
+        if renamed != largest:
+            return renamed
     return f"{largest}_folded"
 
 
