@@ -20,6 +20,7 @@ test: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(PY) benchmarks/placement.py
+	$(PY) benchmarks/fold.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

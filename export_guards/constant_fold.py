@@ -9,23 +9,23 @@ its result: a parameter named after the weight it feeds.
 
 from __future__ import annotations
 
+import copy
 import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
-from torch.export.experimental import _copy_graph_module_and_signature
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from export_guards.ops import aten_name, aten_overload
-from export_guards.programs import iter_constants, mutated_constants
+from export_guards.programs import ProgramConstant, iter_constants, mutated_constants
 from export_guards.report import Finding, Report, Severity
 from export_guards.source import node_location
 
@@ -104,17 +104,17 @@ class _Plan:
     roots: tuple[Node, ...]  # foldable nodes read by the rest of the graph, in graph order
 
 
-def _foldable_constants(ep: ExportedProgram) -> dict[Node, torch.Tensor]:
-    """Placeholder -> tensor for every constant a fold may read: not the mutated ones."""
+def _foldable_constants(ep: ExportedProgram) -> dict[Node, ProgramConstant]:
+    """Placeholder -> constant, for every constant a fold may read: not the mutated ones."""
     mutated = mutated_constants(ep)
     return {
-        c.node: c.tensor
+        c.node: c
         for c in iter_constants(None, ep)
         if c.node.op == "placeholder" and c.fqn not in mutated
     }
 
 
-def _plan(graph: torch.fx.Graph, constants: Mapping[Node, torch.Tensor], max_growth: float) -> _Plan:
+def _plan(graph: torch.fx.Graph, constants: Mapping[Node, ProgramConstant], max_growth: float) -> _Plan:
     """Which nodes to fold, and which of them to store as constants (the roots).
 
     A root must be a tensor and must not be a program output (an output cannot be a
@@ -171,7 +171,7 @@ def _is_view(target: object) -> bool:
 
 def _foldable_nodes(
     graph: torch.fx.Graph,
-    constants: Mapping[Node, torch.Tensor],
+    constants: Mapping[Node, ProgramConstant],
     max_growth: float,
     excluded: set[Node],
 ) -> tuple[set[Node], set[Node]]:
@@ -225,7 +225,7 @@ def _val_bytes(val: object) -> int | None:
     return None
 
 
-def _evaluate(plan: _Plan, constants: Mapping[Node, torch.Tensor]) -> dict[Node, torch.Tensor]:
+def _evaluate(plan: _Plan, constants: Mapping[Node, ProgramConstant]) -> dict[Node, torch.Tensor]:
     """The value of every root, computing each foldable node once and dropping
     intermediate values as soon as their last foldable user has run."""
     needed: set[Node] = set()
@@ -245,7 +245,7 @@ def _evaluate(plan: _Plan, constants: Mapping[Node, torch.Tensor]) -> dict[Node,
     with torch.no_grad():
         for node in order:
             args, kwargs = torch.fx.node.map_arg(
-                (node.args, node.kwargs), lambda n: constants[n] if n in constants else values[n]
+                (node.args, node.kwargs), lambda n: constants[n].tensor if n in constants else values[n]
             )
             values[node] = node.target(*args, **kwargs)
             if node in roots:
@@ -259,45 +259,30 @@ def _evaluate(plan: _Plan, constants: Mapping[Node, torch.Tensor]) -> dict[Node,
 
 
 def _apply(
-    ep: ExportedProgram, constants: Mapping[Node, torch.Tensor], plan: _Plan
+    ep: ExportedProgram, constants: Mapping[Node, ProgramConstant], plan: _Plan
 ) -> tuple[ExportedProgram, list[Finding]]:
     """A new program with each root replaced by a parameter holding its value."""
     values = _evaluate(plan, constants)
-    graph_module, signature = _copy_graph_module_and_signature(ep)
-    copy_of = dict(zip(ep.graph.nodes, graph_module.graph.nodes))
-    graph = graph_module.graph
-    state_dict, lifted = dict(ep.state_dict), dict(ep.constants)
-    fqn_of = {c.node: c.fqn for c in iter_constants(None, ep) if c.node.op == "placeholder"}
-    specs = {spec.arg.name: spec for spec in signature.input_specs}
-    fake_mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
-    anchor = next(n for n in graph.nodes if n.op != "placeholder" or specs[n.name].kind != InputKind.PARAMETER)
-    taken = set(state_dict) | set(lifted)
-    stored: list[tuple[torch.Tensor, Node, str]] = []  # (value, placeholder, fqn), for de-duplication
+    fqn_of = {node: constant.fqn for node, constant in constants.items()}
+    taken = set(ep.state_dict) | set(ep.constants)
+    parameters: dict[str, torch.Tensor] = {}  # the new parameters, by FQN
+    stored_as: dict[Node, str] = {}  # root -> the FQN of the parameter that replaces it
     findings = []
-
     for root in plan.roots:
-        value = _materialize(values[root], constants.values())
+        value = _materialize(values[root], [c.tensor for c in constants.values()])
         sources, ops = _subgraph(root, plan.foldable, constants)
-        consumer = next(u for u in root.users if u not in plan.foldable)
-        same = next((entry for entry in stored if _same_bytes(entry[0], value)), None)
+        same = next((fqn for fqn, v in parameters.items() if _same_bytes(v, value)), None)
         if same is None:
-            source_bytes = {fqn_of[s]: constants[s].nbytes for s in sources}
+            source_bytes = {fqn_of[s]: constants[s].tensor.nbytes for s in sources}
             fqn = _unique(_constant_name(root, plan.foldable, source_bytes), taken)
             taken.add(fqn)
-            with graph.inserting_before(anchor):
-                placeholder = graph.placeholder("p_" + fqn.replace(".", "_"))
-            # Only "val", as torch.export gives parameters: the root's own metadata
-            # (source_fn_stack...) would pull the placeholder into partitioners' patterns.
-            placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
-            state_dict[fqn] = torch.nn.Parameter(value, requires_grad=False)
-            specs[placeholder.name] = InputSpec(InputKind.PARAMETER, TensorArgument(placeholder.name), fqn, None)
-            stored.append((value, placeholder, fqn))
+            parameters[fqn] = value
             outcome = f"into parameter '{fqn}'"
         else:
-            _, placeholder, fqn = same
+            fqn = same
             outcome = f"into parameter '{fqn}' (an identical result, stored once)"
-        copy_of[root].replace_all_uses_with(placeholder)
-        before = sum(constants[s].nbytes for s in sources)
+        stored_as[root] = fqn
+        consumer = next(u for u in root.users if u not in plan.foldable)
         findings.append(
             Finding(
                 code=CONSTANT_FOLDED,
@@ -305,30 +290,104 @@ def _apply(
                 message=(
                     f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(ops)}) on "
                     f"{', '.join(repr(fqn_of[s]) for s in sources)} {outcome}: "
-                    f"{before:,} -> {value.nbytes:,} bytes"
+                    f"{sum(constants[s].tensor.nbytes for s in sources):,} -> {value.nbytes:,} bytes"
                 ),
                 node=consumer.name,
                 constant=fqn,
                 location=node_location(consumer) or node_location(root),
             )
         )
+    return _rebuilt(ep, plan, stored_as, parameters, fqn_of), findings
 
-    folded_copies = {copy_of[n] for n in plan.foldable}
+
+def _rebuilt(
+    ep: ExportedProgram,
+    plan: _Plan,
+    stored_as: Mapping[Node, str],
+    parameters: Mapping[str, torch.Tensor],
+    fqn_of: Mapping[Node, str],
+) -> ExportedProgram:
+    """``ep``'s graph copied in one pass (node metadata shared, not deep-copied): without the
+    folded nodes and the constants they alone read, with one placeholder per new parameter
+    (after the existing parameters) standing for the roots. ``ep`` is not modified."""
+    kept = _kept_nodes(ep.graph, plan, stored_as)
+    specs = {spec.arg.name: spec for spec in ep.graph_signature.input_specs}
+    fake_mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    graph = torch.fx.Graph()
+    new: dict[Node, Node] = {}
+    placeholder_of: dict[str, Node] = {}
+    input_specs = []
+
+    root_of = {fqn: root for root, fqn in reversed(list(stored_as.items()))}
+
+    def add_parameters() -> None:
+        for fqn, value in parameters.items():
+            node = graph.placeholder("p_" + fqn.replace(".", "_"))
+            # Only "val", as torch.export gives parameters: other metadata (source_fn_stack)
+            # would pull the placeholder into partitioners' patterns.
+            node.meta["val"] = _fake_value(root_of[fqn], value, fake_mode)
+            placeholder_of[fqn] = node
+            input_specs.append(InputSpec(InputKind.PARAMETER, TensorArgument(node.name), fqn, None))
+
+    for node in ep.graph.nodes:
+        is_parameter = node.op == "placeholder" and specs[node.name].kind == InputKind.PARAMETER
+        if not placeholder_of and not is_parameter:
+            add_parameters()
+        if node not in kept:
+            continue
+        new[node] = graph.node_copy(
+            node, lambda n: placeholder_of[stored_as[n]] if n in stored_as else new[n]
+        )
+        if node.op == "placeholder":
+            new[node].name = node.name  # node_copy renames names such as "input"
+            input_specs.append(specs[node.name])
+    output_specs = [
+        replace(spec, arg=TensorArgument(new[_output_node(ep.graph, i)].name))
+        if isinstance(spec.arg, TensorArgument)
+        else spec
+        for i, spec in enumerate(ep.graph_signature.output_specs)
+    ]
+    dropped = {fqn_of[n] for n in fqn_of if n not in kept}
+    program = copy.copy(ep)  # as ExecuTorch's pass manager does: the same program, new parts
+    program._graph_module = torch.fx.GraphModule(ep.graph_module, graph)
+    program._graph_module.meta.update(ep.graph_module.meta)
+    program._graph_signature = ExportGraphSignature(input_specs, output_specs)
+    program._state_dict = {
+        **{k: v for k, v in ep.state_dict.items() if k not in dropped},
+        **{fqn: torch.nn.Parameter(value, requires_grad=False) for fqn, value in parameters.items()},
+    }
+    program._constants = {k: v for k, v in ep.constants.items() if k not in dropped}
+    return program
+
+
+def _fake_value(root: Node, value: torch.Tensor, fake_mode: object) -> torch.Tensor:
+    """The root's own fake value when it describes the dense ``value``, else a new one."""
+    fake = root.meta.get("val")
+    if (
+        isinstance(fake, torch.Tensor)
+        and fake.shape == value.shape
+        and fake.dtype == value.dtype
+        and fake.stride() == value.stride()
+    ):
+        return fake
+    return fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
+
+
+def _kept_nodes(graph: torch.fx.Graph, plan: _Plan, stored_as: Mapping[Node, str]) -> set[Node]:
+    """The nodes of the folded graph: all but the roots (replaced), the folded nodes only
+    they needed, and the constants only those read."""
+    kept: set[Node] = set()
     for node in reversed(graph.nodes):
-        if node in folded_copies and not node.users:
-            graph.erase_node(node)
-    for original in constants:
-        node = copy_of[original]
-        if original.users and not node.users:  # left unused by the fold
-            graph.erase_node(node)
-            state_dict.pop(fqn_of[original], None)
-            lifted.pop(fqn_of[original], None)
-    new_signature = ExportGraphSignature(
-        input_specs=[specs[n.name] for n in graph.nodes if n.op == "placeholder"],
-        output_specs=signature.output_specs,
-    )
-    graph_module.recompile()
-    return ep._update(graph_module, new_signature, state_dict=state_dict, constants=lifted), findings
+        if node in stored_as:
+            continue
+        folded_away = node in plan.foldable or (node.op == "placeholder" and node.users)
+        if not folded_away or any(user in kept for user in node.users):
+            kept.add(node)
+    return kept
+
+
+def _output_node(graph: torch.fx.Graph, index: int) -> Node:
+    return graph.output_node().args[0][index]
 
 
 def _materialize(value: torch.Tensor, constants: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -351,7 +410,7 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _subgraph(
-    root: Node, foldable: frozenset[Node], constants: Mapping[Node, torch.Tensor]
+    root: Node, foldable: frozenset[Node], constants: Mapping[Node, ProgramConstant]
 ) -> tuple[list[Node], list[Node]]:
     """The constants that ``root`` is computed from, and the folded ops, in graph order."""
     seen: set[Node] = set()

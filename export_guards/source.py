@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -41,6 +42,11 @@ def node_location(node: torch.fx.Node) -> SourceLocation | None:
     if not frames:
         return None
     for frame in reversed(frames):
-        if not str(Path(frame.file).resolve()).startswith(_LIBRARY_ROOTS):
+        if not _is_library_file(frame.file):
             return frame
     return frames[-1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_library_file(file: str) -> bool:
+    return str(Path(file).resolve()).startswith(_LIBRARY_ROOTS)
