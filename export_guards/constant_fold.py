@@ -98,6 +98,11 @@ class FoldConstantsPass(ExportedProgramPassBase):
         return ExportedProgramPassResult(folded, True)
 
 
+def foldable_nodes(program: ExportedProgram, *, max_growth: float = 2.0) -> frozenset[Node]:
+    """The nodes of ``program`` that :class:`FoldConstantsPass` would fold (for the lint)."""
+    return _plan(program.graph, _foldable_constants(program), max_growth).foldable
+
+
 @dataclass(frozen=True)
 class _Plan:
     foldable: frozenset[Node]

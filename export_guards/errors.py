@@ -6,7 +6,7 @@ from executorch.exir.error import InternalError
 
 from export_guards.report import Report
 
-__all__ = ["ConstantPlacementError", "GuardError"]
+__all__ = ["ConstantPlacementError", "GuardError", "LintError"]
 
 
 class GuardError(InternalError):
@@ -19,3 +19,7 @@ class GuardError(InternalError):
 
 class ConstantPlacementError(GuardError):
     """Constants that the emitter or a delegate would read from host memory are not there."""
+
+
+class LintError(GuardError):
+    """The lint found problems at or above its fail level."""

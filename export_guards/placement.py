@@ -45,12 +45,12 @@ CONSTANT_WITHOUT_DATA = "EG102"
 CONSTANT_COPIED = "EG103"
 """Rule code (info): the ``"copy"`` policy copied a constant to host memory."""
 
-_FIX_DEVICE = (
+FIX_DEVICE = (
     "move the model and its example inputs to the CPU before torch.export "
     "(model.to('cpu')), or apply guard_constant_placement(exported_program, policy='copy') "
     "to the torch.export program before to_edge / to_edge_transform_and_lower"
 )
-_FIX_NO_DATA = (
+FIX_NO_DATA = (
     "give the constant real data before export: load the weights (for example "
     "model.load_state_dict(state_dict, assign=True)) or materialise the module with "
     "module.to_empty(device='cpu') and initialise it; a meta or fake tensor has no bytes to "
@@ -172,8 +172,9 @@ def _check_policy(policy: str) -> None:
         raise ValueError(f"placement policy must be 'error' or 'copy', not {policy!r}")
 
 
-def _storage_problem(tensor: torch.Tensor) -> tuple[str, str] | None:
-    """``(code, why)`` if the host cannot read ``tensor``'s bytes; ``None`` if it can."""
+def storage_problem(tensor: torch.Tensor) -> tuple[str, str] | None:
+    """``(code, why)`` if the host cannot read ``tensor``'s bytes; ``None`` if it can.
+    (Shared with the lint's placement rules.)"""
     if tensor.numel() == 0:
         return None
     if isinstance(tensor, FakeTensor):
@@ -196,24 +197,24 @@ def _problems(method: str | None, ep: ExportedProgram) -> list[tuple[ProgramCons
     return [
         (constant, *problem)
         for constant in iter_constants(method, ep)
-        if (problem := _storage_problem(constant.tensor))
+        if (problem := storage_problem(constant.tensor))
     ]
 
 
 def _error_finding(constant: ProgramConstant, code: str, why: str) -> Finding:
-    fix = _FIX_DEVICE if code == CONSTANT_ON_DEVICE else _FIX_NO_DATA
-    return _finding(constant, code, Severity.ERROR, f"{_describe(constant)} {why}", fix)
+    fix = FIX_DEVICE if code == CONSTANT_ON_DEVICE else FIX_NO_DATA
+    return _finding(constant, code, Severity.ERROR, f"{describe(constant)} {why}", fix)
 
 
 def _copy_finding(constant: ProgramConstant) -> Finding:
-    message = f"copied {_describe(constant)} from {constant.tensor.device} to host memory"
+    message = f"copied {describe(constant)} from {constant.tensor.device} to host memory"
     return _finding(constant, CONSTANT_COPIED, Severity.INFO, message, None)
 
 
 def _finding(
     constant: ProgramConstant, code: str, severity: Severity, message: str, fix: str | None
 ) -> Finding:
-    user = _first_user(constant.node)
+    user = first_user(constant.node)
     return Finding(
         code=code,
         severity=severity,
@@ -226,7 +227,7 @@ def _finding(
     )
 
 
-def _describe(constant: ProgramConstant) -> str:
+def describe(constant: ProgramConstant) -> str:
     tensor = constant.tensor
     dtype = str(tensor.dtype).removeprefix("torch.")
     return (
@@ -235,7 +236,7 @@ def _describe(constant: ProgramConstant) -> str:
     )
 
 
-def _first_user(node: torch.fx.Node) -> torch.fx.Node:
+def first_user(node: torch.fx.Node) -> torch.fx.Node:
     """The node to point the user at: the first user with a stack trace, else ``node``."""
     traced = [user for user in node.users if user.meta.get("stack_trace")]
     return traced[0] if traced else next(iter(node.users), node)
@@ -288,5 +289,5 @@ def _copied_to_host(method: str | None, ep: ExportedProgram) -> ExportedProgram:
     moved = move_to_device_pass(program, "cpu")
     left = Report.of(_error_finding(*p) for p in _problems(method, moved))
     if left:  # e.g. a tensor held as a graph attribute, which the library pass does not move
-        raise ConstantPlacementError(_message(left.errors, advice=_FIX_DEVICE), left)
+        raise ConstantPlacementError(_message(left.errors, advice=FIX_DEVICE), left)
     return moved

@@ -17,6 +17,11 @@ class Severity(str, enum.Enum):
     WARNING = "warning"
     INFO = "info"
 
+    @property
+    def rank(self) -> int:
+        """2 for errors, 1 for warnings, 0 for info: compare severities with it."""
+        return {"error": 2, "warning": 1, "info": 0}[self.value]
+
 
 @final
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class Report:
     def errors(self) -> tuple[Finding, ...]:
         """The findings of severity ``ERROR``."""
         return tuple(f for f in self.findings if f.severity is Severity.ERROR)
+
+    def at_least(self, severity: Severity) -> tuple[Finding, ...]:
+        """The findings of ``severity`` or worse."""
+        return tuple(f for f in self.findings if f.severity.rank >= severity.rank)
 
     def with_code(self, *codes: str) -> tuple[Finding, ...]:
         """The findings whose code is one of ``codes``."""

@@ -1,0 +1,5 @@
+"""``python -m export_guards``: the ``export-guards`` command."""
+
+from export_guards.cli import main
+
+raise SystemExit(main())

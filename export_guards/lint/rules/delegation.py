@@ -1,0 +1,48 @@
+"""EG401, EG402: after partitioning, compute ops left out of the delegates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from export_guards.delegation import compute_op_name, delegation_summary
+from export_guards.lint.context import LintContext
+from export_guards.lint.registry import Hit, rule
+from export_guards.report import Severity
+
+
+@rule(
+    "EG401",
+    "compute-not-delegated",
+    Severity.WARNING,
+    "A conv / linear / matmul was left in the portable graph: it runs in the slow portable kernels.",
+    "Read the partitioner's reason; the usual one, a weight that is not a static parameter, is "
+    "fixed by the fold (EG210, EG212).",
+    stage="partitioned",
+)
+def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
+    for node in context.call_nodes():
+        name = compute_op_name(node)
+        if name is None:
+            continue
+        reason = context.reasons.get(node.name)
+        because = f": the partitioner says {reason}" if reason else " (the partitioner gave no reason)"
+        yield Hit(f"{name} '{node.name}' was not delegated{because}", node)
+
+
+@rule(
+    "EG402",
+    "delegation-coverage",
+    Severity.INFO,
+    "How many of the program's compute ops a delegate runs.",
+    "See EG401 for each op left out.",
+    stage="partitioned",
+)
+def delegation_coverage(context: LintContext) -> Iterator[Hit]:
+    summary = delegation_summary(context.program)
+    delegated = sum(summary.delegated.values())
+    total = delegated + sum(summary.portable.values())
+    if total:
+        backends = ", ".join(sorted(summary.backends)) or "no delegate"
+        yield Hit(
+            f"{delegated} of {total} compute ops delegated ({summary.fraction_delegated:.0%}) to {backends}"
+        )

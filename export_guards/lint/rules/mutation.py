@@ -1,0 +1,25 @@
+"""EG305: a parameter written in place by the program."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from export_guards.lint.context import LintContext
+from export_guards.lint.registry import Hit, rule
+from export_guards.report import Severity
+
+
+@rule(
+    "EG305",
+    "parameter-mutated",
+    Severity.ERROR,
+    "The program writes a parameter in place: ExecuTorch treats parameters as read-only constants.",
+    "Register the tensor as a buffer (register_buffer) if it is state, or compute a new tensor "
+    "instead of writing in place.",
+)
+def parameter_mutated(context: LintContext) -> Iterator[Hit]:
+    parameters = set(context.program.graph_signature.parameters)
+    for constant in context.constants.values():
+        if constant.fqn in parameters and constant.fqn in context.mutated:
+            writer = next(iter(constant.node.users), constant.node)
+            yield Hit(f"parameter '{constant.fqn}' is written in place", writer, constant.fqn)

@@ -1,0 +1,49 @@
+"""EG303, EG304: random ops and float64 tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from export_guards.lint.context import LintContext, val_tensors
+from export_guards.lint.registry import Hit, rule
+from export_guards.ops import aten_name, aten_overload
+from export_guards.report import Severity
+
+
+@rule(
+    "EG303",
+    "random-op",
+    Severity.WARNING,
+    "A random op: the program's outputs differ from run to run, and from eager.",
+    "Remove the random op from the inference path, or pass the noise in as an input.",
+)
+def random_op(context: LintContext) -> Iterator[Hit]:
+    for node in context.call_nodes():
+        op = aten_overload(node.target)
+        if op is None or torch.Tag.nondeterministic_seeded not in op.tags:
+            continue
+        if "dropout" not in (aten_name(node.target) or ""):  # EG301 covers dropout
+            yield Hit(f"{aten_name(node.target)} '{node.name}' draws random numbers", node)
+
+
+@rule(
+    "EG304",
+    "float64",
+    Severity.WARNING,
+    "A float64 tensor: most delegates do not take it, and mobile CPUs compute it slowly.",
+    "Use float32: model.float(), and no .double() / dtype=torch.float64 in forward.",
+)
+def float64(context: LintContext) -> Iterator[Hit]:
+    for constant in context.constants.values():
+        if constant.tensor.dtype == torch.float64 and constant.node.op == "placeholder":
+            yield Hit(f"constant '{constant.fqn}' is float64", constant.node, constant.fqn)
+    for node in context.call_nodes():
+        # Only where float64 starts: the ops after it follow by type promotion.
+        if _is_float64(node) and not any(_is_float64(i) for i in node.all_input_nodes):
+            yield Hit(f"{aten_name(node.target) or node.target} '{node.name}' produces float64", node)
+
+
+def _is_float64(node: torch.fx.Node) -> bool:
+    return any(t.dtype == torch.float64 for t in val_tensors(node))

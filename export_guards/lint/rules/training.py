@@ -1,0 +1,39 @@
+"""EG301, EG302: training-mode ops in an export meant for inference."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from export_guards.lint.context import LintContext, argument
+from export_guards.lint.registry import Hit, rule
+from export_guards.ops import aten_name
+from export_guards.report import Severity
+
+
+def _training_ops(context: LintContext, kind: str) -> Iterator[Hit]:
+    for node in context.call_nodes():
+        name = aten_name(node.target) or ""
+        if kind in name and argument(node, "train", "training") is True:
+            yield Hit(f"{name} '{node.name}' runs in training mode", node)
+
+
+@rule(
+    "EG301",
+    "train-mode-dropout",
+    Severity.ERROR,
+    "Dropout runs in training mode: the exported program drops activations at random.",
+    "Call model.eval() before torch.export.",
+)
+def train_mode_dropout(context: LintContext) -> Iterator[Hit]:
+    return _training_ops(context, "dropout")
+
+
+@rule(
+    "EG302",
+    "train-mode-batch-norm",
+    Severity.ERROR,
+    "Batch norm runs in training mode: it normalises with the batch's statistics, not the learned ones.",
+    "Call model.eval() before torch.export.",
+)
+def train_mode_batch_norm(context: LintContext) -> Iterator[Hit]:
+    return _training_ops(context, "norm")

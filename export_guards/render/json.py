@@ -1,0 +1,38 @@
+"""The JSON format: stable and additive (new keys may appear; none change meaning)."""
+
+from __future__ import annotations
+
+import json
+
+from export_guards.report import Finding, Report
+
+__all__ = ["finding_to_dict", "render_json"]
+
+SCHEMA_VERSION = 1
+
+
+def finding_to_dict(finding: Finding) -> dict[str, object]:
+    location = finding.location
+    return {
+        "code": finding.code,
+        "severity": finding.severity.value,
+        "message": finding.message,
+        "method": finding.method,
+        "node": finding.node,
+        "constant": finding.constant,
+        "location": (
+            {"file": location.file, "line": location.line, "source": location.code} if location else None
+        ),
+        "fix": finding.fix,
+    }
+
+
+def render_json(report: Report) -> str:
+    """``{"version": 1, "findings": [...], "summary": {"error": n, "warning": n, "info": n}}``."""
+    summary = {s: sum(f.severity.value == s for f in report) for s in ("error", "warning", "info")}
+    document = {
+        "version": SCHEMA_VERSION,
+        "findings": [finding_to_dict(f) for f in report],
+        "summary": summary,
+    }
+    return json.dumps(document, indent=2) + "\n"

@@ -1,0 +1,84 @@
+"""SARIF 2.1.0, for code-scanning tools: one run, the rules in ``tool.driver.rules``."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from export_guards.lint.registry import DOCS_URL, RULES
+from export_guards.report import Finding, Report, Severity
+
+__all__ = ["render_sarif"]
+
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def render_sarif(report: Report) -> str:
+    codes = sorted({f.code for f in report} | set(RULES))
+    index = {code: i for i, code in enumerate(codes)}
+    rules = []
+    for code in codes:
+        registered = RULES.get(code)
+        rules.append(
+            {
+                "id": code,
+                "name": registered.name if registered else code.lower(),
+                "shortDescription": {"text": registered.summary if registered else code},
+                "helpUri": registered.help_uri if registered else DOCS_URL,
+                "defaultConfiguration": {"level": _LEVEL[registered.severity] if registered else "note"},
+            }
+        )
+    document = {
+        "$schema": _SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "export-guards",
+                        "version": _version(),
+                        "informationUri": DOCS_URL,
+                        "rules": rules,
+                    }
+                },
+                "results": [_result(f, index[f.code]) for f in report],
+            }
+        ],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _result(finding: Finding, rule_index: int) -> dict[str, object]:
+    result: dict[str, object] = {
+        "ruleId": finding.code,
+        "ruleIndex": rule_index,
+        "level": _LEVEL[finding.severity],
+        "message": {"text": finding.message + (f" Fix: {finding.fix}" if finding.fix else "")},
+    }
+    if finding.location:
+        result["locations"] = [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": Path(finding.location.file).as_posix()},
+                    "region": {"startLine": finding.location.line},
+                },
+                "logicalLocations": [
+                    {"name": finding.node or "", "kind": "function", "fullyQualifiedName": f"{finding.method}/{finding.node}"}
+                ],
+            }
+        ]
+    else:
+        result["locations"] = []
+    properties = {k: v for k, v in (("method", finding.method), ("node", finding.node), ("constant", finding.constant)) if v}
+    if properties:
+        result["properties"] = properties
+    return result
+
+
+def _version() -> str:
+    try:
+        return version("export-guards")
+    except PackageNotFoundError:
+        return "0"
