@@ -25,7 +25,8 @@ from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from export_guards.ops import aten_name, aten_overload
-from export_guards.programs import ProgramConstant, iter_constants, mutated_constants
+from export_guards.placement import storage_problem
+from export_guards.programs import ProgramConstant, is_written, iter_constants, mutated_constants
 from export_guards.report import Finding, Report, Severity
 from export_guards.source import node_location
 
@@ -73,7 +74,10 @@ class FoldConstantsPass(ExportedProgramPassBase):
 
     Works on an ATen-dialect ``ExportedProgram`` before lowering and in
     ``to_edge_transform_and_lower(..., transform_passes=[...])``. The input program is never
-    modified; a new one is returned when something was folded.
+    modified; a new one is returned when something was folded. ``report`` accumulates the
+    findings of every program the pass ran on (in ``transform_passes``: every method).
+    Constants the host cannot compute with (device or meta storage) are not folded: that is
+    the placement guard's to report.
 
     Args:
         max_growth: fold an op only if its result is at most this many times the bytes of its
@@ -91,10 +95,9 @@ class FoldConstantsPass(ExportedProgramPassBase):
         constants = _foldable_constants(exported_program)
         plan = _plan(exported_program.graph, constants, self.max_growth)
         if not plan.roots:
-            self.report = Report()
             return ExportedProgramPassResult(exported_program, False)
         folded, findings = _apply(exported_program, constants, plan)
-        self.report = Report.of(findings)
+        self.report += Report.of(findings)
         return ExportedProgramPassResult(folded, True)
 
 
@@ -110,12 +113,13 @@ class _Plan:
 
 
 def _foldable_constants(ep: ExportedProgram) -> dict[Node, ProgramConstant]:
-    """Placeholder -> constant, for every constant a fold may read: not the mutated ones."""
+    """Placeholder -> constant, for every constant a fold may read: not the mutated ones, nor
+    those the host cannot compute with (device or meta storage: the placement guard's)."""
     mutated = mutated_constants(ep)
     return {
         c.node: c
         for c in iter_constants(None, ep)
-        if c.node.op == "placeholder" and c.fqn not in mutated
+        if c.node.op == "placeholder" and c.fqn not in mutated and storage_problem(c.tensor) is None
     }
 
 
@@ -189,6 +193,8 @@ def _foldable_nodes(
             continue
         inputs = node.all_input_nodes
         if not all(i in constants or i in foldable for i in inputs):
+            continue
+        if is_written(node):  # an in-place op changes it later (training dialect): not a constant
             continue
         if node.target is not operator.getitem and not _small_enough(node, inputs, max_growth):
             continue
@@ -272,16 +278,19 @@ def _apply(
     taken = set(ep.state_dict) | set(ep.constants)
     parameters: dict[str, torch.Tensor] = {}  # the new parameters, by FQN
     stored_as: dict[Node, str] = {}  # root -> the FQN of the parameter that replaces it
+    by_layout: dict[tuple[object, ...], list[str]] = {}  # (dtype, shape, stride) -> FQNs
     findings = []
     for root in plan.roots:
         value = _materialize(values[root], [c.tensor for c in constants.values()])
         sources, ops = _subgraph(root, plan.foldable, constants)
-        same = next((fqn for fqn, v in parameters.items() if _same_bytes(v, value)), None)
+        key = (value.dtype, tuple(value.shape), value.stride())
+        same = next((fqn for fqn in by_layout.get(key, []) if _same_bytes(parameters[fqn], value)), None)
         if same is None:
             source_bytes = {fqn_of[s]: constants[s].tensor.nbytes for s in sources}
             fqn = _unique(_constant_name(root, plan.foldable, source_bytes), taken)
             taken.add(fqn)
             parameters[fqn] = value
+            by_layout.setdefault(key, []).append(fqn)
             outcome = f"into parameter '{fqn}'"
         else:
             fqn = same
@@ -325,9 +334,12 @@ def _rebuilt(
 
     root_of = {fqn: root for root, fqn in reversed(list(stored_as.items()))}
 
+    names = {n.name for n in ep.graph.nodes}  # the copied nodes keep theirs
+
     def add_parameters() -> None:
         for fqn, value in parameters.items():
-            node = graph.placeholder("p_" + fqn.replace(".", "_"))
+            node = graph.placeholder(_unique("p_" + fqn.replace(".", "_"), names))
+            names.add(node.name)
             # Only "val", as torch.export gives parameters: other metadata (source_fn_stack)
             # would pull the placeholder into partitioners' patterns.
             node.meta["val"] = _fake_value(root_of[fqn], value, fake_mode)
@@ -398,12 +410,15 @@ def _output_node(graph: torch.fx.Graph, index: int) -> Node:
 def _materialize(value: torch.Tensor, constants: Iterable[torch.Tensor]) -> torch.Tensor:
     """``value`` as a dense tensor of its own: a view of a constant (``reshape`` of a weight)
     or a broadcast with zero strides is copied, since ExecuTorch stores dense constants and
-    the caller's tensors must not be shared with the new program."""
+    the caller's tensors must not be shared with the new program. The memory format
+    (channels_last) is kept: the ops reading it expect its dim order."""
     value = value.detach()
     shared = {c.untyped_storage().data_ptr() for c in constants if c.numel()}
-    if value.is_contiguous() and 0 not in value.stride() and value.untyped_storage().data_ptr() not in shared:
+    dense = value.is_contiguous() or value.is_contiguous(memory_format=torch.channels_last)
+    whole = value.untyped_storage().nbytes() == value.nbytes
+    if dense and whole and 0 not in value.stride() and value.untyped_storage().data_ptr() not in shared:
         return value
-    return value.clone(memory_format=torch.contiguous_format)
+    return value.clone(memory_format=torch.preserve_format)
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -48,10 +48,7 @@ def delegation_summary(program: Program) -> DelegationSummary:
     portable: Counter[str] = Counter()
     backends: Counter[str] = Counter()
     for ep in methods_of(program).values():
-        graph_module = ep.graph_module
-        for node in graph_module.graph.nodes:
-            if node.op != "call_function":
-                continue
+        for graph_module, node in _call_nodes(ep.graph_module):
             if node.target is torch.ops.higher_order.executorch_call_delegate:
                 lowered = getattr(graph_module, node.args[0].target)
                 assert isinstance(lowered, LoweredBackendModule)
@@ -62,6 +59,15 @@ def delegation_summary(program: Program) -> DelegationSummary:
             elif (name := compute_op_name(node)) is not None:
                 portable[name] += 1
     return DelegationSummary(delegated, portable, backends)
+
+
+def _call_nodes(root: torch.fx.GraphModule) -> list[tuple[torch.fx.GraphModule, torch.fx.Node]]:
+    """Every op call of ``root`` and of its control-flow branches (not inside delegates)."""
+    calls = []
+    for module in root.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            calls.extend((module, n) for n in module.graph.nodes if n.op == "call_function")
+    return calls
 
 
 def compute_op_name(node: torch.fx.Node) -> str | None:

@@ -16,6 +16,7 @@ import torch
 from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.export import ExportedProgram
 from torch.export.experimental import _copy_graph_module_and_signature
 from torch.export.passes import move_to_device_pass
@@ -142,8 +143,8 @@ class ConstantPlacementPass(ExportedProgramPassBase):
         policy: ``"error"`` or ``"copy"``, as for :func:`guard_constant_placement`.
         method: the method name to put in findings, when known.
 
-    The pass never modifies its input. ``report`` holds the findings of the last run: the
-    ``EG103`` copies when ``"copy"`` moved constants, else nothing.
+    The pass never modifies its input. ``report`` accumulates the ``EG103`` copies of every
+    program the pass ran on.
     """
 
     def __init__(self, policy: PlacementPolicy = "error", method: str | None = None) -> None:
@@ -155,7 +156,6 @@ class ConstantPlacementPass(ExportedProgramPassBase):
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         problems = _problems(self.method, exported_program)
         if not problems:
-            self.report = Report()
             return ExportedProgramPassResult(exported_program, False)
         _raise_unless_copyable(
             Report.of(_error_finding(*p) for p in problems),
@@ -163,7 +163,7 @@ class ConstantPlacementPass(ExportedProgramPassBase):
             {self.method: exported_program},
         )
         moved = _copied_to_host(self.method, exported_program)
-        self.report = Report.of(_copy_finding(constant) for constant, _, _ in problems)
+        self.report += Report.of(_copy_finding(constant) for constant, _, _ in problems)
         return ExportedProgramPassResult(moved, True)
 
 
@@ -177,6 +177,10 @@ def storage_problem(tensor: torch.Tensor) -> tuple[str, str] | None:
     (Shared with the lint's placement rules.)"""
     if tensor.numel() == 0:
         return None
+    if is_traceable_wrapper_subclass(tensor):  # torchao's quantized weights: their inner tensors hold the bytes
+        inner_names, _ = tensor.__tensor_flatten__()
+        inner = (getattr(tensor, name) for name in inner_names)
+        return next((p for t in inner if isinstance(t, torch.Tensor) and (p := storage_problem(t))), None)
     if isinstance(tensor, FakeTensor):
         return CONSTANT_WITHOUT_DATA, f"is a fake tensor (device {tensor.device}) with no data"
     if tensor.device.type == "meta":

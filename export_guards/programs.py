@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Union, final
@@ -10,12 +11,15 @@ from typing import Union, final
 import torch
 from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+
+from export_guards.ops import aten_overload
+from torch.export.graph_signature import InputKind, OutputKind
 
 __all__ = [
     "ConstantKind",
     "Program",
     "ProgramConstant",
+    "is_written",
     "iter_constants",
     "methods_of",
     "mutated_constants",
@@ -111,30 +115,38 @@ def iter_constants(method: str | None, ep: ExportedProgram) -> Iterator[ProgramC
 
 def mutated_constants(ep: ExportedProgram) -> set[str]:
     """The FQNs of the parameters and buffers that ``ep`` writes: those its signature lists
-    as mutated (a functional program) and those an in-place op writes, directly or through a
-    view (a training-dialect program, where mutations are still in-place ops)."""
+    as mutation outputs (a functional program) and those an in-place op writes, directly or
+    through a view (a training-dialect program, where mutations are still in-place ops)."""
     signature = ep.graph_signature
-    mutated = set(signature.buffers_to_mutate.values())
+    mutated = {
+        spec.target
+        for spec in signature.output_specs
+        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION) and spec.target
+    }
     targets = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
     for node in ep.graph.nodes:
-        if node.op == "placeholder" and node.name in targets and _is_written(node):
+        if node.op == "placeholder" and node.name in targets and is_written(node):
             mutated.add(targets[node.name])
     return mutated
 
 
-def _is_written(node: torch.fx.Node) -> bool:
-    """Whether an op writes ``node``'s value in place, or a view of it."""
+def is_written(node: torch.fx.Node) -> bool:
+    """Whether an op writes ``node``'s value in place, directly or through a view of it
+    (``view``, ``select``, the pieces of ``split`` / ``unbind`` / ``chunk``)."""
     for user in node.users:
-        schema = getattr(user.target, "_schema", None)
-        if schema is None:
-            continue
-        for index, argument in enumerate(schema.arguments):
-            value = user.args[index] if index < len(user.args) else user.kwargs.get(argument.name)
-            if value is not node or argument.alias_info is None:
-                continue
-            if argument.alias_info.is_write:
+        if user.target is operator.getitem:  # a piece of a split: an alias too
+            if is_written(user):
                 return True
-            if _is_written(user):  # ``user`` is a view of ``node``
+            continue
+        op = aten_overload(user.target)
+        if op is None:
+            continue
+        for index, argument in enumerate(op._schema.arguments):
+            value = user.args[index] if index < len(user.args) else user.kwargs.get(argument.name)
+            passed = value is node or (isinstance(value, (list, tuple)) and any(v is node for v in value))
+            if not passed or argument.alias_info is None:
+                continue
+            if argument.alias_info.is_write or is_written(user):  # else ``user`` is a view of ``node``
                 return True
     return False
 

@@ -50,6 +50,7 @@ class Finding:
         constant: the fully-qualified name of the constant concerned, if any.
         location: the user's source line that created the node, if known.
         fix: how to fix it.
+        module: the module that created the node, ``"decoder.0 (Conv2d)"``, if known.
     """
 
     code: str
@@ -60,6 +61,7 @@ class Finding:
     constant: str | None = None
     location: SourceLocation | None = None
     fix: str | None = None
+    module: str | None = None
 
     def __str__(self) -> str:
         where = str(self.location) if self.location else f"<method {self.method or '?'}>"

@@ -11,7 +11,7 @@ import torch
 
 from export_guards.report import SourceLocation
 
-__all__ = ["node_location"]
+__all__ = ["node_location", "node_module"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 
@@ -29,9 +29,10 @@ _LIBRARY_ROOTS = _library_roots()
 def node_location(node: torch.fx.Node) -> SourceLocation | None:
     """The innermost frame of ``node``'s stack trace that is the user's code.
 
-    Frames inside torch, executorch and this package are skipped, so a ``Linear`` inside the
-    user's ``forward`` points at the user's call, not at ``torch/nn/modules/linear.py``. When
-    every frame is library code (a bare ``nn.Sequential``, say), the innermost one is used.
+    Frames inside torch, executorch and this package, and generated code, are skipped, so a
+    ``Linear`` inside the user's ``forward`` points at the user's call, not at
+    ``torch/nn/modules/linear.py``. When every frame is library code (a bare
+    ``nn.Sequential``, say), the innermost one is used.
     """
     trace = node.meta.get("stack_trace")
     if not isinstance(trace, str):
@@ -49,4 +50,16 @@ def node_location(node: torch.fx.Node) -> SourceLocation | None:
 
 @functools.lru_cache(maxsize=1024)
 def _is_library_file(file: str) -> bool:
+    if file.startswith("<"):  # generated code (<eval_with_key>.N of a traced submodule)
+        return True
     return str(Path(file).resolve()).startswith(_LIBRARY_ROOTS)
+
+
+def node_module(node: torch.fx.Node) -> str | None:
+    """The module that created ``node``: its path and class, ``"decoder.0 (Conv2d)"``."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    path, module_type = next(reversed(stack.values()))
+    name = getattr(module_type, "__name__", None) or str(module_type).rsplit(".", 1)[-1]
+    return f"{path or '<root>'} ({name})"

@@ -14,7 +14,7 @@ from export_guards.lint.context import LintContext
 from export_guards.lint.registry import RULES, Hit, Rule, Stage, rule
 from export_guards.programs import Program, methods_of
 from export_guards.report import Finding, Report
-from export_guards.source import node_location
+from export_guards.source import node_location, node_module
 
 __all__ = ["RULES", "Hit", "LintConfig", "LintContext", "LintPass", "Rule", "Stage", "lint", "rule"]
 
@@ -57,13 +57,14 @@ def _finding(rule: Rule, hit: Hit, context: LintContext, config: LintConfig) -> 
         constant=hit.constant,
         location=node_location(hit.node) if hit.node is not None else None,
         fix=hit.fix or rule.fix,
+        module=node_module(hit.node) if hit.node is not None else None,
     )
 
 
 class LintPass(ExportedProgramPassBase):
     """The lint as an ExecuTorch pass, for ``transform_passes``: raises one ``LintError``
     listing every finding at or above ``config.fail_level``; never modifies the program.
-    ``report`` holds every finding of the last run."""
+    ``report`` accumulates every finding of every program it ran on."""
 
     def __init__(self, config: LintConfig | None = None, *, fold: bool = True) -> None:
         self.config = config or LintConfig()
@@ -71,8 +72,9 @@ class LintPass(ExportedProgramPassBase):
         self.report = Report()
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        self.report = lint(exported_program, self.config, fold=self.fold)
-        failing = self.report.at_least(self.config.fail_level)
+        found = lint(exported_program, self.config, fold=self.fold)
+        self.report += found
+        failing = found.at_least(self.config.fail_level)
         if failing:
             lines = "\n".join(str(f) for f in failing)
             raise LintError(

@@ -24,6 +24,7 @@ def finding_to_dict(finding: Finding) -> dict[str, object]:
             {"file": location.file, "line": location.line, "source": location.code} if location else None
         ),
         "fix": finding.fix,
+        "module": finding.module,
     }
 
 

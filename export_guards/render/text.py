@@ -14,6 +14,8 @@ def render_text(report: Report) -> str:
     blocks = []
     for finding in report:
         lines = [str(finding)]
+        if finding.module:
+            lines.append(f"    module: {finding.module}")
         if finding.constant and f"'{finding.constant}'" not in finding.message:
             lines.append(f"    constant: {finding.constant}")
         if finding.fix:

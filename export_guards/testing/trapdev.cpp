@@ -28,8 +28,9 @@ struct Block {
   size_t size;
 };
 
-std::mutex blocks_mutex;
-std::map<uintptr_t, Block> blocks;  // keyed by the start of the PROT_NONE range
+// Never destroyed: tensors may be freed during interpreter shutdown, after static destructors.
+std::mutex& blocks_mutex = *new std::mutex;
+std::map<uintptr_t, Block>& blocks = *new std::map<uintptr_t, Block>;  // keyed by the PROT_NONE range's start
 
 // Host address of the byte that `device_ptr` names (which may point inside a block).
 char* host_address(const void* device_ptr) {

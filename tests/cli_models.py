@@ -1,0 +1,43 @@
+"""Factories for the command-line tests: each returns (model, example_inputs)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def clean():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval(), (torch.randn(1, 3, 8, 8),)
+
+
+def training_mode():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),)
+
+
+def reparametrized():
+    torch.manual_seed(0)
+    conv = nn.utils.parametrizations.spectral_norm(nn.Conv2d(3, 4, 3))
+    return nn.Sequential(conv, nn.ReLU()).eval(), (torch.randn(1, 3, 8, 8),)
+
+
+def on_trapdev():
+    from export_guards.testing import load_trapdev
+
+    device = load_trapdev()
+    return nn.Linear(4, 3).to(device), (torch.randn(2, 4).to(device),)
+
+
+def broken():
+    class Broken(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.export refuses it
+                return x
+            return -x
+
+    return Broken(), (torch.randn(3),)
+
+
+def not_a_pair():
+    return nn.Linear(4, 3)

@@ -1,0 +1,118 @@
+"""The lint's own machinery: registry, configuration, the lint pass, renderers."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from torch import nn
+
+import export_guards as eg
+from export_guards.render import render_json, render_sarif, render_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def train_mode_program() -> torch.export.ExportedProgram:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 2), nn.Linear(2, 2)).train()
+    return torch.export.export(model, (torch.randn(2, 4),))
+
+
+def test_every_rule_is_documented_with_a_runnable_example() -> None:
+    rules_page = (ROOT / "docs" / "rules.md").read_text()
+    for code, registered in eg.RULES.items():
+        assert re.fullmatch(r"EG\d{3}", code)
+        section = rules_page.split(f"## {code} {registered.name}\n", 1)
+        assert len(section) == 2, f"docs/rules.md has no section '## {code} {registered.name}'"
+        body = section[1].split("\n## ", 1)[0]
+        assert "```python" in body and code in body.split("```python", 1)[1]
+        assert registered.help_uri.endswith(f"#{code.lower()}-{registered.name}")
+
+
+def test_config_selects_by_longest_prefix() -> None:
+    config = eg.LintConfig(select=("EG", "EG301"), ignore=("EG3",))
+    assert config.enabled("EG301") and not config.enabled("EG302") and config.enabled("EG210")
+    assert not eg.LintConfig(select=("EG2",)).enabled("EG101")
+    report = eg.lint(train_mode_program(), eg.LintConfig(ignore=("EG301",)))
+    assert not report.with_code("EG301")
+
+
+def test_config_from_pyproject_and_its_errors(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[tool.export-guards]\nselect = ["eg2"]\nfail-level = "WARNING"\n[tool.export-guards.severity]\nEG210 = "error"\n')
+    config = eg.LintConfig.from_pyproject(path)
+    assert config.select == ("EG2",) and config.fail_level is eg.Severity.WARNING
+    assert config.severity == {"EG210": eg.Severity.ERROR}
+    with pytest.raises(ValueError, match="fail-level must be one of error, warning, info; not 'loud'"):
+        eg.LintConfig.from_mapping({"fail-level": "loud"})
+    with pytest.raises(ValueError, match="select must be a list of rule codes"):
+        eg.LintConfig.from_mapping({"select": 3})
+    path.write_text("[project]\nname = 'x'\n")
+    assert eg.LintConfig.from_pyproject(path) == eg.LintConfig()
+
+
+def test_severity_overrides_apply() -> None:
+    report = eg.lint(train_mode_program(), eg.LintConfig(severity={"EG301": eg.Severity.INFO}))
+    (finding,) = report.with_code("EG301")
+    assert finding.severity is eg.Severity.INFO
+
+
+def test_lint_pass_raises_one_error_listing_every_failing_finding() -> None:
+    program = train_mode_program()
+    lint_pass = eg.LintPass(eg.LintConfig(fail_level=eg.Severity.ERROR))
+    with pytest.raises(Exception, match="LintPass") as raised:
+        to_edge_transform_and_lower(program, transform_passes=[lint_pass])
+    error = raised.value.__cause__
+    assert isinstance(error, eg.LintError)
+    assert [f.code for f in error.report] == ["EG301"]
+    assert "1 lint finding(s) at or above error" in str(error)
+
+    quiet = eg.LintPass(eg.LintConfig(ignore=("EG301",)))
+    edge = to_edge_transform_and_lower(program, transform_passes=[quiet])
+    assert edge.exported_program() is not None and not quiet.report.at_least(eg.Severity.ERROR)
+
+
+def test_renderers_read_the_same_findings() -> None:
+    report = eg.lint(train_mode_program())
+    text = render_text(report)
+    assert re.search(r"^\S+:\d+: EG301 \[error\] dropout 'dropout' runs in training mode$", text, re.MULTILINE)
+    assert text.rstrip().splitlines()[-1].startswith(f"Found {len(report)} finding")
+    document = json.loads(render_json(report))
+    assert [f["code"] for f in document["findings"]] == [f.code for f in report]
+    assert document["summary"]["error"] == len(report.errors)
+    sarif = json.loads(render_sarif(report))
+    results = sarif["runs"][0]["results"]
+    assert [r["ruleId"] for r in results] == [f.code for f in report]
+    assert {r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]} >= set(eg.RULES)
+    assert render_text(eg.Report()).strip() == "Found 0 findings."
+
+
+def test_partitioned_rules_report_the_partitioners_reason() -> None:
+    class Modulated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.linear(x, self.w * x.mean()) + nn.functional.linear(x, self.w)
+
+    result = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),))
+    (left_out,) = result.report.with_code("EG401")
+    assert "the partitioner says Expected weight to be a static param" in left_out.message
+    (coverage,) = result.report.with_code("EG402")
+    assert coverage.message.startswith("1 of 2 compute ops delegated (50%)")
+    assert result.delegation is not None and result.delegation.count("linear", "mm") == (1, 2)
+    assert len(result.to_pte()) > 0
+
+
+def test_export_stops_before_lowering_on_unreadable_constants_even_if_ignored(trapdev: torch.device) -> None:
+    model = nn.Linear(4, 3).to(trapdev)
+    result = eg.export_with_guards(model, (torch.randn(2, 4).to(trapdev),), config=eg.LintConfig(ignore=("EG1",)))
+    assert result.edge is None and result.delegation is None
+    assert {f.code for f in result.report.errors} == {"EG101"}
+    with pytest.raises(eg.GuardError, match="stopped before lowering"):
+        result.to_pte()
