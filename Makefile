@@ -21,6 +21,7 @@ test: $(INSTALLED)
 bench: $(INSTALLED)
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/fold.py
+	$(PY) benchmarks/lint.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -91,7 +91,8 @@ def lower_with_guards(
        stops here: the report says why, and ``edge`` is ``None``.
     3. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
        partitioner, recording the partitioner's reason for each node it leaves out.
-    4. The partitioned-stage lint (EG4xx) and the fold's findings (EG201).
+    4. The partitioned-stage lint (EG4xx; not for ``"portable"``, which delegates nothing)
+       and the fold's findings (EG201).
 
     The lint does not raise: compare ``report`` with a fail level, as the command line does.
     """
@@ -123,5 +124,6 @@ def lower_with_guards(
     for guard in passes:
         if isinstance(guard, FoldConstantsPass):
             report += guard.report
-    report += lint(edge, config, stage="partitioned", fold=fold, reasons={"forward": reasons})
+    if partitioners:  # with no partitioner, nothing is meant to be delegated
+        report += lint(edge, config, stage="partitioned", fold=fold, reasons={"forward": reasons})
     return GuardedExport(program, edge, report)

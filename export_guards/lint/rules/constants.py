@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterator
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from export_guards.lint.context import LintContext
 from export_guards.lint.registry import Hit, rule
@@ -24,29 +27,33 @@ _MIN_WASTE = 1024  # duplicates wasting less than this (zero biases, say) are no
 )
 def duplicate_constant(context: LintContext) -> Iterator[Hit]:
     groups: dict[tuple[object, ...], list[ProgramConstant]] = defaultdict(list)
+    stored: set[tuple[int, int]] = set()  # (storage, offset) already seen: tied tensors are stored once
     for constant in context.constants.values():
         tensor = constant.tensor
-        if tensor.device.type == "cpu" and tensor.numel() and tensor.layout == torch.strided:
-            groups[(tensor.dtype, tuple(tensor.shape))].append(constant)
-    for candidates in groups.values():
-        while len(candidates) > 1:
-            first, rest = candidates[0], candidates[1:]
-            same = [c for c in rest if _same_bytes(first.tensor, c.tensor)]
-            candidates = [c for c in rest if c not in same]
-            wasted = sum(c.tensor.nbytes for c in same)
-            if same and wasted >= _MIN_WASTE:
-                names = ", ".join(repr(c.fqn) for c in [first, *same])
-                yield Hit(
-                    f"{names} hold the same {first.tensor.nbytes:,} bytes ({wasted:,} bytes stored twice)",
-                    next(iter(same[0].node.users), same[0].node),
-                    same[0].fqn,
-                )
+        if tensor.device.type != "cpu" or not tensor.numel() or tensor.layout != torch.strided:
+            continue
+        if is_traceable_wrapper_subclass(tensor) or isinstance(tensor, FakeTensor):
+            continue
+        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if identity in stored:
+            continue
+        stored.add(identity)
+        groups[(tensor.dtype, tuple(tensor.shape), _digest(tensor))].append(constant)
+    for same in groups.values():
+        wasted = sum(c.tensor.nbytes for c in same[1:])
+        if len(same) > 1 and wasted >= _MIN_WASTE:
+            names = ", ".join(repr(c.fqn) for c in same)
+            yield Hit(
+                f"{names} hold the same {same[0].tensor.nbytes:,} bytes ({wasted:,} bytes stored more than once)",
+                next(iter(same[1].node.users), same[1].node),
+                same[1].fqn,
+            )
 
 
-def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.stride() == b.stride():
-        return False  # one tensor, tied: stored once already
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+def _digest(tensor: torch.Tensor) -> bytes:
+    """A hash of the tensor's bytes: constants group by it in one pass, not pair by pair."""
+    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    return hashlib.blake2b(memoryview(data), digest_size=16).digest()
 
 
 @rule(

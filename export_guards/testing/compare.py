@@ -1,0 +1,70 @@
+"""Compare a program's outputs on the ExecuTorch runtime with eager outputs, for a person."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import final
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["OutputError", "compare_outputs", "run_pte"]
+
+
+@final
+@dataclass(frozen=True)
+class OutputError:
+    """How one output of the program differs from eager."""
+
+    path: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    within: bool
+    problem: str = ""
+
+    def __str__(self) -> str:
+        if self.problem:
+            return f"output {self.path}: {self.problem}"
+        verdict = "ok" if self.within else "MISMATCH"
+        return (
+            f"output {self.path} {list(self.shape)}: max abs error {self.max_abs:.3g}, "
+            f"max rel error {self.max_rel:.3g} ({verdict})"
+        )
+
+
+def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> list[object]:
+    """Load ``pte`` with ``executorch.runtime`` and run ``method`` on ``inputs`` (moved to the CPU)."""
+    from executorch.runtime import Runtime
+
+    flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
+    return list(Runtime.get().load_program(pte).load_method(method).execute(flat))
+
+
+def compare_outputs(eager: object, actual: Sequence[object], *, atol: float, rtol: float) -> list[OutputError]:
+    """Per-output errors of ``actual`` (the runtime's flat outputs) against ``eager`` (any nest
+    of tuples, lists and dicts of tensors, flattened the way ``torch.export`` flattens them)."""
+    leaves, spec = pytree.tree_flatten(eager)
+    paths = [pytree.keystr(path) or "[0]" for path, _ in pytree.tree_flatten_with_path(eager)[0]]
+    if len(leaves) != len(actual):
+        return [OutputError("(all)", (), 0.0, 0.0, False, f"eager returned {len(leaves)} values, the program {len(actual)}")]
+    errors = []
+    for path, expected, got in zip(paths, leaves, actual):
+        if not isinstance(expected, torch.Tensor):
+            same = expected == got
+            errors.append(OutputError(path, (), 0.0, 0.0, bool(same), "" if same else f"eager {expected!r}, program {got!r}"))
+            continue
+        expected = expected.detach().cpu()
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            shape = getattr(got, "shape", type(got).__name__)
+            errors.append(OutputError(path, tuple(expected.shape), 0.0, 0.0, False, f"shape {list(expected.shape)} in eager, {shape} in the program"))
+            continue
+        diff = (got.to(expected.dtype) - expected).abs().double()
+        scale = expected.abs().double()
+        nonzero = scale > 0  # relative to the eager value, where there is one
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float((diff[nonzero] / scale[nonzero]).max()) if bool(nonzero.any()) else 0.0
+        within = bool(torch.allclose(got.to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True))
+        errors.append(OutputError(path, tuple(expected.shape), max_abs, max_rel, within))
+    return errors

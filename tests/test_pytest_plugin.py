@@ -1,0 +1,192 @@
+"""The pytest plugin, tested as a user runs it: pytester writes a test file and runs pytest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+MODELS = '''
+import torch
+from torch import nn
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.spectral_norm(nn.Conv2d(3, 4, 3, padding=1))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x)).mean(dim=(2, 3))
+        return {"logits": self.head(y), "features": (y, y * 2)}
+
+class Branchy(nn.Module):
+    """Eager takes the other branch than the exported program."""
+    def forward(self, x):
+        return x * 2 if torch.compiler.is_exporting() else x - 1
+
+class ShapeBranch(nn.Module):
+    """torch.export specialises the branch (and the shape) to the example input's."""
+    def forward(self, x):
+        return x.sum(dim=0) if x.shape[0] > 1 else x[0] * 2
+
+def image(seed=0):
+    return (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed)),)
+'''
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(models=MODELS)
+    return pytester
+
+
+def test_a_model_that_exports_runs_and_matches_eager_passes(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import torch
+        from models import Small, image
+
+        def test_small(check_export, assert_delegated):
+            torch.manual_seed(0)
+            result = check_export(Small().eval(), image(), extra_inputs=[image(1), image(2)])
+            assert result.pte[4:8] == b"ET12"
+            assert len(result.comparisons) == 3 and all(e.within for c in result.comparisons for e in c)
+            assert [f.code for f in result.report.with_code("EG201")]  # the spectral norm was folded
+            assert_delegated(result)
+
+        def test_export_only(guarded_export):
+            result = guarded_export(Small().eval(), image(), backend="portable")
+            assert result.delegation.count("convolution") == (0, 1)
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q")
+    outcome.assert_outcomes(passed=2)
+
+
+def test_lint_findings_fail_the_check_with_rule_module_and_line(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import torch
+        from torch import nn
+
+        def test_training_mode(check_export):
+            model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+            check_export(model, (torch.randn(2, 4),))
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
+    outcome.assert_outcomes(failed=1)
+    outcome.stdout.fnmatch_lines(
+        [
+            "*export-guards: 1 finding(s) at or above error (xnnpack):*",
+            "*EG301 [[]error[]] dropout 'dropout' runs in training mode*",
+            "*module: 1 (Dropout)*",
+            "*fix: Call model.eval() before torch.export.*",
+            "*artifacts saved in *kept*",
+        ]
+    )
+    kept = list(Path(project.path, "kept").iterdir())
+    assert len(kept) == 1 and {p.name for p in kept[0].iterdir()} == {"report.txt", "report.json"}
+
+
+def test_outputs_that_diverge_from_eager_fail_with_per_output_errors(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import torch
+        from models import Branchy
+
+        def test_branchy(check_export):
+            check_export(Branchy(), (torch.full((3,), 2.0),), backend="portable")
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
+    outcome.assert_outcomes(failed=1)
+    outcome.stdout.fnmatch_lines(
+        [
+            "*the .pte's outputs differ from eager on the example inputs (atol=1e-05, rtol=1e-05, portable):*",
+            "*output [[]0[]] [[]3[]]: max abs error 3, max rel error 3 (MISMATCH)*",
+            "*pass inputs that take the other paths as extra_inputs*",
+        ]
+    )
+    (kept,) = Path(project.path, "kept").iterdir()
+    assert (kept / "model.pte").stat().st_size > 0
+
+
+def test_a_branch_export_specialised_away_is_caught_on_extra_inputs(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import torch
+        from models import ShapeBranch
+
+        def test_shape_branch(check_export):
+            check_export(ShapeBranch(), (torch.ones(1, 3),), extra_inputs=[(torch.ones(4, 3),)], backend="portable")
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q")
+    outcome.assert_outcomes(failed=1)
+    outcome.stdout.fnmatch_lines(
+        ["*the .pte could not run the extra inputs #0: *", "*export with dynamic_shapes*"]
+    )
+
+
+def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pytester) -> None:
+    project.makeini("[pytest]\nexport_guards_backend = portable\n")
+    project.makepyfile(
+        test_model='''
+        import pytest
+        import torch
+        from torch import nn
+
+        def model():
+            return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),)
+
+        def test_ini_backend(guarded_export):
+            assert guarded_export(nn.Linear(4, 3), (torch.randn(2, 4),)).delegation.backends == {}
+
+        @pytest.mark.export_guards(ignore=["EG301"])
+        def test_marker_ignores(check_export):
+            m, x = model()
+            check_export(m, x, atol=10)  # dropout is random: only the lint is under test
+
+        class Unused(nn.Linear):
+            def __init__(self):
+                super().__init__(4, 3)
+                self.spare = nn.Parameter(torch.zeros(2))
+
+        def test_default_fail_level(check_export):
+            check_export(Unused(), (torch.randn(2, 4),))  # EG307 is a warning: passes
+
+        @pytest.mark.export_guards(fail_level="warning")
+        def test_marker_fail_level(check_export):
+            check_export(Unused(), (torch.randn(2, 4),))
+
+        @pytest.mark.export_guards(colour="red")
+        def test_marker_typo(check_export):
+            pass
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q")
+    outcome.assert_outcomes(passed=3, failed=1, errors=1)
+    outcome.stdout.fnmatch_lines(["*unknown setting(s) colour*", "*EG307 [[]warning[]] parameter 'spare'*"])
+    with_option = project.runpytest_subprocess("-q", "--eg-backend", "xnnpack", "-k", "ini_backend")
+    with_option.assert_outcomes(failed=1)
+
+
+def test_eg_device_runs_on_cpu_and_on_trapdev_when_asked(project: pytest.Pytester, trapdev: object) -> None:
+    project.makepyfile(
+        test_model='''
+        import torch
+        from torch import nn
+
+        def test_device(eg_device, check_export):
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).to(eg_device)
+            check_export(model, (torch.randn(2, 4).to(eg_device),), placement="copy")
+        '''
+    )
+    outcome = project.runpytest_subprocess("--eg-trapdev", "-v")
+    outcome.assert_outcomes(passed=2)
+    outcome.stdout.fnmatch_lines(["*test_device?cpu? PASSED*", "*test_device?trapdev? PASSED*"])
