@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from export_guards.constant_fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
     from export_guards.delegation import DelegationSummary, delegation_summary
     from export_guards.errors import ConstantPlacementError, GuardError, LintError
-    from export_guards.lint import RULES, LintConfig, LintPass, lint
+    from export_guards.linter import RULES, LintConfig, LintPass, lint
     from export_guards.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
     from export_guards.passes import guard_passes
     from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
@@ -40,12 +40,12 @@ _EXPORTS = {
     "FoldConstantsPass": "export_guards.constant_fold",
     "GuardError": "export_guards.errors",
     "GuardedExport": "export_guards.pipeline",
-    "LintConfig": "export_guards.lint",
+    "LintConfig": "export_guards.linter",
     "LintError": "export_guards.errors",
-    "LintPass": "export_guards.lint",
+    "LintPass": "export_guards.linter",
     "PARAMETRIZATION_FOLDED": "export_guards.module_fold",
     "PlacementPolicy": "export_guards.placement",
-    "RULES": "export_guards.lint",
+    "RULES": "export_guards.linter",
     "Report": "export_guards.report",
     "Severity": "export_guards.report",
     "SourceLocation": "export_guards.report",
@@ -56,7 +56,7 @@ _EXPORTS = {
     "fold_parametrizations": "export_guards.module_fold",
     "guard_constant_placement": "export_guards.placement",
     "guard_passes": "export_guards.passes",
-    "lint": "export_guards.lint",
+    "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",
 }
 

@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _lint(args: argparse.Namespace) -> int:
     settings = _pyproject_settings(args.config)
-    from export_guards.lint import LintConfig
+    from export_guards.linter import LintConfig
     from export_guards.render import FORMATS
 
     try:
@@ -121,7 +121,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _rules(args: argparse.Namespace) -> int:
-    from export_guards.lint import RULES
+    from export_guards.linter import RULES
 
     width = max(len(r.name) for r in RULES.values())
     for code, registered in sorted(RULES.items()):
@@ -130,7 +130,7 @@ def _rules(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from export_guards.lint import RULES
+    from export_guards.linter import RULES
 
     code = args.code.strip().upper()
     registered = RULES.get(code)

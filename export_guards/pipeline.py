@@ -13,7 +13,7 @@ from torch.export import ExportedProgram
 from export_guards.constant_fold import FoldConstantsPass
 from export_guards.delegation import DelegationSummary, delegation_summary
 from export_guards.errors import GuardError
-from export_guards.lint import LintConfig, lint
+from export_guards.linter import LintConfig, lint
 from export_guards.partitioner_reasons import capture_partitioner_reasons
 from export_guards.passes import guard_passes
 from export_guards.placement import ConstantPlacementPass, PlacementPolicy, check_constant_placement

@@ -66,7 +66,7 @@ class ExportGuardsSettings:
     test_name: str = "test"
 
     def lint_config(self) -> Any:
-        from export_guards.lint import LintConfig
+        from export_guards.linter import LintConfig
         from export_guards.report import Severity
 
         return LintConfig(select=self.select, ignore=self.ignore, fail_level=Severity(self.fail_level))

@@ -6,7 +6,7 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from export_guards.lint.registry import DOCS_URL, RULES
+from export_guards.linter.registry import DOCS_URL, RULES
 from export_guards.report import Finding, Report, Severity
 
 __all__ = ["render_sarif"]

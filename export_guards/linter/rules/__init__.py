@@ -1,6 +1,6 @@
 """The built-in rules. Importing a module registers its rules; add a module to add rules."""
 
-from export_guards.lint.rules import (  # noqa: F401
+from export_guards.linter.rules import (  # noqa: F401
     constants,
     delegation,
     mutation,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.lint.context import LintContext
-from export_guards.lint.registry import Hit, rule
+from export_guards.linter.context import LintContext
+from export_guards.linter.registry import Hit, rule
 from export_guards.placement import (
     CONSTANT_ON_DEVICE,
     CONSTANT_WITHOUT_DATA,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from export_guards.delegation import compute_op_name, delegation_summary
-from export_guards.lint.context import LintContext
-from export_guards.lint.registry import Hit, rule
+from export_guards.linter.context import LintContext
+from export_guards.linter.registry import Hit, rule
 from export_guards.report import Severity
 
 

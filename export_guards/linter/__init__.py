@@ -8,10 +8,10 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from torch.export import ExportedProgram
 
 from export_guards.errors import LintError
-from export_guards.lint import rules as _rules  # noqa: F401  (registers the built-in rules)
-from export_guards.lint.config import LintConfig
-from export_guards.lint.context import LintContext
-from export_guards.lint.registry import RULES, Hit, Rule, Stage, rule
+from export_guards.linter import rules as _rules  # noqa: F401  (registers the built-in rules)
+from export_guards.linter.config import LintConfig
+from export_guards.linter.context import LintContext
+from export_guards.linter.registry import RULES, Hit, Rule, Stage, rule
 from export_guards.programs import Program, methods_of
 from export_guards.report import Finding, Report
 from export_guards.source import node_location, node_module

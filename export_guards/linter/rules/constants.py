@@ -10,8 +10,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from export_guards.lint.context import LintContext
-from export_guards.lint.registry import Hit, rule
+from export_guards.linter.context import LintContext
+from export_guards.linter.registry import Hit, rule
 from export_guards.programs import ProgramConstant
 from export_guards.report import Severity
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.lint.context import LintContext, argument
-from export_guards.lint.registry import Hit, rule
+from export_guards.linter.context import LintContext, argument
+from export_guards.linter.registry import Hit, rule
 from export_guards.ops import aten_name
 from export_guards.report import Severity
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from export_guards.lint.context import LintContext
-from export_guards.lint.registry import Hit, rule
+from export_guards.linter.context import LintContext
+from export_guards.linter.registry import Hit, rule
 from export_guards.ops import aten_name
 from export_guards.report import Severity
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import torch
 
-from export_guards.lint.context import LintContext, val_tensors
-from export_guards.lint.registry import Hit, rule
+from export_guards.linter.context import LintContext, val_tensors
+from export_guards.linter.registry import Hit, rule
 from export_guards.ops import aten_name, aten_overload
 from export_guards.report import Severity
 
