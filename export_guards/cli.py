@@ -7,6 +7,7 @@ failed to export. stdout carries only the report; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -87,18 +88,20 @@ def _lint(args: argparse.Namespace) -> int:
     placement = args.placement or settings.get("placement", "error")
     fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
 
-    factory = _load_factory(args.target)
-    _progress(f"building the model ({args.target})")
     try:
-        model, inputs = _call_factory(factory, args.target)
-        _progress("exporting with torch.export")
-        import torch
+        # stdout carries only the report: what the model's code prints goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            factory = _load_factory(args.target)
+            _progress(f"building the model ({args.target})")
+            model, inputs = _call_factory(factory, args.target)
+            _progress("exporting with torch.export")
+            import torch
 
-        from export_guards.pipeline import lower_with_guards
+            from export_guards.pipeline import lower_with_guards
 
-        program = torch.export.export(model, inputs)
-        _progress(f"linting and lowering ({backend}, placement={placement}, fold={'on' if fold else 'off'})")
-        result = lower_with_guards(program, backend=backend, placement=placement, fold=fold, config=config)
+            program = torch.export.export(model, inputs)
+            _progress(f"linting and lowering ({backend}, placement={placement}, fold={'on' if fold else 'off'})")
+            result = lower_with_guards(program, backend=backend, placement=placement, fold=fold, config=config)
     except UsageError:
         raise
     except Exception as error:  # the model failed to export: summarise, exit 2
@@ -111,11 +114,17 @@ def _lint(args: argparse.Namespace) -> int:
 
     sys.stdout.write(FORMATS[args.format](result.report))
     failing = result.report.at_least(config.fail_level)
+    if result.edge is None:  # a constant the host cannot read stopped the export: never clean
+        _progress("the export stopped before lowering (see the EG101 / EG102 findings)")
+        return EXIT_FINDINGS
     if args.output is not None:
-        if failing or result.edge is None:
+        if failing:
             _progress(f"not writing {args.output}: {len(failing)} finding(s) at or above {config.fail_level.value}")
         else:
-            args.output.write_bytes(result.to_pte())
+            try:
+                args.output.write_bytes(result.to_pte())
+            except OSError as error:
+                raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
             _progress(f"wrote {args.output}")
     return EXIT_FINDINGS if failing else EXIT_CLEAN
 

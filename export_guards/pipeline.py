@@ -110,7 +110,7 @@ def lower_with_guards(
     report += lint(program, config, fold=fold)
     unreadable = check_constant_placement(program)
     if unreadable.errors:  # stop even where the config ignores EG101 / EG102: lowering would crash
-        reported = {f.code for f in report}
+        reported = {f.code for f in report.errors}
         return GuardedExport(program, None, report + Report.of(f for f in unreadable if f.code not in reported))
 
     passes = guard_passes(fold=fold)

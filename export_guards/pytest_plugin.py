@@ -9,7 +9,9 @@ fold=..., placement=...)``. Options: ``--eg-backend``, ``--eg-artifacts DIR``, `
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -97,11 +99,12 @@ def export_guards_settings(request: pytest.FixtureRequest) -> ExportGuardsSettin
     artifacts = config.getoption("--eg-artifacts") or config.getini("export_guards_artifacts")
     settings = ExportGuardsSettings(
         backend=config.getoption("--eg-backend") or config.getini("export_guards_backend"),
-        artifacts=Path(artifacts) if artifacts else None,
+        # Relative to where pytest was started, whatever directory a test moves to.
+        artifacts=(config.invocation_params.dir / artifacts) if artifacts else None,
         test_name=request.node.nodeid,
     )
-    marker = request.node.get_closest_marker("export_guards")
-    if marker is not None:
+    # Module, class, then function markers: the closest wins, key by key.
+    for marker in reversed(list(request.node.iter_markers("export_guards"))):
         if marker.args:
             raise pytest.UsageError("@pytest.mark.export_guards takes keyword arguments only")
         settings = _with_overrides(settings, marker.kwargs, "@pytest.mark.export_guards")
@@ -226,12 +229,15 @@ def assert_delegated() -> Callable[..., None]:
         summary = export.delegation
         if summary is None:
             pytest.fail("export-guards: the program was not lowered; see its report", pytrace=False)
-        left = [f for f in export.report.with_code("EG401") if not any(f"{op} '" in f.message for op in portable_allowed)]
+        left = sorted(set(summary.portable) - set(portable_allowed))
         if summary.fraction_delegated < min_fraction or left:
             details = "\n".join(f"  {f.location or '<unknown>'}: {f.message}" for f in export.report.with_code("EG401"))
+            counts = ", ".join(f"{op} x{summary.portable[op]}" for op in sorted(summary.portable))
             pytest.fail(
                 f"export-guards: {summary.fraction_delegated:.0%} of compute ops delegated "
-                f"(at least {min_fraction:.0%} expected); left in the portable graph:\n{details}",
+                f"(at least {min_fraction:.0%} expected); left in the portable graph: {counts}"
+                + (f" (not allowed: {', '.join(left)})" if left else "")
+                + (f"\n{details}" if details else ""),
                 pytrace=False,
             )
 
@@ -256,8 +262,11 @@ def _save(settings: ExportGuardsSettings, result: Any, pte: bytes | None) -> str
         return "\n(keep the .pte and report of failing checks with --eg-artifacts DIR)"
     from export_guards.render import render_json, render_text
 
-    folder = settings.artifacts / re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.test_name).strip("_")
-    folder.mkdir(parents=True, exist_ok=True)
+    # Readable, and unique: different node ids can read alike once sanitised.
+    digest = hashlib.sha1(settings.test_name.encode()).hexdigest()[:8]
+    folder = settings.artifacts / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', settings.test_name).strip('_')}-{digest}"
+    shutil.rmtree(folder, ignore_errors=True)  # nothing stale from an earlier run
+    folder.mkdir(parents=True)
     (folder / "report.txt").write_text(render_text(result.report))
     (folder / "report.json").write_text(render_json(result.report))
     if pte is not None:

@@ -41,3 +41,8 @@ def broken():
 
 def not_a_pair():
     return nn.Linear(4, 3)
+
+
+def noisy():
+    print("the factory talks on stdout")
+    return clean()

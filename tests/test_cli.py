@@ -142,3 +142,12 @@ def test_pyproject_configuration_and_command_line_precedence(tmp_path: Path) -> 
     (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselct = ["EG"]\n')
     typo = run("lint", f"{MODELS}:clean", cwd=tmp_path)
     assert typo.returncode == 2 and "unknown key(s) selct" in typo.stderr
+
+
+def test_stdout_carries_only_the_report_even_when_the_model_prints(tmp_path: Path) -> None:
+    done = run("lint", f"{MODELS}:noisy", "--format", "json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["version"] == 1
+    assert "the factory talks on stdout" in done.stderr
+    unwritable = run("lint", f"{MODELS}:clean", "--output", str(tmp_path / "missing" / "x.pte"))
+    assert unwritable.returncode == 2 and "cannot write" in unwritable.stderr

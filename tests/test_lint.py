@@ -51,6 +51,11 @@ def test_config_from_pyproject_and_its_errors(tmp_path: Path) -> None:
         eg.LintConfig.from_mapping({"fail-level": "loud"})
     with pytest.raises(ValueError, match="select must be a list of rule codes"):
         eg.LintConfig.from_mapping({"select": 3})
+    with pytest.raises(ValueError, match="severity must be a table"):
+        eg.LintConfig.from_mapping({"severity": "error"})
+    with pytest.raises(ValueError, match="severity keys are rule codes"):
+        eg.LintConfig.from_mapping({"severity": {"float64": "error"}})
+    assert eg.LintConfig.from_mapping({"severity": {"eg304": "error"}}).severity == {"EG304": eg.Severity.ERROR}
     path.write_text("[project]\nname = 'x'\n")
     assert eg.LintConfig.from_pyproject(path) == eg.LintConfig()
 
@@ -116,3 +121,52 @@ def test_export_stops_before_lowering_on_unreadable_constants_even_if_ignored(tr
     assert {f.code for f in result.report.errors} == {"EG101"}
     with pytest.raises(eg.GuardError, match="stopped before lowering"):
         result.to_pte()
+
+
+def codes(model: nn.Module, *inputs: torch.Tensor) -> set[str]:
+    return {f.code for f in eg.lint(torch.export.export(model, inputs))}
+
+
+def test_rules_stay_silent_on_look_alikes() -> None:
+    class Attention(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+
+    class Caches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("k_cache", torch.zeros(16, 64))
+            self.register_buffer("v_cache", torch.zeros(16, 64))
+            self.register_buffer("pos_orig", torch.arange(4.0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.k_cache[0].copy_(x)
+            self.v_cache[0].copy_(x * 2)
+            return self.k_cache.sum() + self.v_cache.sum() + self.pos_orig.sum()
+
+    q = torch.randn(2, 4, 8)
+    assert "EG211" not in codes(Attention(), q, torch.randn(2, 4, 8))  # batched matmuls take dynamic operands
+    assert codes(nn.BatchNorm2d(3, track_running_stats=False).eval(), torch.randn(2, 3, 4, 4)).isdisjoint({"EG302"})
+    found = codes(Caches(), torch.randn(64))
+    assert not found & {"EG306", "EG212", "EG307"}, found
+
+
+def test_float64_inputs_and_control_flow_branches_are_linted() -> None:
+    class Branches(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cond(x.sum() > 0, lambda x: x.double().float(), lambda x: x * 2, (x,))
+
+    assert "EG304" in codes(Branches(), torch.randn(3))
+    (finding,) = eg.lint(torch.export.export(nn.Identity(), (torch.randn(3, dtype=torch.float64),))).with_code("EG304")
+    assert "input 'input' is float64" in finding.message
+
+
+def test_output_comparison_handles_bool_and_integer_outputs() -> None:
+    from export_guards.testing.compare import compare_outputs
+
+    (same,) = compare_outputs(torch.tensor([True, False]), [torch.tensor([True, False])], atol=0, rtol=0)
+    assert same.within
+    (wrapped,) = compare_outputs(torch.tensor([0, 255], dtype=torch.uint8), [torch.tensor([255, 255], dtype=torch.uint8)], atol=0, rtol=0)
+    assert not wrapped.within and "1 of 2 values differ" in str(wrapped)
+    nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], atol=1e-5, rtol=0)
+    assert [e.within for e in nested] == [True, False] and nested[1].path == "['b'][0]"

@@ -190,3 +190,34 @@ def test_eg_device_runs_on_cpu_and_on_trapdev_when_asked(project: pytest.Pyteste
     outcome = project.runpytest_subprocess("--eg-trapdev", "-v")
     outcome.assert_outcomes(passed=2)
     outcome.stdout.fnmatch_lines(["*test_device?cpu? PASSED*", "*test_device?trapdev? PASSED*"])
+
+
+def test_assert_delegated_uses_exact_op_names_and_class_markers_merge(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import pytest
+        import torch
+        from torch import nn
+
+        class Modulated(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.randn(3, 4))
+
+            def forward(self, x):
+                return nn.functional.linear(x, self.w * x.mean())
+
+        def test_addmm_does_not_allow_mm(guarded_export, assert_delegated):
+            result = guarded_export(Modulated(), (torch.randn(2, 4),))
+            assert_delegated(result, min_fraction=0.0, portable_allowed=("addmm",))
+
+        @pytest.mark.export_guards(backend="portable")
+        class TestPortable:
+            @pytest.mark.export_guards(fold=False)
+            def test_settings_merge(self, export_guards_settings):
+                assert (export_guards_settings.backend, export_guards_settings.fold) == ("portable", False)
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q")
+    outcome.assert_outcomes(passed=1, failed=1)
+    outcome.stdout.fnmatch_lines(["*left in the portable graph: mm x1 (not allowed: mm)*"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -60,9 +61,15 @@ class LintConfig:
         if "ignore" in table:
             config = replace(config, ignore=_codes(table["ignore"], "ignore"))
         if "severity" in table:
+            severities = table["severity"]
+            if not isinstance(severities, Mapping):
+                raise ValueError(
+                    "severity must be a table of rule code to severity, such as "
+                    f"[tool.export-guards.severity] EG304 = \"error\"; not {severities!r}"
+                )
             config = replace(
                 config,
-                severity={code: _severity(value, f"severity.{code}") for code, value in table["severity"].items()},
+                severity={_code(code): _severity(value, f"severity.{code}") for code, value in severities.items()},
             )
         if "fail-level" in table:
             config = replace(config, fail_level=_severity(table["fail-level"], "fail-level"))
@@ -82,6 +89,13 @@ def _codes(value: object, key: str) -> tuple[str, ...]:
     if not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{key} must be a list of rule codes or prefixes such as \"EG2\", not {value!r}")
     return tuple(v.strip().upper() for v in value)
+
+
+def _code(code: str) -> str:
+    normalized = str(code).strip().upper()
+    if not re.fullmatch(r"EG\d{3}", normalized):
+        raise ValueError(f"severity keys are rule codes such as EG304, not {code!r}")
+    return normalized
 
 
 def _severity(value: object, key: str) -> Severity:

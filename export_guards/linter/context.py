@@ -17,7 +17,9 @@ from export_guards.programs import ProgramConstant, iter_constants, mutated_cons
 
 __all__ = ["LintContext"]
 
-_WEIGHT_ARGUMENTS = ("weight", "mat2", "other", "batch2")
+# The operand that a delegate needs static: conv and linear weights, and mm / addmm's second
+# operand (a decomposed linear). Batched matmuls (attention) take two dynamic operands.
+_STATIC_OPERAND = {"mm": "mat2", "addmm": "mat2"}
 
 
 @dataclass
@@ -64,16 +66,24 @@ class LintContext:
         return reached
 
     def call_nodes(self) -> list[Node]:
-        """The graph's op calls, in order."""
-        return [n for n in self.program.graph.nodes if n.op == "call_function"]
+        """The op calls of the graph and of its control-flow branches, in order."""
+        return [
+            n
+            for module in self.program.graph_module.modules()
+            if isinstance(module, torch.fx.GraphModule)
+            for n in module.graph.nodes
+            if n.op == "call_function"
+        ]
 
     def compute_weights(self) -> list[tuple[Node, Node]]:
-        """``(compute node, its weight node)`` for every conv / linear / matmul."""
+        """``(compute node, its weight node)`` for every conv / linear, and every mm / addmm
+        (the halves of a decomposed linear)."""
         pairs = []
         for node in self.call_nodes():
-            if aten_name(node.target) not in COMPUTE_OPS:
+            name = aten_name(node.target)
+            if name not in COMPUTE_OPS:
                 continue
-            weight = argument(node, *_WEIGHT_ARGUMENTS)
+            weight = argument(node, _STATIC_OPERAND.get(name, "weight"))
             if isinstance(weight, Node):
                 pairs.append((node, weight))
         return pairs

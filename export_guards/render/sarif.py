@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from urllib.parse import quote
 
 from export_guards.linter.registry import DOCS_URL, RULES
 from export_guards.report import Finding, Report, Severity
@@ -61,7 +62,7 @@ def _result(finding: Finding, rule_index: int) -> dict[str, object]:
         result["locations"] = [
             {
                 "physicalLocation": {
-                    "artifactLocation": {"uri": Path(finding.location.file).as_posix()},
+                    "artifactLocation": {"uri": _uri(finding.location.file)},
                     "region": {"startLine": finding.location.line},
                 },
                 "logicalLocations": [
@@ -75,6 +76,17 @@ def _result(finding: Finding, rule_index: int) -> dict[str, object]:
     if properties:
         result["properties"] = properties
     return result
+
+
+def _uri(file: str) -> str:
+    """A URI reference: relative to the working directory when under it, else ``file://``."""
+    path = Path(file)
+    if not path.is_absolute():
+        return quote(path.as_posix())
+    try:
+        return quote(path.relative_to(Path.cwd()).as_posix())
+    except ValueError:
+        return path.as_uri()
 
 
 def _version() -> str:

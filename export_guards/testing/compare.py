@@ -60,11 +60,17 @@ def compare_outputs(eager: object, actual: Sequence[object], *, atol: float, rto
             shape = getattr(got, "shape", type(got).__name__)
             errors.append(OutputError(path, tuple(expected.shape), 0.0, 0.0, False, f"shape {list(expected.shape)} in eager, {shape} in the program"))
             continue
-        diff = (got.to(expected.dtype) - expected).abs().double()
+        if expected.dtype == torch.bool or not (expected.is_floating_point() or expected.is_complex()):
+            same = torch.equal(got.to(expected.dtype), expected)  # bool and integer outputs: exactly
+            mismatches = int((got.to(expected.dtype) != expected).sum())
+            problem = "" if same else f"{mismatches} of {expected.numel()} values differ"
+            errors.append(OutputError(path, tuple(expected.shape), 0.0, 0.0, same, problem))
+            continue
+        diff = (got.double() - expected.double()).abs()
         scale = expected.abs().double()
         nonzero = scale > 0  # relative to the eager value, where there is one
         max_abs = float(diff.max()) if diff.numel() else 0.0
         max_rel = float((diff[nonzero] / scale[nonzero]).max()) if bool(nonzero.any()) else 0.0
-        within = bool(torch.allclose(got.to(expected.dtype), expected, atol=atol, rtol=rtol, equal_nan=True))
+        within = bool(torch.allclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=True))
         errors.append(OutputError(path, tuple(expected.shape), max_abs, max_rel, within))
     return errors

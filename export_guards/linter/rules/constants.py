@@ -34,6 +34,8 @@ def duplicate_constant(context: LintContext) -> Iterator[Hit]:
             continue
         if is_traceable_wrapper_subclass(tensor) or isinstance(tensor, FakeTensor):
             continue
+        if constant.fqn in context.mutated:  # state (a KV cache, say): equal bytes by chance
+            continue
         identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
         if identity in stored:
             continue
@@ -65,6 +67,8 @@ def _digest(tensor: torch.Tensor) -> bytes:
 )
 def unused_constant(context: LintContext) -> Iterator[Hit]:
     for constant in context.constants.values():
+        if constant.fqn in context.mutated:  # written (a mutation output), so used
+            continue
         if constant.node.op == "placeholder" and not constant.node.users:
             yield Hit(
                 f"{constant.kind.value} '{constant.fqn}' ({constant.tensor.nbytes:,} bytes) is never used",

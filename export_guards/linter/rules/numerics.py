@@ -39,6 +39,10 @@ def float64(context: LintContext) -> Iterator[Hit]:
     for constant in context.constants.values():
         if constant.tensor.dtype == torch.float64 and constant.node.op == "placeholder":
             yield Hit(f"constant '{constant.fqn}' is float64", constant.node, constant.fqn)
+    user_inputs = set(context.program.graph_signature.user_inputs)
+    for node in context.program.graph.nodes:
+        if node.op == "placeholder" and node.name in user_inputs and _is_float64(node):
+            yield Hit(f"input '{node.name}' is float64", next(iter(node.users), node))
     for node in context.call_nodes():
         # Only where float64 starts: the ops after it follow by type promotion.
         if _is_float64(node) and not any(_is_float64(i) for i in node.all_input_nodes):

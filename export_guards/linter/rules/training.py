@@ -13,8 +13,11 @@ from export_guards.report import Severity
 def _training_ops(context: LintContext, kind: str) -> Iterator[Hit]:
     for node in context.call_nodes():
         name = aten_name(node.target) or ""
-        if kind in name and argument(node, "train", "training") is True:
-            yield Hit(f"{name} '{node.name}' runs in training mode", node)
+        if kind not in name or argument(node, "train", "training") is not True:
+            continue
+        if kind == "norm" and argument(node, "running_mean") is None:
+            continue  # track_running_stats=False: batch statistics are its eval behaviour too
+        yield Hit(f"{name} '{node.name}' runs in training mode", node)
 
 
 @rule(

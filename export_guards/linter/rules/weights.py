@@ -74,7 +74,7 @@ def reparametrization_leftover(context: LintContext) -> Iterator[Hit]:
         if match := _PARAMETRIZED.match(fqn):
             tensor = f"{match['module']}.{match['name']}" if match["module"] else match["name"]
             tensors.setdefault(tensor, []).append(fqn)
-        elif match := _SPECTRAL_NORMED.match(fqn):
+        elif (match := _SPECTRAL_NORMED.match(fqn)) and match["tensor"] + "_u" in names:
             tensors.setdefault(match["tensor"], []).append(fqn)
     for fqn in names:  # hook-based weight_norm: a weight_g / weight_v pair
         if fqn.endswith("_g") and fqn[:-2] + "_v" in names:
