@@ -73,7 +73,7 @@ def fold_time(program: torch.export.ExportedProgram, rounds: int) -> tuple[float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=30, help="timed forwards per program (default 30)")
+    parser.add_argument("--runs", type=int, default=200, help="timed forwards per program (default 200)")
     parser.add_argument("--unfolded-runs", type=int, default=3, help="timed forwards of the slow unfolded program")
     args = parser.parse_args()
 
