@@ -67,11 +67,20 @@ class ExportGuardsSettings:
     artifacts: Path | None = None
     test_name: str = "test"
 
-    def lint_config(self) -> Any:
+    def export(self, model: Any, example_inputs: Sequence[Any]) -> Any:
+        """``export_with_guards`` with these settings."""
         from export_guards.linter import LintConfig
+        from export_guards.pipeline import export_with_guards
         from export_guards.report import Severity
 
-        return LintConfig(select=self.select, ignore=self.ignore, fail_level=Severity(self.fail_level))
+        return export_with_guards(
+            model,
+            tuple(example_inputs),
+            backend=self.backend,  # type: ignore[arg-type]
+            placement=self.placement,  # type: ignore[arg-type]
+            fold=self.fold,
+            config=LintConfig(select=self.select, ignore=self.ignore, fail_level=Severity(self.fail_level)),
+        )
 
 
 @final
@@ -129,18 +138,9 @@ def _with_overrides(settings: ExportGuardsSettings, overrides: dict[str, Any], w
 def guarded_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., Any]:
     """``guarded_export(model, example_inputs, **settings) -> GuardedExport``: export with
     the guards (placement, fold, lint before and after partitioning). Never fails the test."""
-    from export_guards.pipeline import export_with_guards
 
     def run(model: Any, example_inputs: Sequence[Any], **overrides: Any) -> Any:
-        settings = _with_overrides(export_guards_settings, overrides, "guarded_export")
-        return export_with_guards(
-            model,
-            tuple(example_inputs),
-            backend=settings.backend,  # type: ignore[arg-type]
-            placement=settings.placement,  # type: ignore[arg-type]
-            fold=settings.fold,
-            config=settings.lint_config(),
-        )
+        return _with_overrides(export_guards_settings, overrides, "guarded_export").export(model, example_inputs)
 
     return run
 
@@ -153,7 +153,6 @@ def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., 
     ``extra_inputs``, and fail on any output that differs from eager beyond atol / rtol."""
     import torch
 
-    from export_guards.pipeline import export_with_guards
     from export_guards.render import render_text
     from export_guards.report import Severity
     from export_guards.testing.compare import compare_outputs, run_pte
@@ -168,14 +167,7 @@ def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., 
         **overrides: Any,
     ) -> ExportCheck:
         settings = _with_overrides(export_guards_settings, overrides, "check_export")
-        result = export_with_guards(
-            model,
-            tuple(example_inputs),
-            backend=settings.backend,  # type: ignore[arg-type]
-            placement=settings.placement,  # type: ignore[arg-type]
-            fold=settings.fold,
-            config=settings.lint_config(),
-        )
+        result = settings.export(model, example_inputs)
         failing = result.report.at_least(Severity(settings.fail_level))
         if failing or result.edge is None:
             saved = _save(settings, result, None)
