@@ -3,7 +3,6 @@ partitioner and the ExecuTorch runtime against eager."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import pytest
