@@ -1,4 +1,5 @@
-"""The ``export-guards`` command: ``lint`` a model before export, list and explain rules.
+"""The ``export-guards`` command: ``lint`` a model before export, ``check`` a written ``.pte``,
+list and explain rules.
 
 Exit codes: 0 clean, 1 findings at or above the fail level, 2 usage error or a model that
 failed to export. stdout carries only the report; progress goes to stderr.
@@ -8,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import importlib.util
 import sys
 import tomllib
 import traceback
@@ -17,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from export_guards.targets import first_line
 
 __all__ = ["main"]
 
@@ -49,14 +50,21 @@ def _parser() -> argparse.ArgumentParser:
     lint.add_argument("--backend", choices=["xnnpack", "portable"], help="partitioner to lower with (default xnnpack)")
     lint.add_argument("--placement", choices=["error", "copy"], help="device constants: report them, or copy them to the host (default error)")
     lint.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help="fold constant-only weights (default on)")
-    lint.add_argument("--select", help="comma-separated codes or prefixes to run (default EG: all)")
-    lint.add_argument("--ignore", help="comma-separated codes or prefixes not to run")
-    lint.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
-    lint.add_argument("--format", choices=["text", "json", "sarif"], default="text", help="report format on stdout")
+    _report_options(lint)
     lint.add_argument("--output", type=Path, help="write the .pte here when nothing at or above the fail level was found")
-    lint.add_argument("--config", type=Path, help="pyproject.toml to read [tool.export-guards] from (default ./pyproject.toml)")
     lint.add_argument("--verbose", action="store_true", help="print full tracebacks")
     lint.set_defaults(run=_lint)
+
+    check = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice")
+    check.add_argument("program", nargs="?", type=Path, help="the .pte file")
+    check.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
+    check.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    check.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
+    check.add_argument("--backend", choices=["xnnpack", "portable"], help="partitioner for --reproducible (default xnnpack)")
+    check.add_argument("--placement", choices=["error", "copy"], help="device constants, for --reproducible (default error)")
+    check.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help="fold constant-only weights, for --reproducible (default on)")
+    _report_options(check)
+    check.set_defaults(run=_check)
 
     rules = commands.add_parser("rules", help="list the rules")
     rules.set_defaults(run=_rules)
@@ -67,23 +75,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _report_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--select", help="comma-separated codes or prefixes to run (default EG: all)")
+    command.add_argument("--ignore", help="comma-separated codes or prefixes not to run")
+    command.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
+    command.add_argument("--format", choices=["text", "json", "sarif"], default="text", help="report format on stdout")
+    command.add_argument("--config", type=Path, help="pyproject.toml to read [tool.export-guards] from (default ./pyproject.toml)")
+
+
 def _lint(args: argparse.Namespace) -> int:
     settings = _pyproject_settings(args.config)
-    from export_guards.linter import LintConfig
+    config = _config(args, settings)
     from export_guards.render import FORMATS
 
-    try:
-        config = LintConfig.from_mapping(settings)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    if args.select:
-        config = replace(config, select=_split(args.select))
-    if args.ignore:
-        config = replace(config, ignore=_split(args.ignore))
-    if args.fail_level:
-        from export_guards.report import Severity
-
-        config = replace(config, fail_level=Severity(args.fail_level))
     backend = args.backend or settings.get("backend", "xnnpack")
     placement = args.placement or settings.get("placement", "error")
     fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
@@ -91,9 +95,8 @@ def _lint(args: argparse.Namespace) -> int:
     try:
         # stdout carries only the report: what the model's code prints goes to stderr.
         with contextlib.redirect_stdout(sys.stderr):
-            factory = _load_factory(args.target)
             _progress(f"building the model ({args.target})")
-            model, inputs = _call_factory(factory, args.target)
+            model, inputs = _target(args.target)
             _progress("exporting with torch.export")
             import torch
 
@@ -105,7 +108,7 @@ def _lint(args: argparse.Namespace) -> int:
     except UsageError:
         raise
     except Exception as error:  # the model failed to export: summarise, exit 2
-        print(f"export-guards: the model failed to export: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        print(f"export-guards: the model failed to export: {type(error).__name__}: {first_line(error)}", file=sys.stderr)
         if args.verbose:
             traceback.print_exc()
         else:
@@ -127,6 +130,38 @@ def _lint(args: argparse.Namespace) -> int:
                 raise UsageError(f"cannot write {args.output}: {error.strerror or error}") from None
             _progress(f"wrote {args.output}")
     return EXIT_FINDINGS if failing else EXIT_CLEAN
+
+
+def _check(args: argparse.Namespace) -> int:
+    if args.program is None and args.reproducible is None:
+        raise UsageError("give a .pte file to check, or --reproducible path/to/file.py:factory")
+    settings = _pyproject_settings(args.config)
+    config = _config(args, settings)
+    from export_guards.pte.check import check_pte, findings_of
+    from export_guards.pte.reproducible import ExportFailed, export_twice
+    from export_guards.render import FORMATS
+    from export_guards.report import Report
+
+    report = Report()
+    if args.program is not None:
+        _progress(f"checking {args.program}")
+        try:
+            report += check_pte(args.program, data_files=args.data, config=config, runtime=args.runtime)
+        except OSError as error:
+            raise UsageError(str(error)) from None
+    if args.reproducible is not None:
+        backend = args.backend or settings.get("backend", "xnnpack")
+        placement = args.placement or settings.get("placement", "error")
+        fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
+        _progress(f"exporting {args.reproducible} twice, in separate processes ({backend})")
+        try:
+            pair = export_twice(args.reproducible, backend=backend, placement=placement, fold=fold)
+        except ExportFailed as error:
+            raise UsageError(str(error)) from None
+        report += findings_of("reproducible", pair, config)
+        report += check_pte(pair.first, config=config)
+    sys.stdout.write(FORMATS[args.format](report))
+    return EXIT_FINDINGS if report.at_least(config.fail_level) else EXIT_CLEAN
 
 
 def _rules(args: argparse.Namespace) -> int:
@@ -177,51 +212,35 @@ def _pyproject_settings(path: Path | None) -> dict[str, Any]:
         raise UsageError(f"{candidate} is not valid TOML: {error}") from None
 
 
-def _load_factory(target: str) -> Any:
-    module_part, sep, name = target.rpartition(":")
-    if not sep or not module_part or not name:
-        raise UsageError(f"target {target!r} must be path/to/file.py:factory or package.module:factory")
-    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        path = Path(module_part)
-        if not path.is_file():
-            raise UsageError(f"no such file: {path}")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
-        try:
-            spec.loader.exec_module(module)
-        except Exception as error:
-            raise UsageError(f"importing {path} failed: {type(error).__name__}: {_first_line(error)}") from None
-    else:
-        try:
-            module = importlib.import_module(module_part)
-        except Exception as error:
-            raise UsageError(f"cannot import {module_part!r}: {type(error).__name__}: {_first_line(error)}") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise UsageError(f"{module_part} has no callable {name!r}")
-    return factory
+def _config(args: argparse.Namespace, settings: dict[str, Any]) -> Any:
+    """The lint configuration: ``[tool.export-guards]``, then the command line's options."""
+    from export_guards.linter import LintConfig
+    from export_guards.report import Severity
+
+    try:
+        config = LintConfig.from_mapping(settings)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.select:
+        config = replace(config, select=_split(args.select))
+    if args.ignore:
+        config = replace(config, ignore=_split(args.ignore))
+    if args.fail_level:
+        config = replace(config, fail_level=Severity(args.fail_level))
+    return config
 
 
-def _call_factory(factory: Any, target: str) -> tuple[Any, tuple[Any, ...]]:
-    import torch
+def _target(target: str) -> tuple[Any, tuple[Any, ...]]:
+    from export_guards.targets import TargetError, load_target
 
-    produced = factory()
-    if not (isinstance(produced, tuple) and len(produced) == 2 and isinstance(produced[0], torch.nn.Module)):
-        raise UsageError(f"{target} must return (model, example_inputs), got {type(produced).__name__}")
-    model, inputs = produced
-    inputs = inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,)
-    return model, inputs
+    try:
+        return load_target(target)
+    except TargetError as error:
+        raise UsageError(str(error)) from None
 
 
 def _split(codes: str) -> tuple[str, ...]:
     return tuple(c.strip().upper() for c in codes.split(",") if c.strip())
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"
 
 
 def _progress(message: str) -> None:

@@ -64,7 +64,7 @@ class Finding:
     module: str | None = None
 
     def __str__(self) -> str:
-        where = str(self.location) if self.location else f"<method {self.method or '?'}>"
+        where = str(self.location) if self.location else f"<method {self.method}>" if self.method else "<program>"
         lines = [f"{where}: {self.code} [{self.severity.value}] {self.message}"]
         if self.location and self.location.code:
             lines.append(f"    {self.location.code}")

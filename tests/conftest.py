@@ -26,6 +26,12 @@ DEVICES = [
 ]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--pte-fuzz-cases", type=int, default=2000, help="damaged .pte files the fuzz test checks (default 2000)"
+    )
+
+
 @pytest.fixture(scope="session")
 def trapdev() -> torch.device:
     """The test accelerator whose memory faults on a host read (compiled once, cached)."""

@@ -12,8 +12,10 @@ from export_guards.report import Severity
 
 __all__ = ["Hit", "Rule", "RULES", "Stage", "rule"]
 
-Stage = Literal["program", "partitioned"]
-"""When a rule runs: on the torch.export program before lowering, or on the lowered program."""
+Stage = Literal["program", "partitioned", "pte", "reproducible", "runtime"]
+"""What a rule reads: the torch.export program before lowering (``program``), the lowered
+program (``partitioned``), a written ``.pte`` file (``pte``), two exports of one model
+(``reproducible``), or a run of the ``.pte`` in the ExecuTorch runtime (``runtime``)."""
 
 DOCS_URL = "https://github.com/export-guards/export-guards/blob/main/docs/rules.md"
 
@@ -28,6 +30,7 @@ class Hit:
     constant: str | None = None
     fix: str | None = None  # overrides the rule's general fix when the hit knows better
     severity: Severity | None = None  # overrides the rule's default (not the user's choice)
+    method: str | None = None  # for rules that read a .pte file, which holds every method
 
 
 @final

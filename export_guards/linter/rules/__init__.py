@@ -6,6 +6,11 @@ from export_guards.linter.rules import (  # noqa: F401
     mutation,
     numerics,
     placement,
+    pte_delegates,
+    pte_external,
+    pte_reproducible,
+    pte_runtime,
+    pte_structure,
     training,
     weights,
 )

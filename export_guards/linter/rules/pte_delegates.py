@@ -1,0 +1,147 @@
+"""EG506-EG508: delegate payloads, the named data they use, and the external tensors."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from executorch.exir.schema import Tensor, TensorDataLocation
+
+from export_guards.linter.registry import Hit, rule
+from export_guards.pte.context import PteContext
+from export_guards.pte.flatc import DecodeError
+from export_guards.pte.xnnpack import BACKEND_ID, NO_OFFSET, XnnPayload, read_payload
+from export_guards.report import Severity
+
+REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
+
+
+@rule(
+    "EG506",
+    "delegate-data-invalid",
+    Severity.ERROR,
+    "A delegate's processed data is missing, empty, out of bounds or cannot be decoded.",
+    REEXPORT,
+    stage="pte",
+)
+def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    for delegate in context.pte.delegates:
+        if delegate.data is None:
+            yield Hit(f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file", method=delegate.method)
+        elif not delegate.data:
+            yield Hit(f"{delegate}: its processed data ({delegate.where}) is empty", method=delegate.method)
+        elif delegate.backend == BACKEND_ID:
+            try:
+                payload = read_payload(delegate.data)
+            except DecodeError as error:
+                yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {error}", method=delegate.method)
+                continue
+            yield from _inline_constants_out_of_bounds(payload, str(delegate), delegate.method)
+
+
+def _inline_constants_out_of_bounds(payload: XnnPayload, delegate: str, method: str) -> Iterator[Hit]:
+    end = payload.constant_data_offset + payload.constant_data_size
+    if end > payload.size:
+        yield Hit(f"{delegate}: its constant data ends at byte {end} of a {payload.size}-byte payload", method=method)
+    for constant in payload.constants:
+        if constant.named_key or constant.offset == NO_OFFSET:
+            continue
+        if constant.offset + constant.size > payload.constant_data_size:
+            yield Hit(
+                f"{delegate}: constant value {constant.value_id} is at {constant.offset}+{constant.size} "
+                f"of {payload.constant_data_size} bytes of constant data",
+                method=method,
+            )
+        elif constant.nbytes is not None and constant.size < constant.nbytes:
+            yield Hit(
+                f"{delegate}: constant value {constant.value_id} ({constant.datatype}{list(constant.dims)}) "
+                f"needs {constant.nbytes} bytes but has {constant.size}",
+                method=method,
+            )
+
+
+@rule(
+    "EG507",
+    "named-data-invalid",
+    Severity.ERROR,
+    "A named-data entry has an empty or repeated key, or no data.",
+    REEXPORT,
+    stage="pte",
+)
+def named_data_invalid(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    entries = [(e.key, context.pte.segment(e.segment_index), f"segment {e.segment_index}") for e in program.named_data or []]
+    yield from _entries_invalid(context.pte.name, entries)
+    for ptd in context.data_files:
+        yield from _entries_invalid(ptd.name, [(key, region, region.what if region else "a missing segment") for key, region in ptd.entries])
+
+
+def _entries_invalid(file: str, entries: list) -> Iterator[Hit]:
+    for key, count in Counter(key for key, _, _ in entries).items():
+        if count > 1:
+            yield Hit(f"named data key '{key}' appears {count} times in {file}: a reader takes only one", constant=key)
+    for key, region, where in entries:
+        if not key:
+            yield Hit(f"{file} has named data with an empty key ({where})")
+        elif region is None:
+            yield Hit(f"named data '{key}' of {file} is in {where}, which does not exist", constant=key)
+        elif region.size == 0:
+            yield Hit(f"named data '{key}' of {file} is empty ({where})", constant=key)
+
+
+@rule(
+    "EG508",
+    "named-data-unresolved",
+    Severity.ERROR,
+    "A key that a delegate or an external tensor uses is not in the program nor in a given data file, "
+    "or holds fewer bytes than the tensor needs.",
+    "Pass the external data files with --data (in Python, data_files=); if a key is missing from "
+    "them, export the program and its .ptd files together again.",
+    stage="pte",
+)
+def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    available = context.named_data
+    for delegate in context.pte.delegates:
+        if delegate.backend != BACKEND_ID or not delegate.data:
+            continue
+        try:
+            payload = read_payload(delegate.data)
+        except DecodeError:
+            continue  # EG506 reports it
+        for constant in payload.constants:
+            if not constant.named_key:
+                continue
+            what = f"{delegate}: constant value {constant.value_id} ({constant.datatype}{list(constant.dims)})"
+            found = available.get(constant.named_key)
+            needed = max(constant.nbytes or 0, constant.size)
+            if found is None:
+                yield Hit(f"{what} uses named data '{constant.named_key}', which no file holds", method=delegate.method, constant=constant.named_key)
+            elif found[1].size < needed:
+                yield Hit(
+                    f"{what} needs {needed} bytes of named data '{constant.named_key}', which has "
+                    f"{found[1].size} in {found[0]}: XNNPACK would read past its end",
+                    method=delegate.method,
+                    constant=constant.named_key,
+                )
+    for plan in program.execution_plan:
+        for index, value in enumerate(plan.values):
+            tensor = value.val
+            info = tensor.extra_tensor_info if isinstance(tensor, Tensor) else None
+            if info is None or info.location != TensorDataLocation.EXTERNAL:
+                continue
+            key = info.fully_qualified_name or ""
+            if key not in available:
+                yield Hit(
+                    f"tensor value {index} of method '{plan.name}' is external data '{key}', which "
+                    + ("no given data file holds" if context.data_files else "needs a .ptd file; none was given"),
+                    method=plan.name,
+                    constant=key,
+                )

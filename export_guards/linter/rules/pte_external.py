@@ -1,0 +1,27 @@
+"""EG509: an external data file (``.ptd``) that cannot be read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from export_guards.linter.registry import Hit, rule
+from export_guards.pte.context import PteContext
+from export_guards.report import Severity
+
+
+@rule(
+    "EG509",
+    "data-file-invalid",
+    Severity.ERROR,
+    "An external data file (.ptd) has a wrong identifier, an invalid header, an undecodable "
+    "flatbuffer, or entries outside the file.",
+    "Write the .ptd files again with the program (ExecutorchProgramManager.write_tensor_data_to_file).",
+    stage="pte",
+)
+def data_file_invalid(context: PteContext) -> Iterator[Hit]:
+    for ptd in context.data_files:
+        ptd.entries  # noqa: B018  (reading records the problems)
+        yield from (Hit(f"{ptd.name}: {problem}") for problem in ptd.problems)
+        for key, region in ptd.entries:
+            if region is not None and not 0 <= region.start <= region.end <= len(ptd.data):
+                yield Hit(f"{ptd.name}: named data '{key}' spans bytes {region.start}-{region.end}, past the end ({len(ptd.data)} bytes)", constant=key)

@@ -1,0 +1,102 @@
+"""``check_pte``: run the program-file rules over a written ``.pte`` (and its ``.ptd`` files)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+
+from export_guards.linter import LintConfig
+from export_guards.linter.registry import RULES, Hit, Rule, Stage
+from export_guards.pte.context import PteContext
+from export_guards.pte.external import PtdFile
+from export_guards.pte.file import PteFile, open_bytes, short
+from export_guards.report import Finding, Report
+
+__all__ = ["check_pte", "findings_of"]
+
+PathOrBytes = str | os.PathLike[str] | bytes
+
+
+def check_pte(
+    program: PathOrBytes,
+    *,
+    data_files: Iterable[str | os.PathLike[str]] = (),
+    config: LintConfig | None = None,
+    runtime: bool = False,
+    runtime_timeout_s: float = 120.0,
+) -> Report:
+    """Check a written ExecuTorch program without running it (unless ``runtime``).
+
+    Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509:
+    the header, magic and version; every segment and constant offset inside the file; the
+    alignment of constant and delegate data; each tensor's constant buffer and memory slot against
+    its shape and dtype; each delegate's processed data; every named-data key a delegate or an
+    external tensor uses (present, unique, in bounds, large enough); and the ``.ptd`` files.
+    The file is memory-mapped: only the flatbuffer and the headers are read.
+
+    Args:
+        program: the ``.pte`` path, or its bytes.
+        data_files: the external data files (``.ptd``) the program is run with.
+        config: which rules run and their severities (default: all).
+        runtime: also load the program in ``executorch.runtime`` in a child process and run
+            each method once on generated inputs (EG511); a crash is reported, never raised.
+        runtime_timeout_s: how long that child may take.
+
+    Raises:
+        OSError: ``program`` or a data file is not a readable file (missing, a directory),
+            with a message naming it. A malformed file is never an exception: it is a finding.
+    """
+    config = config or LintConfig()
+    if isinstance(program, bytes):
+        pte = PteFile(program, "<bytes>")
+    else:
+        pte = PteFile(open_bytes(program)[0], os.fspath(program))
+    ptds = tuple(PtdFile(open_bytes(path)[0], os.fspath(path)) for path in data_files)
+    report = findings_of("pte", PteContext(pte, ptds), config)
+    if runtime:  # even after structural errors: whether the runtime survives them is the question
+        from export_guards.pte.smoke import smoke_test
+
+        with _as_file(program) as path:
+            run = smoke_test(path, [p.name for p in ptds], runtime_timeout_s)
+        report += findings_of("runtime", run, config)
+    return report
+
+
+@contextlib.contextmanager
+def _as_file(program: PathOrBytes) -> Iterator[str]:
+    if not isinstance(program, bytes):
+        yield os.fspath(program)
+        return
+    with tempfile.TemporaryDirectory(prefix="export-guards-") as scratch:
+        path = os.path.join(scratch, "program.pte")
+        with open(path, "wb") as file:
+            file.write(program)
+        yield path
+
+
+def findings_of(stage: Stage, subject: object, config: LintConfig) -> Report:
+    """Run every selected rule of ``stage`` on ``subject``. A rule that fails on a malformed
+    input reports that as its own finding: the check never stops half way."""
+    findings: list[Finding] = []
+    for code, registered in sorted(RULES.items()):
+        if registered.stage != stage or not config.enabled(code):
+            continue
+        try:
+            hits = list(registered.check(subject))
+        except Exception as error:  # malformed input a rule did not expect: say so, carry on
+            hits = [Hit(f"the file is malformed where this rule reads it: {short(error)}")]
+        findings.extend(_finding(registered, hit, config) for hit in hits)
+    return Report.of(findings)
+
+
+def _finding(rule: Rule, hit: Hit, config: LintConfig) -> Finding:
+    return Finding(
+        code=rule.code,
+        severity=config.severity.get(rule.code) or hit.severity or rule.severity,
+        message=hit.message,
+        method=hit.method,
+        constant=hit.constant,
+        fix=hit.fix or rule.fix,
+    )

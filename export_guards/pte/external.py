@@ -1,0 +1,97 @@
+"""An external data file (``.ptd``) as ExecuTorch writes it: its header, its named data and
+each entry's bounds. Like ``PteFile``, reading never raises for a malformed file."""
+
+from __future__ import annotations
+
+import importlib.resources
+import mmap
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, final
+
+import executorch.extension.flat_tensor.serialize as flat_tensor_schema
+from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeader
+
+from export_guards.pte.file import Region
+from export_guards.pte.flatc import DecodeError, decode
+
+__all__ = ["PtdFile"]
+
+IDENTIFIER = b"FT01"
+
+
+@final
+@dataclass
+class PtdFile:
+    """A ``.ptd`` file's bytes and what its flatbuffer lists.
+
+    Attributes:
+        data: the file's bytes (or a read-only memory map of them).
+        name: how findings refer to the file.
+        problems: why it could not be read, in order.
+    """
+
+    data: bytes | mmap.mmap
+    name: str
+    problems: list[str] = field(default_factory=list)
+
+    @cached_property
+    def header(self) -> FlatTensorHeader | None:
+        size = len(self.data)
+        if size < 8 + FlatTensorHeader.EXPECTED_LENGTH or bytes(self.data[4:8]) != IDENTIFIER:
+            self.problems.append(f"not an ExecuTorch data file: expected {IDENTIFIER!r} at byte 4 of {size} bytes")
+            return None
+        header = FlatTensorHeader.from_bytes(bytes(self.data[8 : 8 + FlatTensorHeader.EXPECTED_LENGTH]))
+        end = header.flatbuffer_offset + header.flatbuffer_size
+        if not header.is_valid() or end > size or header.segment_base_offset + header.segment_data_size > size:
+            self.problems.append(
+                f"its header is invalid or points outside the file ({size} bytes): flatbuffer "
+                f"{header.flatbuffer_offset}+{header.flatbuffer_size}, segments "
+                f"{header.segment_base_offset}+{header.segment_data_size}"
+            )
+            return None
+        return header
+
+    @cached_property
+    def document(self) -> Any:
+        """The decoded flatbuffer (``version``, ``segments``, ``named_data``), or None."""
+        if self.header is None:
+            return None
+        schemas = tuple(
+            (name, importlib.resources.files(flat_tensor_schema).joinpath(name).read_bytes())
+            for name in ("flat_tensor.fbs", "scalar_type.fbs")
+        )
+        end = self.header.flatbuffer_offset + self.header.flatbuffer_size
+        try:
+            return decode(schemas, bytes(self.data[:end]), raw_binary=True)
+        except DecodeError as error:
+            self.problems.append(f"its flatbuffer cannot be decoded: {error}")
+            return None
+
+    @cached_property
+    def entries(self) -> list[tuple[str, Region | None]]:
+        """Each named-data entry: its key, and its bytes' region (None: no such segment)."""
+        if self.document is None or self.header is None:
+            return []
+        try:
+            segments = [
+                Region(self.header.segment_base_offset + int(s["offset"]), int(s["size"]), f"segment {i}")
+                for i, s in enumerate(self.document.get("segments") or [])
+            ]
+            found = []
+            for entry in self.document.get("named_data") or []:
+                index = int(entry.get("segment_index", -1))
+                found.append((str(entry.get("key", "")), segments[index] if 0 <= index < len(segments) else None))
+            return found
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            self.problems.append(f"its flatbuffer has unexpected contents: {error}")
+            return []
+
+    @property
+    def named_data(self) -> dict[str, Region]:
+        """The entries whose segment exists, by key (the first of a repeated key)."""
+        found: dict[str, Region] = {}
+        for key, region in self.entries:
+            if region is not None:
+                found.setdefault(key, region)
+        return found

@@ -1,0 +1,295 @@
+"""A ``.pte`` file as ExecuTorch's own serialization modules read it, with every region's bounds.
+
+Reading never raises for a malformed file: what could not be read is recorded in ``problems``
+for the rules to report. Only a path that cannot be opened as a file raises ``OSError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import mmap
+import os
+import typing
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import final
+
+from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
+from executorch.exir._serialize._program import _ExtendedHeader
+from executorch.exir._serialize.generated.executorch_flatbuffer.Program import Program as _ProgramTable
+from executorch.exir.schema import DataLocation, Program, ScalarType, SubsegmentOffsets, Tensor
+from executorch.exir.tensor import get_scalar_type
+
+__all__ = ["Delegate", "PteFile", "Region", "open_bytes", "short", "tensor_nbytes"]
+
+# The runtime's minimum alignment for tensor and delegate data (alignof(max_align_t)).
+MIN_ALIGNMENT = 16
+FILE_IDENTIFIER = b"ET12"
+
+
+@final
+@dataclass(frozen=True)
+class Delegate:
+    """One delegate call of a method: its backend and processed data (None when unreadable)."""
+
+    method: str
+    index: int
+    backend: str
+    where: str  # "segment 3" or "inline 0"
+    data: bytes | None
+
+    def __str__(self) -> str:
+        return f"delegate {self.index} ({self.backend}) of method '{self.method}'"
+
+
+@final
+@dataclass(frozen=True)
+class Region:
+    """``size`` bytes at ``start`` (absolute offset in the file), and what they hold."""
+
+    start: int
+    size: int
+    what: str
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+def open_bytes(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, int]:
+    """The file's bytes, memory-mapped (read lazily, never copied whole), and its size.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError, PermissionError: naming the path.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not a .pte file")
+    if not path.is_file():
+        raise OSError(f"{path} is not a regular file")
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            return b"", 0
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ), size
+
+
+@final
+@dataclass
+class PteFile:
+    """A program file's bytes and what ExecuTorch's deserializer makes of them.
+
+    Attributes:
+        data: the file's bytes (or a read-only memory map of them).
+        name: how findings refer to the file.
+        problems: why the header or the flatbuffer could not be read, in order.
+    """
+
+    data: bytes | mmap.mmap
+    name: str = "<bytes>"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @cached_property
+    def identifier(self) -> bytes:
+        """The flatbuffer file identifier: ``ET12`` for the schema this ExecuTorch reads."""
+        return bytes(self.data[4:8])
+
+    @cached_property
+    def header(self) -> _ExtendedHeader | None:
+        """The extended header, when its magic is present (valid or not: the rules judge it)."""
+        if self.size < 8 + _ExtendedHeader.EXPECTED_LENGTH:
+            return None
+        header = _ExtendedHeader.from_bytes(bytes(self.data[8 : 8 + _ExtendedHeader.EXPECTED_LENGTH]))
+        return header if header.magic == _ExtendedHeader.EXPECTED_MAGIC else None
+
+    @property
+    def program_size(self) -> int:
+        """Bytes of flatbuffer: the header's ``program_size``, or the whole file without one."""
+        return self.header.program_size if self.header else self.size
+
+    @property
+    def segment_base(self) -> int:
+        return self.header.segment_base_offset if self.header else 0
+
+    @cached_property
+    def program(self) -> Program | None:
+        """The program table, parsed by ExecuTorch's deserializer; None (with a problem) if it fails."""
+        if self.size < 8 or not _ProgramTable.ProgramBufferHasIdentifier(bytes(self.data[:8]), 0):
+            self.problems.append(f"no ExecuTorch program: file identifier {self.identifier!r}, expected {FILE_IDENTIFIER!r}")
+            return None
+        if not 8 <= self.program_size <= self.size:
+            self.problems.append(
+                f"the header's program size {self.program_size} is outside the file ({self.size} bytes)"
+            )
+            return None
+        try:
+            program = _flatbuffer_to_program(bytes(self.data[: self.program_size]))
+            missing = _first_missing_field(program, "program")
+            if missing:
+                self.problems.append(f"the program flatbuffer lacks {missing}, which the schema requires")
+                return None
+            return program
+        except RecursionError:
+            self.problems.append("the program flatbuffer nests without end")
+        except Exception as error:  # a malformed flatbuffer fails in many ways; each is a finding
+            self.problems.append(f"the program flatbuffer cannot be parsed: {short(error)}")
+        return None
+
+    @cached_property
+    def segments(self) -> list[Region]:
+        """Every segment the program lists, at its absolute offset."""
+        if self.program is None:
+            return []
+        return [
+            Region(self.segment_base + s.offset, s.size, f"segment {i}") for i, s in enumerate(self.program.segments)
+        ]
+
+    def segment(self, index: int) -> Region | None:
+        return self.segments[index] if 0 <= index < len(self.segments) else None
+
+    def in_file(self, region: Region) -> bool:
+        return 0 <= region.start and region.size >= 0 and region.end <= self.size
+
+    def read(self, region: Region) -> bytes:
+        """The region's bytes (only ever called on regions inside the file)."""
+        return bytes(self.data[region.start : region.end])
+
+    @cached_property
+    def delegates(self) -> list[Delegate]:
+        """Every delegate of every method, with its processed data when it can be read."""
+        payloads: list[Delegate] = []
+        if self.program is None:
+            return payloads
+        for plan in self.program.execution_plan:
+            for index, delegate in enumerate(plan.delegates):
+                ref = delegate.processed
+                data: bytes | None = None
+                if ref.location == DataLocation.SEGMENT:
+                    where = f"segment {ref.index}"
+                    region = self.segment(ref.index)
+                    if region is not None and self.in_file(region):
+                        data = self.read(region)
+                else:
+                    where = f"inline {ref.index}"
+                    if 0 <= ref.index < len(self.program.backend_delegate_data):
+                        data = bytes(self.program.backend_delegate_data[ref.index].data)
+                payloads.append(Delegate(plan.name, index, delegate.id, where, data))
+        return payloads
+
+    @property
+    def subsegment_tables(self) -> list[tuple[str, SubsegmentOffsets]]:
+        """The constant segment and the mutable data segments, when the program uses them."""
+        program = self.program
+        tables: list[tuple[str, SubsegmentOffsets]] = []
+        if program is None:
+            return tables
+        if program.constant_segment is not None and program.constant_segment.offsets and program.segments:
+            tables.append(("constant segment", program.constant_segment))
+        for i, table in enumerate(program.mutable_data_segments or []):
+            tables.append((f"mutable data segment {i}", table))
+        return tables
+
+    @cached_property
+    def constant_buffer_sizes(self) -> list[int | None]:
+        """The bytes each constant buffer may hold (padding included; None when out of bounds)."""
+        program = self.program
+        if program is None:
+            return []
+        if not (program.constant_segment and program.constant_segment.offsets and program.segments):
+            return [len(b.storage) for b in program.constant_buffer]
+        segment = self.segment(program.constant_segment.segment_index)
+        offsets = list(program.constant_segment.offsets)
+        if segment is None:
+            return [None] * len(offsets)
+        ends = offsets[1:] + [segment.size]
+        return [end - start if 0 <= start <= end <= segment.size else None for start, end in zip(offsets, ends)]
+
+    def constant_buffer(self, index: int) -> bytes | None:
+        """Constant buffer ``index``'s bytes (padding included), or None when it cannot be read."""
+        program = self.program
+        sizes = self.constant_buffer_sizes
+        if program is None or not 0 <= index < len(sizes) or sizes[index] is None:
+            return None
+        if not (program.constant_segment and program.constant_segment.offsets and program.segments):
+            return bytes(program.constant_buffer[index].storage)
+        segment = self.segment(program.constant_segment.segment_index)
+        assert segment is not None
+        start = segment.start + program.constant_segment.offsets[index]
+        region = Region(start, sizes[index] or 0, f"constant buffer {index}")
+        return self.read(region) if self.in_file(region) else None
+
+    @cached_property
+    def contents(self) -> dict[str, str]:
+        """What each segment holds, in the program's terms: ``{"segment 3": "named data 'k'"}``."""
+        holds: dict[str, list[str]] = {}
+        for name, table in self.subsegment_tables:
+            holds.setdefault(f"segment {table.segment_index}", []).append(name.replace(" segment", " data" if name == "constant segment" else ""))
+        for delegate in self.delegates:
+            if delegate.where.startswith("segment"):
+                holds.setdefault(delegate.where, []).append(str(delegate))
+        for entry in (self.program.named_data or []) if self.program else []:
+            holds.setdefault(f"segment {entry.segment_index}", []).append(f"named data '{entry.key}'")
+        return {segment: ", ".join(what) for segment, what in holds.items()}
+
+    @cached_property
+    def named_data(self) -> dict[str, Region]:
+        """The program's named data by key (the first entry of a repeated key)."""
+        found: dict[str, Region] = {}
+        for entry in (self.program.named_data or []) if self.program else []:
+            region = self.segment(entry.segment_index)
+            if region is not None and entry.key not in found:
+                found[entry.key] = region
+        return found
+
+
+def _first_missing_field(value: object, path: str) -> str | None:
+    """The first field that the schema requires but the flatbuffer left out (read as None):
+    damaged tables parse, so the rules could not otherwise trust any field."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            missing = _first_missing_field(item, f"{path}[{i}]")
+            if missing:
+                return missing
+        return None
+    if not dataclasses.is_dataclass(value):
+        return None
+    for name, hint in _type_hints(type(value)).items():
+        item = getattr(value, name, None)
+        if item is None:
+            if type(None) not in typing.get_args(hint):
+                return f"{path}.{name}"
+        elif isinstance(item, list) or dataclasses.is_dataclass(item):
+            missing = _first_missing_field(item, f"{path}.{name}")
+            if missing:
+                return missing
+    return None
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, object]:
+    return typing.get_type_hints(cls)
+
+
+def tensor_nbytes(tensor: Tensor) -> int | None:
+    """Bytes of a program tensor: its sizes times its dtype's size (None if either is invalid)."""
+    try:
+        element = get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    sizes = list(tensor.sizes)
+    return None if any(s < 0 for s in sizes) else math.prod(sizes) * element
+
+
+def short(error: BaseException) -> str:
+    """The first line of an error's message, for a finding."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else '(no message)'}"

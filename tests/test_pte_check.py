@@ -1,0 +1,221 @@
+"""``check_pte`` and ``export-guards check`` on real programs and on damaged copies of them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from executorch.exir.schema import Program, Tensor
+from pte_mutations import rewrite
+from pte_models import Written, write_programs
+
+from export_guards.pte.check import check_pte
+from export_guards.pte.file import PteFile
+from export_guards.pte.xnnpack import read_payload
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(scope="session")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Written]:
+    return write_programs(tmp_path_factory.mktemp("programs"))
+
+
+def codes(data: bytes, **kwargs: object) -> set[str]:
+    return {f.code for f in check_pte(data, **kwargs).errors}  # type: ignore[arg-type]
+
+
+def messages(data: bytes, code: str) -> str:
+    return "\n".join(f.message for f in check_pte(data).with_code(code))
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "export_guards", *args], capture_output=True, text=True, cwd=TESTS, timeout=900
+    )
+
+
+@pytest.mark.parametrize("name", ["portable", "xnnpack", "mutable"])
+def test_programs_as_exported_have_no_findings(programs: dict[str, Written], name: str) -> None:
+    assert check_pte(programs[name].pte).findings == ()
+
+
+def test_external_data_resolves_only_with_its_data_file(programs: dict[str, Written]) -> None:
+    written = programs["external"]
+    assert check_pte(written.pte, data_files=written.data_files).findings == ()
+    missing = check_pte(written.pte).with_code("EG508")
+    assert {f.constant for f in missing} == {"conv.weight", "conv.bias", "linear.weight", "linear.bias", "offset"}
+    assert "needs a .ptd file; none was given" in missing[0].message
+
+
+# Each damage below is one that reaches a device and fails there: the check names it first.
+
+
+def test_wrong_magic_and_other_schema_versions(programs: dict[str, Written]) -> None:
+    data = programs["xnnpack"].pte.read_bytes()
+    assert "is not an ExecuTorch program: bytes 4-8 are b'PK\\x03\\x04'" in messages(data[:4] + b"PK\x03\x04" + data[8:], "EG501")
+    assert "has schema version ET11; this ExecuTorch reads ET12" in messages(data[:4] + b"ET11" + data[8:], "EG501")
+
+
+def test_truncated_file_names_what_is_lost(programs: dict[str, Written]) -> None:
+    data = programs["xnnpack"].pte.read_bytes()
+    report = check_pte(data[: len(data) - 100])
+    assert f"but the file has {len(data) - 100} bytes: it is truncated" in messages(data[: len(data) - 100], "EG501")
+    lost = [f.message for f in report.with_code("EG503")]
+    assert lost and all("past the end of the file" in m for m in lost)
+    assert any("named data '" in m for m in lost)
+
+
+@pytest.mark.parametrize("field, value", [("program_size", 2**63), ("segment_base_offset", 2**40), ("segment_base_offset", 3)])
+def test_header_offsets_out_of_bounds(programs: dict[str, Written], field: str, value: int) -> None:
+    data = programs["portable"].pte.read_bytes()
+    at = {"program_size": 16, "segment_base_offset": 24}[field]
+    damaged = data[:at] + value.to_bytes(8, "little") + data[at + 8 :]
+    assert "EG501" in codes(damaged)
+
+
+def test_segment_past_the_end(programs: dict[str, Written]) -> None:
+    def grow(program: Program) -> None:
+        program.segments[0].size = 2**40
+
+    damaged = rewrite(programs["portable"].pte.read_bytes(), grow)
+    assert "segment 0 (constant data) spans bytes" in messages(damaged, "EG503")
+
+
+def test_misaligned_constant(programs: dict[str, Written]) -> None:
+    def shift(program: Program) -> None:
+        program.constant_segment.offsets[2] += 4
+
+    damaged = rewrite(programs["portable"].pte.read_bytes(), shift)
+    assert "buffer 2 of the constant segment is at offset" in messages(damaged, "EG504")
+
+
+def test_tensor_larger_than_its_constant_buffer(programs: dict[str, Written]) -> None:
+    def enlarge(program: Program) -> None:
+        tensor = next(v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.data_buffer_idx > 0)
+        tensor.sizes[0] *= 4
+
+    damaged = rewrite(programs["portable"].pte.read_bytes(), enlarge)
+    assert "the runtime would read past it" in messages(damaged, "EG505")
+
+
+def test_tensor_planned_past_its_arena(programs: dict[str, Written]) -> None:
+    def move(program: Program) -> None:
+        tensor = next(v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.allocation_info)
+        tensor.allocation_info.memory_offset_low = program.execution_plan[0].non_const_buffer_sizes[1]
+
+    damaged = rewrite(programs["mutable"].pte.read_bytes(), move)
+    assert "the runtime would write past it" in messages(damaged, "EG505")
+
+
+def test_delegate_without_its_data(programs: dict[str, Written]) -> None:
+    def point_away(program: Program) -> None:
+        program.execution_plan[0].delegates[1].processed.index = 99
+
+    damaged = rewrite(programs["xnnpack"].pte.read_bytes(), point_away)
+    assert "delegate 1 (XnnpackBackend) of method 'forward': its processed data (segment 99) does not exist" in messages(damaged, "EG506")
+
+
+def test_undecodable_xnnpack_payload(programs: dict[str, Written]) -> None:
+    data = programs["xnnpack"].pte.read_bytes()
+    pte = PteFile(data)
+    start = pte.segments[pte.program.execution_plan[0].delegates[0].processed.index].start
+    damaged = bytearray(data)
+    damaged[start + 10 : start + 14] = (2**31).to_bytes(4, "little")  # the graph's offset
+    assert "its XNNPACK payload cannot be decoded" in messages(bytes(damaged), "EG506")
+
+
+@pytest.mark.parametrize("damage", ["empty key", "repeated key"])
+def test_bad_named_data_keys(programs: dict[str, Written], damage: str) -> None:
+    def edit(program: Program) -> None:
+        program.named_data[1].key = "" if damage == "empty key" else program.named_data[0].key
+
+    found = messages(rewrite(programs["xnnpack"].pte.read_bytes(), edit), "EG507")
+    assert ("named data with an empty key" if damage == "empty key" else "appears 2 times") in found
+
+
+def test_named_data_shorter_than_the_weight_xnnpack_reads(programs: dict[str, Written]) -> None:
+    """The weights-cache SIGSEGV: XNNPACK packs (and memcmps) as many bytes as the tensor needs."""
+    data = programs["xnnpack"].pte.read_bytes()
+    pte = PteFile(data)
+    weight = read_payload(pte.delegates[0].data).constants[0]
+    entry = next(e for e in pte.program.named_data if e.key == weight.named_key)
+
+    def shrink(program: Program) -> None:
+        program.segments[entry.segment_index].size = weight.nbytes // 2
+
+    found = messages(rewrite(data, shrink), "EG508")
+    assert f"needs {weight.nbytes} bytes of named data '{weight.named_key}', which has {weight.nbytes // 2}" in found
+    assert "XNNPACK would read past its end" in found
+
+
+def test_named_data_key_that_no_file_holds(programs: dict[str, Written]) -> None:
+    def rename(program: Program) -> None:
+        program.named_data[0].key = "renamed"
+
+    damaged = rewrite(programs["xnnpack"].pte.read_bytes(), rename)
+    assert "which no file holds" in messages(damaged, "EG508")
+
+
+def test_damaged_data_file(programs: dict[str, Written], tmp_path: Path) -> None:
+    written = programs["external"]
+    ptd = tmp_path / "damaged.ptd"
+    data = written.data_files[0].read_bytes()
+    ptd.write_bytes(data[: len(data) // 2])
+    report = check_pte(written.pte, data_files=[ptd])
+    assert "its header is invalid or points outside the file" in " ".join(f.message for f in report.with_code("EG509"))
+    assert report.with_code("EG508")  # and its keys are not there for the program
+
+
+# The command line.
+
+
+def test_check_command_exit_codes(programs: dict[str, Written], tmp_path: Path) -> None:
+    assert run("check", str(programs["xnnpack"].pte)).returncode == 0
+    empty = tmp_path / "empty.pte"
+    empty.write_bytes(b"")
+    done = run("check", str(empty), "--format", "json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["findings"][0]["code"] == "EG501"
+    missing = run("check", str(tmp_path / "missing.pte"))
+    assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
+    folder = run("check", str(tmp_path))
+    assert folder.returncode == 2 and "is a directory, not a .pte file" in folder.stderr
+    assert run("check").returncode == 2
+
+
+def test_check_command_with_data_files_and_sarif(programs: dict[str, Written]) -> None:
+    written = programs["external"]
+    assert run("check", str(written.pte), *[a for p in written.data_files for a in ("--data", str(p))]).returncode == 0
+    done = run("check", str(written.pte), "--format", "sarif")
+    assert done.returncode == 1
+    assert {r["ruleId"] for r in json.loads(done.stdout)["runs"][0]["results"]} == {"EG508"}
+
+
+def test_runtime_smoke_check_passes_a_good_program(programs: dict[str, Written]) -> None:
+    assert check_pte(programs["xnnpack"].pte, runtime=True).findings == ()
+
+
+def test_runtime_smoke_check_reports_a_failure_without_raising(programs: dict[str, Written]) -> None:
+    report = check_pte(programs["external"].pte, runtime=True)  # its data file is not given
+    [finding] = report.with_code("EG511")
+    assert "the runtime failed on" in finding.message and "run forward" in finding.message
+
+
+def test_reproducible_export(tmp_path: Path) -> None:
+    done = run("check", "--reproducible", "pte_models.py:example", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert json.loads(done.stdout)["findings"] == []
+
+
+def test_unreproducible_export_names_the_constants() -> None:
+    done = run("check", "--reproducible", "pte_models.py:unseeded", "--format", "json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    findings = json.loads(done.stdout)["findings"]
+    assert {f["code"] for f in findings} == {"EG510"}
+    named = {f["constant"] for f in findings}
+    assert {"conv.weight", "conv.bias", "linear.weight", "linear.bias"} <= named
+    assert any("XNNPACK's weight cache re-packs it" in f["message"] for f in findings)

@@ -1,0 +1,79 @@
+"""The checker never crashes, hangs or raises on a damaged ``.pte``: mutations of real programs
+(byte flips, truncation, header fields, program fields through ExecuTorch's serializer,
+delegate payloads), at least 2,000 cases; ``--pte-fuzz-cases N`` runs more."""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from pte_models import Written, write_programs
+from pte_mutations import MUTATIONS, mutate
+
+from export_guards.pte.check import check_pte
+from export_guards.pte.file import PteFile
+from export_guards.report import Report
+
+REGRESSIONS = Path(__file__).parent / "pte_regressions"
+CASE_TIMEOUT_S = 30  # a check takes milliseconds: this long is a hang
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Written]:
+    return write_programs(tmp_path_factory.mktemp("seeds"))
+
+
+@contextmanager
+def deadline(seconds: int, case: str) -> Iterator[None]:
+    def hang(signum: int, frame: object) -> None:
+        raise TimeoutError(f"checking {case} took longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def assert_checked(data: bytes, case: str, data_files: tuple[Path, ...] = ()) -> Report:
+    """The check returns a report; no rule failed on the input (each would say so)."""
+    with deadline(CASE_TIMEOUT_S, case):
+        report = check_pte(data, data_files=data_files)
+    broken = [f for f in report if "malformed where this rule reads it" in f.message]
+    assert not broken, f"{case}: a rule failed on the input: {broken[0]}"
+    return report
+
+
+def test_fuzz(seeds: dict[str, Written], request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    cases = int(request.config.getoption("--pte-fuzz-cases"))
+    per_seed = -(-cases // len(seeds))
+    detected = 0
+    for name, written in seeds.items():
+        base = written.pte.read_bytes()
+        pte = PteFile(base)
+        delegates = [(r.start, r.size) for r in pte.segments if "delegate" in pte.contents.get(r.what, "")]
+        for number in range(per_seed):
+            kind = MUTATIONS[number % len(MUTATIONS)]
+            case = f"{name} #{number} ({kind})"
+            data = mutate(base, kind, random.Random(f"{name}-{number}"), delegates)
+            try:
+                report = assert_checked(data, case, written.data_files)
+            except BaseException:
+                kept = tmp_path / f"{name}-{number}-{kind}.pte"
+                kept.write_bytes(data)  # to add to tests/pte_regressions/
+                raise
+            detected += data != base and bool(report.errors)
+    # Most damage is found: a checker that reports nothing would pass the loop above.
+    assert detected > 0.6 * per_seed * len(seeds), f"only {detected} of {per_seed * len(seeds)} damaged files reported"
+
+
+@pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.pte")), ids=lambda p: p.name)
+def test_regression(path: Path) -> None:
+    """Inputs that once made a rule fail: each is reported, by the rules, as an error."""
+    assert assert_checked(path.read_bytes(), path.name).errors
