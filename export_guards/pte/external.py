@@ -3,17 +3,15 @@ each entry's bounds. Like ``PteFile``, reading never raises for a malformed file
 
 from __future__ import annotations
 
-import importlib.resources
 import mmap
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, final
+from typing import final
 
-import executorch.extension.flat_tensor.serialize as flat_tensor_schema
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeader
 
 from export_guards.pte.file import Region
-from export_guards.pte.flatc import DecodeError, decode
+from export_guards.pte.flatc import generated_reader
 
 __all__ = ["PtdFile"]
 
@@ -53,38 +51,25 @@ class PtdFile:
         return header
 
     @cached_property
-    def document(self) -> Any:
-        """The decoded flatbuffer (``version``, ``segments``, ``named_data``), or None."""
-        if self.header is None:
-            return None
-        schemas = tuple(
-            (name, importlib.resources.files(flat_tensor_schema).joinpath(name).read_bytes())
-            for name in ("flat_tensor.fbs", "scalar_type.fbs")
-        )
-        end = self.header.flatbuffer_offset + self.header.flatbuffer_size
-        try:
-            return decode(schemas, bytes(self.data[:end]), raw_binary=True)
-        except DecodeError as error:
-            self.problems.append(f"its flatbuffer cannot be decoded: {error}")
-            return None
-
-    @cached_property
     def entries(self) -> list[tuple[str, Region | None]]:
         """Each named-data entry: its key, and its bytes' region (None: no such segment)."""
-        if self.document is None or self.header is None:
+        if self.header is None:
             return []
+        reader = generated_reader("executorch.extension.flat_tensor.serialize", "flat_tensor.fbs", "scalar_type.fbs")
+        end = self.header.flatbuffer_offset + self.header.flatbuffer_size
         try:
-            segments = [
-                Region(self.header.segment_base_offset + int(s["offset"]), int(s["size"]), f"segment {i}")
-                for i, s in enumerate(self.document.get("segments") or [])
-            ]
+            root = reader.FlatTensor.GetRootAs(bytes(self.data[:end]), 0)
+            base = self.header.segment_base_offset
+            segments = [root.Segments(i) for i in range(root.SegmentsLength())]
+            regions = [Region(base + s.Offset(), s.Size(), f"segment {i}") for i, s in enumerate(segments)]
             found = []
-            for entry in self.document.get("named_data") or []:
-                index = int(entry.get("segment_index", -1))
-                found.append((str(entry.get("key", "")), segments[index] if 0 <= index < len(segments) else None))
+            for i in range(root.NamedDataLength()):
+                entry = root.NamedData(i)
+                index = entry.SegmentIndex()
+                found.append(((entry.Key() or b"").decode(), regions[index] if 0 <= index < len(regions) else None))
             return found
-        except (TypeError, ValueError, KeyError, AttributeError) as error:
-            self.problems.append(f"its flatbuffer has unexpected contents: {error}")
+        except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
+            self.problems.append(f"its flatbuffer cannot be read: {type(error).__name__}: {error}")
             return []
 
     @property

@@ -19,8 +19,16 @@ from typing import final
 
 from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
 from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir._serialize.generated.executorch_flatbuffer.Program import Program as _ProgramTable
-from executorch.exir.schema import DataLocation, Program, ScalarType, SubsegmentOffsets, Tensor
+from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (
+    Program as _ProgramTable,
+)
+from executorch.exir.schema import (
+    DataLocation,
+    Program,
+    ScalarType,
+    SubsegmentOffsets,
+    Tensor,
+)
 from executorch.exir.tensor import get_scalar_type
 
 __all__ = ["Delegate", "PteFile", "Region", "open_bytes", "short", "tensor_nbytes"]

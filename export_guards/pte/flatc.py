@@ -1,54 +1,44 @@
-"""Decode a flatbuffer that ExecuTorch has no Python reader for (XNNPACK payloads, ``.ptd``
-headers), with ExecuTorch's own ``flatc`` and schema, in a child process with a time limit."""
+"""Readers for the flatbuffers that ExecuTorch has no Python reader for (XNNPACK payloads,
+``.ptd`` files): generated once per process by ExecuTorch's own ``flatc`` from the schema that
+ExecuTorch ships, then read in-process, lazily (no child process per payload)."""
 
 from __future__ import annotations
 
 import functools
-import json
+import importlib.resources
 import subprocess
 import tempfile
+import types
 from pathlib import Path
-from typing import Any
 
 from executorch.exir._serialize._flatbuffer import _get_flatc_path
 
-__all__ = ["DecodeError", "decode"]
+__all__ = ["DecodeError", "generated_reader"]
 
-TIMEOUT_S = 30
+TIMEOUT_S = 60
 
 
 class DecodeError(Exception):
-    """The bytes are not a flatbuffer of the schema (or flatc failed on them)."""
+    """The bytes are not a flatbuffer of the schema, saying how."""
 
 
-@functools.lru_cache(maxsize=64)  # fuzzing and repeated checks decode the same payloads
-def decode(schemas: tuple[tuple[str, bytes], ...], data: bytes, raw_binary: bool = False) -> Any:
-    """The JSON object that ``flatc --json`` makes of ``data`` with the first of ``schemas``
-    (the others are the files it includes).
+@functools.cache
+def generated_reader(package: str, schema: str, *included: str) -> types.ModuleType:
+    """The Python reader ``flatc --python`` generates for ``schema`` of ``package`` (and the
+    schema files it includes), as a module.
 
     Raises:
-        DecodeError: flatc rejected the bytes, crashed on them or ran past ``TIMEOUT_S``.
+        RuntimeError: flatc failed, saying why (an installation problem, not a file problem).
     """
     with tempfile.TemporaryDirectory(prefix="export-guards-") as scratch:
         folder = Path(scratch)
-        for name, text in schemas:
-            (folder / name).write_bytes(text)
-        (folder / "data.bin").write_bytes(data)
-        command = [_get_flatc_path(), "--json", "--strict-json", "--defaults-json", "-o", scratch]
-        command += ["--raw-binary"] if raw_binary else []
-        try:
-            done = subprocess.run(
-                [*command, str(folder / schemas[0][0]), "--", str(folder / "data.bin")],
-                capture_output=True,
-                timeout=TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            raise DecodeError(f"flatc did not finish within {TIMEOUT_S} s") from None
-        output = folder / "data.json"
-        if done.returncode != 0 or not output.is_file():
-            reason = done.stderr.decode(errors="replace").strip().splitlines()
-            raise DecodeError(reason[-1][:200] if reason else f"flatc exited with {done.returncode}")
-        try:
-            return json.loads(output.read_bytes())
-        except (ValueError, RecursionError) as error:
-            raise DecodeError(f"flatc wrote unreadable JSON: {error}") from None
+        for name in (schema, *included):
+            (folder / name).write_bytes(importlib.resources.files(package).joinpath(name).read_bytes())
+        command = [_get_flatc_path(), "--python", "--gen-onefile", "--gen-all", "-o", scratch, str(folder / schema)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        generated = folder / f"{Path(schema).stem}_generated.py"
+        if done.returncode != 0 or not generated.is_file():
+            raise RuntimeError(f"flatc could not generate a reader for {schema}: {done.stderr.strip()[-300:]}")
+        module = types.ModuleType(f"export_guards._generated.{Path(schema).stem}")
+        exec(compile(generated.read_text(), str(generated), "exec"), module.__dict__)  # noqa: S102  (flatc's own output)
+        return module

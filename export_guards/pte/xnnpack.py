@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
-from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader, _get_schema_bytes
+from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
 
-from export_guards.pte.flatc import DecodeError, decode
+from export_guards.pte.flatc import DecodeError, generated_reader
 
 __all__ = ["BACKEND_ID", "XnnConstant", "XnnPayload", "read_payload"]
 
@@ -80,38 +80,44 @@ def read_payload(data: bytes) -> XnnPayload:
         constant_data = (header.constant_data_offset, header.constant_data_size)
     else:  # an old payload: the graph alone
         graph, constant_data = data, (len(data), 0)
-    document = decode((("schema.fbs", _get_schema_bytes()),), graph)
     try:
-        return XnnPayload(_constants(document), *constant_data, len(data))
-    except (TypeError, KeyError, ValueError, AttributeError) as error:
-        raise DecodeError(f"unexpected graph contents: {error}") from None
+        return XnnPayload(_constants(graph), *constant_data, len(data))
+    except DecodeError:
+        raise
+    except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
+        raise DecodeError(f"its graph cannot be read: {type(error).__name__}: {error}") from None
 
 
-def _constants(document: Any) -> tuple[XnnConstant, ...]:
-    entries = document.get("constant_data") or []
+def _constants(graph: bytes) -> tuple[XnnConstant, ...]:
+    schema = generated_reader("executorch.backends.xnnpack.serialization", "schema.fbs")
+    datatypes = {v: k for k, v in vars(schema.XNNDatatype).items() if not k.startswith("_")}
+    root = schema.XNNGraph.GetRootAs(graph, 0)
+    entries = [root.ConstantData(i) for i in range(root.ConstantDataLength())]
     constants = []
-    for value in document.get("xvalues") or []:
-        tensor = value.get("xvalue_union") or {}
-        tensor = tensor.get("tensor_value", tensor)  # a quantized tensor wraps a plain one
-        index = int(tensor.get("constant_buffer_idx", 0))
-        if index == 0:
+    for i in range(root.XvaluesLength()):
+        value = root.Xvalues(i)
+        kind, table = value.XvalueUnionType(), value.XvalueUnion()
+        if table is None or kind == schema.XValueUnion.NONE:
+            continue
+        if kind == schema.XValueUnion.XNNQuantizedTensorValue:
+            quantized = schema.XNNQuantizedTensorValue()
+            quantized.Init(table.Bytes, table.Pos)
+            tensor = quantized.TensorValue()
+        else:
+            tensor = schema.XNNTensorValue()
+            tensor.Init(table.Bytes, table.Pos)
+        if tensor is None or tensor.ConstantBufferIdx() == 0:
             continue  # not a constant
+        index = tensor.ConstantBufferIdx()
         if index >= len(entries):
-            raise ValueError(f"value {tensor.get('id_out')} uses constant {index} of {len(entries)}")
+            raise DecodeError(f"value {tensor.IdOut()} uses constant {index}, of {len(entries)}")
         entry = entries[index]
-        dims = tuple(int(d) for d in tensor.get("dims") or [])
-        per_element = _ELEMENT_BYTES.get(tensor.get("datatype", ""))
-        numel = math.prod(dims)
-        nbytes = None if per_element is None else math.ceil(numel * per_element)
+        dims = tuple(int(tensor.Dims(j)) for j in range(tensor.DimsLength()))
+        datatype = datatypes.get(tensor.Datatype(), f"datatype {tensor.Datatype()}")
+        per_element = _ELEMENT_BYTES.get(datatype)
+        nbytes = None if per_element is None else math.ceil(math.prod(dims) * per_element)
+        key = entry.NamedKey()
         constants.append(
-            XnnConstant(
-                int(tensor.get("id_out", -1)),
-                dims,
-                str(tensor.get("datatype")),
-                nbytes,
-                str(entry.get("named_key") or ""),
-                int(entry.get("offset", 0)),
-                int(entry.get("size", 0)),
-            )
+            XnnConstant(tensor.IdOut(), dims, datatype, nbytes, key.decode() if key else "", entry.Offset(), entry.Size())
         )
     return tuple(constants)

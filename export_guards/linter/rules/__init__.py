@@ -8,6 +8,7 @@ from export_guards.linter.rules import (  # noqa: F401
     placement,
     pte_delegates,
     pte_external,
+    pte_instructions,
     pte_reproducible,
     pte_runtime,
     pte_structure,

@@ -1,0 +1,160 @@
+"""EG512: instructions that point at values, operators or delegates that are not there, or pass
+an operator a value of the wrong kind (the runtime asserts, or reads out of bounds)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import torch
+from executorch.exir.schema import (
+    DelegateCall,
+    ExecutionPlan,
+    FreeCall,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    OptionalTensorList,
+    TensorList,
+)
+
+from export_guards.linter.registry import Hit, rule
+from export_guards.pte.context import PteContext
+from export_guards.report import Severity
+
+# The value kinds the runtime accepts for each kind of schema type.
+_KINDS = {
+    "Tensor": {"Tensor"},
+    "int": {"Int"},
+    "SymInt": {"Int"},
+    "bool": {"Bool"},
+    "float": {"Double"},
+    "number": {"Int", "Double", "Bool"},
+    "Scalar": {"Int", "Double", "Bool"},
+    "str": {"String"},
+    "ScalarType": {"Int"},
+    "Layout": {"Int"},
+    "MemoryFormat": {"Int"},
+    "List[int]": {"IntList"},
+    "List[SymInt]": {"IntList"},
+    "List[bool]": {"BoolList"},
+    "List[float]": {"DoubleList"},
+    "List[Tensor]": {"TensorList"},
+    "List[Optional[Tensor]]": {"OptionalTensorList"},
+}
+
+
+@rule(
+    "EG512",
+    "instruction-invalid",
+    Severity.ERROR,
+    "An instruction uses a value, operator or delegate that does not exist, or passes an operator "
+    "a value of a kind its schema does not take.",
+    "Re-export the model and write the file again; if it was copied, check the copy is complete.",
+    stage="pte",
+)
+def instruction_invalid(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    for plan in program.execution_plan:
+        count = len(plan.values)
+        for name, indices in (("inputs", plan.inputs), ("outputs", plan.outputs)):
+            for index in indices:
+                if not 0 <= index < count:
+                    yield Hit(f"method '{plan.name}' lists value {index} among its {name}, of {count} values", method=plan.name)
+        for index, value in enumerate(plan.values):
+            yield from _list_items(plan, index, value.val)
+        for c, chain in enumerate(plan.chains):
+            for i, instruction in enumerate(chain.instructions):
+                where = f"instruction {i} of chain {c} of method '{plan.name}'"
+                yield from (Hit(f"{where} {problem}", method=plan.name) for problem in _problems(plan, chain.instructions, instruction.instr_args))
+
+
+def _list_items(plan: ExecutionPlan, index: int, value: object) -> Iterator[Hit]:
+    wanted = {IntList: {"Int"}, TensorList: {"Tensor"}, OptionalTensorList: {"Tensor", "Null"}}.get(type(value))
+    if wanted is None:
+        return
+    for item in value.items:  # type: ignore[attr-defined]
+        kind = "Null" if item == -1 and isinstance(value, OptionalTensorList) else _kind(plan, item)  # -1: None
+        if kind not in wanted:
+            yield Hit(
+                f"value {index} of method '{plan.name}' ({type(value).__name__}) lists value {item}, "
+                f"which is {'missing' if kind is None else 'of kind ' + kind}",
+                method=plan.name,
+            )
+            return
+
+
+def _problems(plan: ExecutionPlan, instructions: list, args: object) -> Iterator[str]:
+    count = len(plan.values)
+    if isinstance(args, KernelCall):
+        if not 0 <= args.op_index < len(plan.operators):
+            yield f"calls operator {args.op_index}, of {len(plan.operators)}"
+            return
+        yield from _out_of_range(args.args, count)
+        operator = plan.operators[args.op_index]
+        expected = _schema_kinds(operator.name, operator.overload)
+        if expected is None:
+            return  # an operator torch does not know here: indices checked, kinds cannot be
+        name = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
+        if len(args.args) != len(expected):
+            yield f"passes {name} {len(args.args)} values; its schema takes {len(expected)}"
+            return
+        for position, (index, (argument, kinds)) in enumerate(zip(args.args, expected)):
+            kind = _kind(plan, index)
+            if kinds and kind is not None and kind not in kinds:
+                yield (
+                    f"passes {name} value {index} (kind {kind}) as argument {position} '{argument}', "
+                    f"which takes {' or '.join(sorted(kinds))}"
+                )
+    elif isinstance(args, DelegateCall):
+        if not 0 <= args.delegate_index < len(plan.delegates):
+            yield f"calls delegate {args.delegate_index}, of {len(plan.delegates)}"
+        yield from _out_of_range(args.args, count)
+    elif isinstance(args, MoveCall):
+        yield from _out_of_range([args.move_from, args.move_to], count)
+    elif isinstance(args, JumpFalseCall):
+        yield from _out_of_range([args.cond_value_index], count)
+        if not 0 <= args.destination_instruction <= len(instructions):
+            yield f"jumps to instruction {args.destination_instruction}, of {len(instructions)}"
+    elif isinstance(args, FreeCall):
+        yield from _out_of_range([args.value_index], count)
+
+
+def _out_of_range(indices: list[int], count: int) -> Iterator[str]:
+    for index in indices:
+        if not 0 <= index < count:
+            yield f"uses value {index}, of {count}"
+
+
+def _kind(plan: ExecutionPlan, index: int) -> str | None:
+    return type(plan.values[index].val).__name__ if 0 <= index < len(plan.values) else None
+
+
+@functools.cache
+def _schema_kinds(name: str, overload: str) -> tuple[tuple[str, frozenset[str]], ...] | None:
+    """Per argument then per return: its name and the value kinds it takes (empty: any)."""
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(name)
+    except RuntimeError:
+        return None
+    schema = next((s for s in schemas if s.overload_name == overload), None)
+    if schema is None:
+        return None
+    kinds = [(a.name, _accepted(a.type)) for a in schema.arguments]
+    # The emitter adds one slot for what the call returns: the value itself when there is one,
+    # else a list or nothing, whose kind the schema does not say.
+    single = len(schema.returns) == 1
+    kinds.append(("return", _accepted(schema.returns[0].type) if single else frozenset()))
+    return tuple(kinds)
+
+
+def _accepted(schema_type: torch._C.JitType) -> frozenset[str]:
+    optional = isinstance(schema_type, torch._C.OptionalType)
+    inner = schema_type.getElementType() if optional else schema_type
+    kinds = _KINDS.get(str(inner).replace("int[]", "List[int]"))
+    if kinds is None:
+        return frozenset()
+    return frozenset(kinds | ({"Null"} if optional else set()))
