@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from export_guards.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
     from export_guards.passes import guard_passes
     from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
+    from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
     from export_guards.placement import (
         CONSTANT_COPIED,
         CONSTANT_ON_DEVICE,
@@ -36,6 +37,7 @@ _EXPORTS = {
     "ConstantPlacementError": "export_guards.errors",
     "ConstantPlacementPass": "export_guards.placement",
     "DelegationSummary": "export_guards.delegation",
+    "ExportFailed": "export_guards.pte.check",
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.constant_fold",
     "GuardError": "export_guards.errors",
@@ -50,6 +52,9 @@ _EXPORTS = {
     "Severity": "export_guards.report",
     "SourceLocation": "export_guards.report",
     "check_constant_placement": "export_guards.placement",
+    "check_pte": "export_guards.pte.check",
+    "check_reproducible": "export_guards.pte.check",
+    "compare_pte": "export_guards.pte.check",
     "delegation_summary": "export_guards.delegation",
     "export_with_guards": "export_guards.pipeline",
     "fold_constants": "export_guards.constant_fold",
@@ -68,6 +73,7 @@ __all__ = [
     "ConstantPlacementError",
     "ConstantPlacementPass",
     "DelegationSummary",
+    "ExportFailed",
     "Finding",
     "FoldConstantsPass",
     "GuardError",
@@ -82,6 +88,9 @@ __all__ = [
     "Severity",
     "SourceLocation",
     "check_constant_placement",
+    "check_pte",
+    "check_reproducible",
+    "compare_pte",
     "delegation_summary",
     "export_with_guards",
     "fold_constants",

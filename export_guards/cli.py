@@ -137,8 +137,7 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError("give a .pte file to check, or --reproducible path/to/file.py:factory")
     settings = _pyproject_settings(args.config)
     config = _config(args, settings)
-    from export_guards.pte.check import check_pte, findings_of
-    from export_guards.pte.reproducible import ExportFailed, export_twice
+    from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
     from export_guards.render import FORMATS
     from export_guards.report import Report
 
@@ -155,11 +154,9 @@ def _check(args: argparse.Namespace) -> int:
         fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
         _progress(f"exporting {args.reproducible} twice, in separate processes ({backend})")
         try:
-            pair = export_twice(args.reproducible, backend=backend, placement=placement, fold=fold)
+            report += check_reproducible(args.reproducible, backend=backend, placement=placement, fold=fold, config=config)
         except ExportFailed as error:
             raise UsageError(str(error)) from None
-        report += findings_of("reproducible", pair, config)
-        report += check_pte(pair.first, config=config)
     sys.stdout.write(FORMATS[args.format](report))
     return EXIT_FINDINGS if report.at_least(config.fail_level) else EXIT_CLEAN
 

@@ -77,3 +77,15 @@ def test_fuzz(seeds: dict[str, Written], request: pytest.FixtureRequest, tmp_pat
 def test_regression(path: Path) -> None:
     """Inputs that once made a rule fail: each is reported, by the rules, as an error."""
     assert assert_checked(path.read_bytes(), path.name).errors
+
+
+@pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("runtime-*.pte")), ids=lambda p: p.name)
+def test_regression_that_crashed_the_runtime(path: Path, seeds: dict[str, Written]) -> None:
+    """Damage the fuzzer found that once passed the check and then killed executorch.runtime:
+    the check now reports it, and the runtime smoke run reports the death by its signal."""
+    expected = "SIG" + path.name.split("-")[1].removeprefix("sig").upper()  # runtime-sigsegv-... -> SIGSEGV
+    data_files = seeds["external"].data_files if "external" in path.name else ()
+    report = check_pte(path, data_files=data_files, runtime=True)
+    assert report.errors and {f.code for f in report.errors} - {"EG511"}
+    [died] = report.with_code("EG511")
+    assert f"the runtime died with {expected} during 'run forward'" in died.message

@@ -6,15 +6,17 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from export_guards.linter import LintConfig
 from export_guards.linter.registry import RULES, Hit, Rule, Stage
 from export_guards.pte.context import PteContext
 from export_guards.pte.external import PtdFile
 from export_guards.pte.file import PteFile, open_bytes, short
+from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.report import Finding, Report
 
-__all__ = ["check_pte", "findings_of"]
+__all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte", "findings_of"]
 
 PathOrBytes = str | os.PathLike[str] | bytes
 
@@ -74,6 +76,39 @@ def _as_file(program: PathOrBytes) -> Iterator[str]:
         with open(path, "wb") as file:
             file.write(program)
         yield path
+
+
+def check_reproducible(
+    target: str,
+    *,
+    backend: str = "xnnpack",
+    placement: str = "error",
+    fold: bool = True,
+    config: LintConfig | None = None,
+    timeout_s: float = 900.0,
+) -> Report:
+    """Export ``target`` (``path/to/file.py:factory``) twice with the guarded pipeline, each in
+    a fresh process, and report every difference in the program's terms (EG510), then check
+    the first program's structure.
+
+    Raises:
+        ExportFailed: an export failed or ran past ``timeout_s``, saying how.
+    """
+    config = config or LintConfig()
+    pair = export_twice(target, backend=backend, placement=placement, fold=fold, timeout_s=timeout_s)
+    return findings_of("reproducible", pair, config) + check_pte(pair.first, config=config)
+
+
+def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: LintConfig | None = None) -> Report:
+    """EG510 for two programs you exported yourself: each difference named by method, delegate,
+    constant and named-data key. Clean when the bytes are equal."""
+    first_bytes, second_bytes = (p if isinstance(p, bytes) else Path(p).read_bytes() for p in (first, second))
+    pair = ExportPair(f"{_name(first)} and {_name(second)}", first_bytes, second_bytes, {})
+    return findings_of("reproducible", pair, config or LintConfig())
+
+
+def _name(program: PathOrBytes) -> str:
+    return "<bytes>" if isinstance(program, bytes) else os.fspath(program)
 
 
 def findings_of(stage: Stage, subject: object, config: LintConfig) -> Report:

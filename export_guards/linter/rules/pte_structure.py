@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterator
 
 from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir.schema import ScalarType, Tensor, TensorDataLocation
+from executorch.exir.schema import ScalarType, Tensor, TensorDataLocation, TensorShapeDynamism
 from executorch.exir.tensor import get_scalar_type
 
 from export_guards.linter.registry import Hit, rule
@@ -148,6 +148,7 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
     alignment = max(math.gcd(*offsets), MIN_ALIGNMENT) if offsets else MIN_ALIGNMENT  # the writer's padding
     for plan in program.execution_plan:
         arenas = list(plan.non_const_buffer_sizes or [])
+        io = set(plan.inputs) | set(plan.outputs)
         for index, value in enumerate(plan.values):
             tensor = value.val
             if not isinstance(tensor, Tensor):
@@ -176,7 +177,14 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
                         method=plan.name,
                         severity=Severity.WARNING,
                     )
-            elif tensor.allocation_info is not None:
+            elif tensor.allocation_info is None:
+                if nbytes and index not in io and tensor.shape_dynamism != TensorShapeDynamism.DYNAMIC_UNBOUND:
+                    yield Hit(
+                        f"{where} has no data: no constant buffer, no memory plan slot, no external data, "
+                        "and it is not an input or output: the runtime would use a null pointer",
+                        method=plan.name,
+                    )
+            else:
                 slot = tensor.allocation_info
                 memory_id = slot.memory_id
                 offset = slot.memory_offset_low + (slot.memory_offset_high << 32)
