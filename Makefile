@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-check clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/fold.py
 	$(PY) benchmarks/lint.py
+	$(PY) benchmarks/pte_check.py
+
+bench-check: $(INSTALLED)
+	$(PY) benchmarks/pte_check.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
