@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from export_guards.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
     from export_guards.passes import guard_passes
     from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
-    from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
     from export_guards.placement import (
         CONSTANT_COPIED,
         CONSTANT_ON_DEVICE,
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
         check_constant_placement,
         guard_constant_placement,
     )
+    from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
     from export_guards.report import Finding, Report, Severity, SourceLocation
 
 _EXPORTS = {

@@ -88,9 +88,7 @@ def _lint(args: argparse.Namespace) -> int:
     config = _config(args, settings)
     from export_guards.render import FORMATS
 
-    backend = args.backend or settings.get("backend", "xnnpack")
-    placement = args.placement or settings.get("placement", "error")
-    fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
+    backend, placement, fold = _export_settings(args, settings)
 
     try:
         # stdout carries only the report: what the model's code prints goes to stderr.
@@ -149,9 +147,7 @@ def _check(args: argparse.Namespace) -> int:
         except OSError as error:
             raise UsageError(str(error)) from None
     if args.reproducible is not None:
-        backend = args.backend or settings.get("backend", "xnnpack")
-        placement = args.placement or settings.get("placement", "error")
-        fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
+        backend, placement, fold = _export_settings(args, settings)
         _progress(f"exporting {args.reproducible} twice, in separate processes ({backend})")
         try:
             report += check_reproducible(args.reproducible, backend=backend, placement=placement, fold=fold, config=config)
@@ -207,6 +203,14 @@ def _pyproject_settings(path: Path | None) -> dict[str, Any]:
             return dict(tomllib.load(file).get("tool", {}).get("export-guards", {}))
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{candidate} is not valid TOML: {error}") from None
+
+
+def _export_settings(args: argparse.Namespace, settings: dict[str, Any]) -> tuple[str, str, bool]:
+    """Backend, placement policy and fold: the command line, else ``[tool.export-guards]``."""
+    backend = args.backend or settings.get("backend", "xnnpack")
+    placement = args.placement or settings.get("placement", "error")
+    fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
+    return backend, placement, fold
 
 
 def _config(args: argparse.Namespace, settings: dict[str, Any]) -> Any:

@@ -77,3 +77,69 @@ def write_programs(folder: Path) -> dict[str, Written]:
     mutable.write_bytes(to_edge_transform_and_lower(counter).to_executorch().buffer)
     written["mutable"] = Written(mutable)
     return written
+
+
+class Gated(torch.nn.Module):
+    """Bool and int64 inputs, an index buffer, a float16 round trip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 3))
+        self.register_buffer("order", torch.tensor([2, 0, 1]))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        y = (x @ self.weight)[:, self.order].masked_fill(mask, 0.0)
+        return y.to(torch.float16).to(torch.float32) + shift.float()
+
+
+class InitializedState(torch.nn.Module):
+    """Mutable buffers whose initial values the program carries (InitializedMutableBufferPass)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 4))
+        self.register_buffer("position", torch.arange(10, dtype=torch.float32))
+        self.register_buffer("scale", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.position.add_(1)
+        self.scale.mul_(2)
+        return x @ self.weight + self.position[:4] + self.scale.sum()
+
+
+def valid_programs() -> dict[str, bytes]:
+    """Programs as ExecuTorch writes them, for shapes of program the checks must accept: two
+    methods, a dynamic batch, bool / int64 inputs, quantized XNNPACK, initialised state."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    xnnpack = [XnnpackPartitioner()]
+    programs = {}
+    linear = torch.nn.Linear(4, 4).eval()
+    methods = {
+        "forward": torch.export.export(linear, (torch.randn(2, 4),)),
+        "other": torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()), (torch.randn(3, 4),)),
+    }
+    programs["two methods, xnnpack"] = to_edge_transform_and_lower(methods, partitioner=xnnpack).to_executorch().buffer
+    batch = torch.export.Dim("batch", min=1, max=16)
+    dynamic = torch.export.export(linear, (torch.randn(2, 4),), dynamic_shapes={"input": {0: batch}})
+    programs["dynamic batch, xnnpack"] = to_edge_transform_and_lower(dynamic, partitioner=xnnpack).to_executorch().buffer
+    gated = torch.export.export(Gated(), (torch.randn(2, 3), torch.tensor([[True, False, True]] * 2), torch.arange(3)))
+    programs["bool and int64 inputs"] = to_edge_transform_and_lower(gated).to_executorch().buffer
+    model, inputs = example()
+    captured = torch.export.export(model, inputs).module()
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(captured, quantizer)
+    prepared(*inputs)
+    quantized = torch.export.export(convert_pt2e(prepared), inputs)
+    programs["int8, xnnpack"] = to_edge_transform_and_lower(quantized, partitioner=xnnpack).to_executorch().buffer
+    state = torch.export.export(InitializedState(), (torch.randn(2, 4),))
+    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["position", "scale"])])
+    programs["initialised state"] = to_edge_transform_and_lower(state).to_executorch(config).buffer
+    return programs

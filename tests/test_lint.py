@@ -170,3 +170,18 @@ def test_output_comparison_handles_bool_and_integer_outputs() -> None:
     assert not wrapped.within and "1 of 2 values differ" in str(wrapped)
     nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], atol=1e-5, rtol=0)
     assert [e.within for e in nested] == [True, False] and nested[1].path == "['b'][0]"
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dropout_p: float) -> None:
+        super().__init__()
+        self.dropout_p = dropout_p
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=self.dropout_p)
+
+
+@pytest.mark.parametrize("dropout_p, random", [(0.0, False), (0.1, True)])
+def test_attention_is_random_only_with_dropout(dropout_p: float, random: bool) -> None:
+    program = torch.export.export(Attention(dropout_p), (torch.randn(1, 2, 4, 8),))
+    assert bool(eg.lint(program).with_code("EG303")) is random

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from executorch.exir.schema import Program, Tensor
 from pte_mutations import rewrite
-from pte_models import Written, write_programs
+from pte_models import Written, valid_programs, write_programs
 
 from export_guards.pte.check import check_pte
 from export_guards.pte.file import PteFile
@@ -157,7 +157,7 @@ def test_named_data_key_that_no_file_holds(programs: dict[str, Written]) -> None
         program.named_data[0].key = "renamed"
 
     damaged = rewrite(programs["xnnpack"].pte.read_bytes(), rename)
-    assert "which no file holds" in messages(damaged, "EG508")
+    assert "which needs a .ptd file; none was given" in messages(damaged, "EG508")
 
 
 def test_damaged_data_file(programs: dict[str, Written], tmp_path: Path) -> None:
@@ -183,7 +183,7 @@ def test_check_command_exit_codes(programs: dict[str, Written], tmp_path: Path) 
     missing = run("check", str(tmp_path / "missing.pte"))
     assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
     folder = run("check", str(tmp_path))
-    assert folder.returncode == 2 and "is a directory, not a .pte file" in folder.stderr
+    assert folder.returncode == 2 and "is a directory, not a file" in folder.stderr
     assert run("check").returncode == 2
 
 
@@ -219,3 +219,28 @@ def test_unreproducible_export_names_the_constants() -> None:
     named = {f["constant"] for f in findings}
     assert {"conv.weight", "conv.bias", "linear.weight", "linear.bias"} <= named
     assert any("XNNPACK's weight cache re-packs it" in f["message"] for f in findings)
+
+
+@pytest.fixture(scope="module")
+def valid() -> dict[str, bytes]:
+    return valid_programs()
+
+
+@pytest.mark.parametrize(
+    "name", ["two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state"]
+)
+def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes], name: str) -> None:
+    assert check_pte(valid[name], runtime=True).findings == ()
+
+
+def test_shared_tables_do_not_hang_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """600 references to one table: ExecuTorch's reader expands each (quadratic time)."""
+    monkeypatch.setattr("export_guards.pte.file.PARSE_SECONDS", 2.0)
+    [finding] = check_pte(TESTS / "pte_regressions" / "hang-shared-tables-600.pte").with_code("EG502")
+    assert "expands without bound" in finding.message
+
+
+def test_runtime_takes_one_data_file(programs: dict[str, Written]) -> None:
+    written = programs["external"]
+    with pytest.raises(ValueError, match="loads one data file"):
+        check_pte(written.pte, data_files=[written.data_files[0]] * 2, runtime=True)

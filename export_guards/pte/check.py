@@ -18,7 +18,7 @@ from export_guards.report import Finding, Report
 
 __all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte", "findings_of"]
 
-PathOrBytes = str | os.PathLike[str] | bytes
+PathOrBytes = str | os.PathLike[str] | bytes | bytearray | memoryview
 
 
 def check_pte(
@@ -36,11 +36,11 @@ def check_pte(
     alignment of constant and delegate data; each tensor's constant buffer and memory slot against
     its shape and dtype; each delegate's processed data; every named-data key a delegate or an
     external tensor uses (present, unique, in bounds, large enough); and the ``.ptd`` files.
-    The file is memory-mapped: only the flatbuffer and the headers are read.
+    The file is memory-mapped: only the headers, the flatbuffer and delegate payloads are read.
 
     Args:
         program: the ``.pte`` path, or its bytes.
-        data_files: the external data files (``.ptd``) the program is run with.
+        data_files: the external data files (``.ptd``) the program is run with (one, with ``runtime``).
         config: which rules run and their severities (default: all).
         runtime: also load the program in ``executorch.runtime`` in a child process and run
             each method once on generated inputs (EG511); a crash is reported, never raised.
@@ -49,19 +49,26 @@ def check_pte(
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
             with a message naming it. A malformed file is never an exception: it is a finding.
+        ValueError: ``runtime`` with more than one data file.
     """
     config = config or LintConfig()
-    if isinstance(program, bytes):
-        pte = PteFile(program, "<bytes>")
-    else:
-        pte = PteFile(open_bytes(program)[0], os.fspath(program))
-    ptds = tuple(PtdFile(open_bytes(path)[0], os.fspath(path)) for path in data_files)
+    if isinstance(program, (bytearray, memoryview)):
+        program = bytes(program)
+    if isinstance(data_files, (str, os.PathLike)):
+        data_files = (data_files,)
+    data_files = tuple(data_files)
+    if runtime and len(data_files) > 1:
+        raise ValueError(
+            f"the runtime smoke run loads one data file (executorch.runtime takes one data_path); {len(data_files)} were given"
+        )
+    pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
+    ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
     report = findings_of("pte", PteContext(pte, ptds), config)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
         from export_guards.pte.smoke import smoke_test
 
         with _as_file(program) as path:
-            run = smoke_test(path, [p.name for p in ptds], runtime_timeout_s)
+            run = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
         report += findings_of("runtime", run, config)
     return report
 
@@ -102,13 +109,13 @@ def check_reproducible(
 def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: LintConfig | None = None) -> Report:
     """EG510 for two programs you exported yourself: each difference named by method, delegate,
     constant and named-data key. Clean when the bytes are equal."""
-    first_bytes, second_bytes = (p if isinstance(p, bytes) else Path(p).read_bytes() for p in (first, second))
+    first_bytes, second_bytes = (bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else Path(p).read_bytes() for p in (first, second))
     pair = ExportPair(f"{_name(first)} and {_name(second)}", first_bytes, second_bytes, {})
     return findings_of("reproducible", pair, config or LintConfig())
 
 
 def _name(program: PathOrBytes) -> str:
-    return "<bytes>" if isinstance(program, bytes) else os.fspath(program)
+    return "<bytes>" if isinstance(program, (bytes, bytearray, memoryview)) else os.fspath(program)
 
 
 def findings_of(stage: Stage, subject: object, config: LintConfig) -> Report:

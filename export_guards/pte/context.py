@@ -8,7 +8,10 @@ from functools import cached_property
 from export_guards.pte.external import PtdFile
 from export_guards.pte.file import PteFile, Region
 
-__all__ = ["PteContext"]
+__all__ = ["REEXPORT", "PteContext"]
+
+REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
+"""The fix for a damaged program file: the rules that find one share it."""
 
 
 @dataclass

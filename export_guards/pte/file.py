@@ -6,12 +6,17 @@ for the rules to report. Only a path that cannot be opened as a file raises ``OS
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import mmap
 import os
+import signal
+import threading
+import time
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -31,7 +36,7 @@ from executorch.exir.schema import (
 )
 from executorch.exir.tensor import get_scalar_type
 
-__all__ = ["Delegate", "PteFile", "Region", "open_bytes", "short", "tensor_nbytes"]
+__all__ = ["Delegate", "PteFile", "Region", "SubsegmentTable", "describe_tensor", "open_bytes", "short", "tensor_nbytes"]
 
 # The runtime's minimum alignment for tensor and delegate data (alignof(max_align_t)).
 MIN_ALIGNMENT = 16
@@ -67,8 +72,8 @@ class Region:
         return self.start + self.size
 
 
-def open_bytes(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, int]:
-    """The file's bytes, memory-mapped (read lazily, never copied whole), and its size.
+def open_bytes(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
+    """The file's bytes, memory-mapped: read lazily, never copied whole.
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: naming the path.
@@ -77,14 +82,48 @@ def open_bytes(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, int]:
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory, not a .pte file")
+        raise IsADirectoryError(f"{path} is a directory, not a file")
     if not path.is_file():
         raise OSError(f"{path} is not a regular file")
     with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        if size == 0:
-            return b"", 0
-        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ), size
+        if os.fstat(file.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+@final
+@dataclass(frozen=True)
+class SubsegmentTable:
+    """A segment cut into buffers: the constant segment, or a mutable data segment.
+
+    Attributes:
+        label: what it holds, ``"constant data"`` or ``"mutable data 0"``.
+        table: the program's offsets table.
+        segment: the segment, or None when its index does not exist.
+    """
+
+    label: str
+    table: SubsegmentOffsets
+    segment: Region | None
+
+    @property
+    def name(self) -> str:
+        return self.label.replace(" data", " segment") if self.label == "constant data" else f"{self.label} segment"
+
+    @property
+    def buffer_sizes(self) -> list[int | None]:
+        """The bytes each buffer may hold (padding included; None when out of bounds)."""
+        offsets = list(self.table.offsets)
+        if self.segment is None:
+            return [None] * len(offsets)
+        ends = offsets[1:] + [self.segment.size]
+        return [end - start if 0 <= start <= end <= self.segment.size else None for start, end in zip(offsets, ends)]
+
+    def buffer(self, index: int) -> Region | None:
+        sizes = self.buffer_sizes
+        if self.segment is None or not 0 <= index < len(sizes) or sizes[index] is None:
+            return None
+        return Region(self.segment.start + self.table.offsets[index], sizes[index] or 0, f"{self.label} buffer {index}")
 
 
 @final
@@ -140,7 +179,8 @@ class PteFile:
             )
             return None
         try:
-            program = _flatbuffer_to_program(bytes(self.data[: self.program_size]))
+            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND):
+                program = _flatbuffer_to_program(bytes(self.data[: self.program_size]))
             missing = _first_missing_field(program, "program")
             if missing:
                 self.problems.append(f"the program flatbuffer lacks {missing}, which the schema requires")
@@ -148,6 +188,11 @@ class PteFile:
             return program
         except RecursionError:
             self.problems.append("the program flatbuffer nests without end")
+        except _ParseTimeout:
+            self.problems.append(
+                "the program flatbuffer expands without bound (its tables are referenced over and over): "
+                "parsing it did not finish in time"
+            )
         except Exception as error:  # a malformed flatbuffer fails in many ways; each is a finding
             self.problems.append(f"the program flatbuffer cannot be parsed: {short(error)}")
         return None
@@ -193,54 +238,50 @@ class PteFile:
                 payloads.append(Delegate(plan.name, index, delegate.id, where, data))
         return payloads
 
-    @property
-    def subsegment_tables(self) -> list[tuple[str, SubsegmentOffsets]]:
-        """The constant segment and the mutable data segments, when the program uses them."""
+    @cached_property
+    def constant_table(self) -> SubsegmentTable | None:
+        """The constant segment, when the program keeps its constants there (not inline)."""
         program = self.program
-        tables: list[tuple[str, SubsegmentOffsets]] = []
-        if program is None:
-            return tables
-        if program.constant_segment is not None and program.constant_segment.offsets and program.segments:
-            tables.append(("constant segment", program.constant_segment))
-        for i, table in enumerate(program.mutable_data_segments or []):
-            tables.append((f"mutable data segment {i}", table))
-        return tables
+        if program is None or not (program.constant_segment and program.constant_segment.offsets and program.segments):
+            return None
+        table = program.constant_segment
+        return SubsegmentTable("constant data", table, self.segment(table.segment_index))
+
+    @cached_property
+    def mutable_tables(self) -> list[SubsegmentTable]:
+        """The mutable data segments: initial values of mutable buffers."""
+        tables = self.program.mutable_data_segments if self.program else None
+        return [SubsegmentTable(f"mutable data {i}", t, self.segment(t.segment_index)) for i, t in enumerate(tables or [])]
+
+    @property
+    def subsegment_tables(self) -> list[SubsegmentTable]:
+        return ([self.constant_table] if self.constant_table else []) + self.mutable_tables
 
     @cached_property
     def constant_buffer_sizes(self) -> list[int | None]:
         """The bytes each constant buffer may hold (padding included; None when out of bounds)."""
-        program = self.program
-        if program is None:
+        if self.program is None:
             return []
-        if not (program.constant_segment and program.constant_segment.offsets and program.segments):
-            return [len(b.storage) for b in program.constant_buffer]
-        segment = self.segment(program.constant_segment.segment_index)
-        offsets = list(program.constant_segment.offsets)
-        if segment is None:
-            return [None] * len(offsets)
-        ends = offsets[1:] + [segment.size]
-        return [end - start if 0 <= start <= end <= segment.size else None for start, end in zip(offsets, ends)]
+        if self.constant_table is None:
+            return [len(b.storage) for b in self.program.constant_buffer]
+        return self.constant_table.buffer_sizes
 
     def constant_buffer(self, index: int) -> bytes | None:
         """Constant buffer ``index``'s bytes (padding included), or None when it cannot be read."""
-        program = self.program
-        sizes = self.constant_buffer_sizes
-        if program is None or not 0 <= index < len(sizes) or sizes[index] is None:
+        if self.program is None:
             return None
-        if not (program.constant_segment and program.constant_segment.offsets and program.segments):
-            return bytes(program.constant_buffer[index].storage)
-        segment = self.segment(program.constant_segment.segment_index)
-        assert segment is not None
-        start = segment.start + program.constant_segment.offsets[index]
-        region = Region(start, sizes[index] or 0, f"constant buffer {index}")
-        return self.read(region) if self.in_file(region) else None
+        if self.constant_table is None:
+            buffers = self.program.constant_buffer
+            return bytes(buffers[index].storage) if 0 <= index < len(buffers) else None
+        region = self.constant_table.buffer(index)
+        return self.read(region) if region is not None and self.in_file(region) else None
 
     @cached_property
     def contents(self) -> dict[str, str]:
         """What each segment holds, in the program's terms: ``{"segment 3": "named data 'k'"}``."""
         holds: dict[str, list[str]] = {}
-        for name, table in self.subsegment_tables:
-            holds.setdefault(f"segment {table.segment_index}", []).append(name.replace(" segment", " data" if name == "constant segment" else ""))
+        for table in self.subsegment_tables:
+            holds.setdefault(f"segment {table.table.segment_index}", []).append(table.label)
         for delegate in self.delegates:
             if delegate.where.startswith("segment"):
                 holds.setdefault(delegate.where, []).append(str(delegate))
@@ -295,6 +336,52 @@ def tensor_nbytes(tensor: Tensor) -> int | None:
         return None
     sizes = list(tensor.sizes)
     return None if any(s < 0 for s in sizes) else math.prod(sizes) * element
+
+
+def describe_tensor(tensor: Tensor) -> str:
+    """``float32[8, 3, 3, 3]``."""
+    try:
+        dtype = str(get_scalar_type(ScalarType(tensor.scalar_type))).removeprefix("torch.")
+    except (KeyError, ValueError, TypeError):
+        dtype = f"scalar type {tensor.scalar_type}"
+    return f"{dtype}{list(tensor.sizes)}"
+
+
+# A valid program parses at megabytes a second; one whose tables are shared by many references
+# expands quadratically (a 6 KB file can take hours), so the parse has a time limit.
+PARSE_SECONDS = 20.0
+PARSE_BYTES_PER_SECOND = 2e6
+
+
+class _ParseTimeout(BaseException):
+    """Raised in the parse by the time limit; a BaseException so that no handler swallows it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` (main thread only, where signals are delivered);
+    an alarm already set by the caller keeps its remaining time."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise _ParseTimeout
+
+    started = time.monotonic()
+    previous_handler = signal.signal(signal.SIGALRM, expire)
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    if previous_delay and previous_delay < seconds:
+        signal.signal(signal.SIGALRM, previous_handler)  # the caller's alarm comes first
+        signal.setitimer(signal.ITIMER_REAL, previous_delay, previous_interval)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        remaining = previous_delay - (time.monotonic() - started)
+        if previous_delay and remaining > 0:  # not yet due (had it been, it would have fired)
+            signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
 
 
 def short(error: BaseException) -> str:

@@ -27,7 +27,7 @@ class ExportPair:
     """Two exports of one model.
 
     Attributes:
-        target: the model, as ``path/to/file.py:factory``.
+        target: how findings name the pair: ``"the two exports of path/to/file.py:factory"``.
         first, second: the ``.pte`` bytes of each export.
         names: SHA-256 of a constant's bytes (as stored: contiguous, and channels-last for
             4-d tensors, as XNNPACK stores conv weights) to its fully-qualified name.
@@ -63,7 +63,7 @@ def export_twice(
                 lines = done.stderr.strip().splitlines()
                 raise ExportFailed(f"exporting {target} failed: {lines[-1] if lines else f'exit status {done.returncode}'}")
         names = json.loads(Path(f"{outputs[0]}.names.json").read_text())
-        return ExportPair(target, outputs[0].read_bytes(), outputs[1].read_bytes(), names)
+        return ExportPair(f"the two exports of {target}", outputs[0].read_bytes(), outputs[1].read_bytes(), names)
 
 
 def constant_names(tensors: dict[str, object]) -> dict[str, str]:

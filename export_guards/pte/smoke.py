@@ -30,8 +30,7 @@ class SmokeRun:
         failure: the exception the runtime raised, if any (``"run forward: RuntimeError: ..."``).
         signal: the signal that killed the child (``"SIGSEGV"``), if any.
         timed_out: whether it ran past its time limit.
-        returncode: the child's exit status.
-        stderr: the last lines the child wrote to stderr.
+        stderr: the runtime's last log lines.
     """
 
     program: str
@@ -39,7 +38,6 @@ class SmokeRun:
     failure: str | None = None
     signal: str | None = None
     timed_out: bool = False
-    returncode: int = 0
     stderr: str = field(default="", repr=False)
 
     @property
@@ -47,27 +45,39 @@ class SmokeRun:
         return self.steps[-1] if self.steps else "start"
 
 
-def smoke_test(program: str | os.PathLike[str], data_files: Sequence[str] = (), timeout_s: float = 120.0) -> SmokeRun:
-    """Run the child on ``program`` and describe what happened."""
+def smoke_test(
+    program: str | os.PathLike[str], data_files: Sequence[str] = (), timeout_s: float = 120.0, *, name: str | None = None
+) -> SmokeRun:
+    """Run the child on ``program`` (with at most one data file) and describe what happened;
+    findings call the program ``name`` (default: its path)."""
+    name = name or os.fspath(program)
     command = [sys.executable, "-m", "export_guards.pte.smoke", os.fspath(program), *data_files[:1]]
     try:
-        done = subprocess.run(command, capture_output=True, timeout=timeout_s, text=True, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            command, capture_output=True, timeout=timeout_s, text=True, stdin=subprocess.DEVNULL, check=False
+        )
     except subprocess.TimeoutExpired as expired:
         stdout = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else expired.stdout or ""
-        return SmokeRun(os.fspath(program), _steps(stdout), timed_out=True, returncode=-1)
+        return SmokeRun(name, _steps(stdout), timed_out=True)
     steps, failure = _steps(done.stdout), None
     for line in done.stdout.splitlines():
         if line.startswith('{"failure"'):
             failure = json.loads(line)["failure"]
+    stderr = [line for line in done.stderr.strip().splitlines() if _is_runtime_log(line)]
     died = -done.returncode if done.returncode < 0 else None
     return SmokeRun(
-        os.fspath(program),
+        name,
         steps,
-        failure=failure or (None if done.returncode <= 0 else f"the child exited with {done.returncode}"),
+        failure=failure or (None if done.returncode <= 0 else f"the smoke run exited with {done.returncode}"),
         signal=signal.Signals(died).name if died else None,
-        returncode=done.returncode,
-        stderr="\n".join(done.stderr.strip().splitlines()[-5:]),
+        stderr="\n".join(stderr[-5:]),
     )
+
+
+def _is_runtime_log(line: str) -> bool:
+    """The runtime's own log lines (``[method.cpp:744] Op index 129 out of range``), not
+    Python's warnings or the CPU probe's chatter."""
+    return line.startswith("[") and not line.startswith("[cpuinfo")
 
 
 def _steps(stdout: str) -> tuple[str, ...]:
@@ -75,42 +85,59 @@ def _steps(stdout: str) -> tuple[str, ...]:
 
 
 def _child(program: str, data_file: str | None) -> int:
-    import torch
-    from executorch.exir.schema import Bool, Double, Int, Tensor
-    from executorch.exir.tensor import get_scalar_type
     from executorch.runtime import Runtime
-
-    from export_guards.pte.file import PteFile, open_bytes
 
     def step(name: str) -> None:
         print(json.dumps({"step": name}), flush=True)
 
-    plans = {plan.name: plan for plan in (PteFile(open_bytes(program)[0]).program.execution_plan)}
     step("load")
     try:
         loaded = Runtime.get().load_program(program, data_path=data_file)
+        names = sorted(loaded.method_names)
     except Exception as error:
         print(json.dumps({"failure": f"load: {type(error).__name__}: {error}"}), flush=True)
         return 0
-    for name in sorted(loaded.method_names):
-        plan = plans[name]
-        inputs = []
-        for index in plan.inputs:
-            value = plan.values[index].val
-            if isinstance(value, Tensor):
-                dtype = get_scalar_type(value.scalar_type)
-                shape = list(value.sizes)
-                inputs.append(torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype))
-            elif isinstance(value, (Int, Double, Bool)):
-                inputs.append(value.int_val if isinstance(value, Int) else value.double_val if isinstance(value, Double) else value.bool_val)
+    for name in names:
         step(f"run {name}")
         try:
-            loaded.load_method(name).execute(inputs)
+            loaded.load_method(name).execute(_inputs(program, name, loaded))
         except Exception as error:
             print(json.dumps({"failure": f"run {name}: {type(error).__name__}: {error}"}), flush=True)
             return 0
         step(f"ran {name}")
     return 0
+
+
+def _inputs(program: str, method: str, loaded: object) -> list[object]:
+    """Inputs of the right shapes and dtypes: from the program's own values (non-tensor inputs
+    included), or from the runtime's method metadata when the program cannot be parsed."""
+    import torch
+    from executorch.exir.schema import Bool, Double, Int, Tensor
+    from executorch.exir.tensor import get_scalar_type
+
+    from export_guards.pte.file import PteFile, open_bytes
+
+    def tensor(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+        return torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
+
+    parsed = PteFile(open_bytes(program)).program
+    plan = next((p for p in parsed.execution_plan if p.name == method), None) if parsed else None
+    if plan is None:
+        meta = loaded.metadata(method)  # type: ignore[attr-defined]
+        infos = [meta.input_tensor_meta(i) for i in range(meta.num_inputs())]
+        return [tensor(get_scalar_type(info.dtype()), list(info.sizes())) for info in infos]
+    inputs: list[object] = []
+    for index in plan.inputs:
+        value = plan.values[index].val
+        if isinstance(value, Tensor):
+            inputs.append(tensor(get_scalar_type(value.scalar_type), list(value.sizes)))
+        elif isinstance(value, Int):
+            inputs.append(value.int_val)
+        elif isinstance(value, Double):
+            inputs.append(value.double_val)
+        elif isinstance(value, Bool):
+            inputs.append(value.bool_val)
+    return inputs
 
 
 if __name__ == "__main__":

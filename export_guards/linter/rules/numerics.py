@@ -24,8 +24,18 @@ def random_op(context: LintContext) -> Iterator[Hit]:
         op = aten_overload(node.target)
         if op is None or torch.Tag.nondeterministic_seeded not in op.tags:
             continue
-        if "dropout" not in (aten_name(node.target) or ""):  # EG301 covers dropout
+        if "dropout" not in (aten_name(node.target) or "") and _draws_random(node, op):  # EG301: dropout
             yield Hit(f"{aten_name(node.target)} '{node.name}' draws random numbers", node)
+
+
+def _draws_random(node: torch.fx.Node, op: torch._ops.OpOverload) -> bool:
+    """False for an op that is random only through a dropout probability, when it is zero
+    (attention in eval mode: ``scaled_dot_product_attention(..., dropout_p=0.0)``)."""
+    for position, argument in enumerate(op._schema.arguments):
+        if argument.name == "dropout_p":
+            given = node.args[position] if position < len(node.args) else node.kwargs.get("dropout_p", argument.default_value)
+            return given != 0
+    return True
 
 
 @rule(

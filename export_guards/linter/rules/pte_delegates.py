@@ -8,13 +8,11 @@ from collections.abc import Iterator
 from executorch.exir.schema import Tensor, TensorDataLocation
 
 from export_guards.linter.registry import Hit, rule
-from export_guards.pte.context import PteContext
+from export_guards.pte.context import REEXPORT, PteContext
+from export_guards.pte.file import describe_tensor, tensor_nbytes
 from export_guards.pte.flatc import DecodeError
 from export_guards.pte.xnnpack import BACKEND_ID, NO_OFFSET, XnnPayload, read_payload
 from export_guards.report import Severity
-
-REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
-
 
 @rule(
     "EG506",
@@ -123,7 +121,7 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
             found = available.get(constant.named_key)
             needed = max(constant.nbytes or 0, constant.size)
             if found is None:
-                yield Hit(f"{what} uses named data '{constant.named_key}', which no file holds", method=delegate.method, constant=constant.named_key)
+                yield Hit(f"{what} uses named data '{constant.named_key}', {_missing(context)}", method=delegate.method, constant=constant.named_key)
             elif found[1].size < needed:
                 yield Hit(
                     f"{what} needs {needed} bytes of named data '{constant.named_key}', which has "
@@ -138,10 +136,17 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
             if info is None or info.location != TensorDataLocation.EXTERNAL:
                 continue
             key = info.fully_qualified_name or ""
+            what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) is external data '{key}'"
+            nbytes = tensor_nbytes(tensor) or 0
             if key not in available:
+                yield Hit(f"{what}, {_missing(context)}", method=plan.name, constant=key)
+            elif available[key][1].size < nbytes:
                 yield Hit(
-                    f"tensor value {index} of method '{plan.name}' is external data '{key}', which "
-                    + ("no given data file holds" if context.data_files else "needs a .ptd file; none was given"),
+                    f"{what}: it needs {nbytes} bytes and {available[key][0]} holds {available[key][1].size}",
                     method=plan.name,
                     constant=key,
                 )
+
+
+def _missing(context: PteContext) -> str:
+    return "which no given data file holds" if context.data_files else "which needs a .ptd file; none was given"

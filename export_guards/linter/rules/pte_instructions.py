@@ -20,7 +20,7 @@ from executorch.exir.schema import (
 )
 
 from export_guards.linter.registry import Hit, rule
-from export_guards.pte.context import PteContext
+from export_guards.pte.context import REEXPORT, PteContext
 from export_guards.report import Severity
 
 # The value kinds the runtime accepts for each kind of schema type.
@@ -51,7 +51,7 @@ _KINDS = {
     Severity.ERROR,
     "An instruction uses a value, operator or delegate that does not exist, or passes an operator "
     "a value of a kind its schema does not take.",
-    "Re-export the model and write the file again; if it was copied, check the copy is complete.",
+    REEXPORT,
     stage="pte",
 )
 def instruction_invalid(context: PteContext) -> Iterator[Hit]:

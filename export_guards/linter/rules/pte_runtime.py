@@ -20,10 +20,10 @@ from export_guards.report import Severity
 )
 def runtime_smoke_failed(run: SmokeRun) -> Iterator[Hit]:
     where = run.last_step
+    said = f" (the runtime's log: {run.stderr.splitlines()[-1]})" if run.stderr else ""
     if run.signal:
-        detail = f": {run.stderr.splitlines()[-1]}" if run.stderr else ""
-        yield Hit(f"the runtime died with {run.signal} during '{where}' of {run.program}{detail}")
+        yield Hit(f"the runtime died with {run.signal} during '{where}' of {run.program}{said}")
     elif run.timed_out:
         yield Hit(f"the runtime did not finish '{where}' of {run.program} within the time limit")
     elif run.failure:
-        yield Hit(f"the runtime failed on {run.program}: {run.failure}")
+        yield Hit(f"the runtime failed on {run.program}: {run.failure}{said}")

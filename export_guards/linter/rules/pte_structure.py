@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir.schema import ScalarType, Tensor, TensorDataLocation, TensorShapeDynamism
-from executorch.exir.tensor import get_scalar_type
+from executorch.exir.schema import (
+    Tensor,
+    TensorDataLocation,
+    TensorShapeDynamism,
+)
 
 from export_guards.linter.registry import Hit, rule
-from export_guards.pte.context import PteContext
-from export_guards.pte.file import FILE_IDENTIFIER, MIN_ALIGNMENT, tensor_nbytes
+from export_guards.pte.context import REEXPORT, PteContext
+from export_guards.pte.file import (
+    FILE_IDENTIFIER,
+    MIN_ALIGNMENT,
+    PteFile,
+    describe_tensor,
+    tensor_nbytes,
+)
 from export_guards.report import Severity
-
-REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
-
 
 @rule(
     "EG501",
@@ -96,17 +102,16 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
             yield Hit(f"{what} spans bytes {region.start}-{region.end}, past the end of the file ({pte.size} bytes)")
         elif pte.header and pte.header.segment_data_size and region.end > declared_end:
             yield Hit(f"{what} ends at byte {region.end}, past the segment data the header declares (to {declared_end})")
-    for name, subsegments in pte.subsegment_tables:
-        segment = pte.segment(subsegments.segment_index)
-        if segment is None:
-            yield Hit(f"the {name} is in segment {subsegments.segment_index}, of {len(pte.segments)}")
+    for table in pte.subsegment_tables:
+        if table.segment is None:
+            yield Hit(f"the {table.name} is in segment {table.table.segment_index}, of {len(pte.segments)}")
             continue
-        offsets = list(subsegments.offsets)
+        offsets = list(table.table.offsets)
         if any(b < a for a, b in itertools.pairwise(offsets)):
-            yield Hit(f"the {name}'s offsets are not increasing: {offsets[:8]}")
-        beyond = [(i, o) for i, o in enumerate(offsets) if not 0 <= o <= segment.size]
+            yield Hit(f"the {table.name}'s offsets are not increasing: {offsets[:8]}")
+        beyond = [(i, o) for i, o in enumerate(offsets) if not 0 <= o <= table.segment.size]
         for i, offset in beyond[:5]:
-            yield Hit(f"buffer {i} of the {name} starts at {offset}, outside its {segment.size}-byte {segment.what}")
+            yield Hit(f"buffer {i} of the {table.name} starts at {offset}, outside its {table.segment.size}-byte {table.segment.what}")
 
 
 @rule(
@@ -125,10 +130,10 @@ def misaligned_data(context: PteContext) -> Iterator[Hit]:
     for region in pte.segments:
         if region.size and region.start % MIN_ALIGNMENT:
             yield Hit(f"{region.what} ({holds.get(region.what, 'unused')}) starts at byte {region.start}, not a multiple of {MIN_ALIGNMENT}")
-    for name, subsegments in pte.subsegment_tables:
-        misaligned = [(i, o) for i, o in enumerate(subsegments.offsets) if o % MIN_ALIGNMENT]
+    if pte.constant_table is not None:  # mutable data is copied out, so only constants are read in place
+        misaligned = [(i, o) for i, o in enumerate(pte.constant_table.table.offsets) if o % MIN_ALIGNMENT]
         for i, offset in misaligned[:5]:
-            yield Hit(f"buffer {i} of the {name} is at offset {offset} of its segment, not a multiple of {MIN_ALIGNMENT}")
+            yield Hit(f"buffer {i} of the constant segment is at offset {offset} of its segment, not a multiple of {MIN_ALIGNMENT}")
 
 
 @rule(
@@ -143,68 +148,77 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
     pte, program = context.pte, context.pte.program
     if program is None:
         return
-    buffers = pte.constant_buffer_sizes
-    offsets = [o for _, table in pte.subsegment_tables for o in table.offsets if o]
+    offsets = [o for o in pte.constant_table.table.offsets if o] if pte.constant_table else []
     alignment = max(math.gcd(*offsets), MIN_ALIGNMENT) if offsets else MIN_ALIGNMENT  # the writer's padding
     for plan in program.execution_plan:
         arenas = list(plan.non_const_buffer_sizes or [])
-        io = set(plan.inputs) | set(plan.outputs)
+        inputs_and_outputs = set(plan.inputs) | set(plan.outputs)
         for index, value in enumerate(plan.values):
             tensor = value.val
             if not isinstance(tensor, Tensor):
                 continue
-            where = f"tensor value {index} of method '{plan.name}' ({_describe(tensor)})"
+            where = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)})"
             nbytes = tensor_nbytes(tensor)
-            if nbytes is None:
-                yield Hit(f"{where} has an unknown dtype or a negative size", method=plan.name)
-                continue
             info = tensor.extra_tensor_info
-            if info is not None and info.location == TensorDataLocation.EXTERNAL:
+            if nbytes is None:
+                problems: Iterable[tuple[str, Severity | None]] = [("has an unknown dtype or a negative size", None)]
+            elif info is not None and info.location == TensorDataLocation.EXTERNAL:
                 continue  # its data is named data in a .ptd file: EG508 checks it
-            if tensor.data_buffer_idx > 0:
-                if tensor.data_buffer_idx >= len(buffers):
-                    yield Hit(f"{where} uses constant buffer {tensor.data_buffer_idx}, of {len(buffers)}", method=plan.name)
-                elif (held := buffers[tensor.data_buffer_idx]) is not None and held < nbytes:
-                    yield Hit(
-                        f"{where} needs {nbytes} bytes but constant buffer {tensor.data_buffer_idx} holds "
-                        f"{held}: the runtime would read past it",
-                        method=plan.name,
-                    )
-                elif held is not None and held > _padded(nbytes, alignment):
-                    yield Hit(
-                        f"{where} needs {nbytes} bytes but constant buffer {tensor.data_buffer_idx} holds "
-                        f"{held}: its shape or dtype does not match the data written",
-                        method=plan.name,
-                        severity=Severity.WARNING,
-                    )
-            elif tensor.allocation_info is None:
-                if nbytes and index not in io and tensor.shape_dynamism != TensorShapeDynamism.DYNAMIC_UNBOUND:
-                    yield Hit(
-                        f"{where} has no data: no constant buffer, no memory plan slot, no external data, "
-                        "and it is not an input or output: the runtime would use a null pointer",
-                        method=plan.name,
-                    )
+            elif tensor.allocation_info is not None:
+                problems = _slot_problems(tensor, nbytes, arenas)
+                if tensor.data_buffer_idx > 0:  # a mutable buffer's initial value, copied in at load
+                    problems = [*problems, *_initial_value_problems(pte, tensor, nbytes)]
+            elif tensor.data_buffer_idx > 0:
+                problems = _constant_problems(pte, tensor, nbytes, alignment)
+            elif nbytes and index not in inputs_and_outputs and tensor.shape_dynamism != TensorShapeDynamism.DYNAMIC_UNBOUND:
+                problems = [(
+                    "has no data: no constant buffer, no memory plan slot, no external data, and it is "
+                    "not an input or output: the runtime would use a null pointer",
+                    None,
+                )]  # fmt: skip
             else:
-                slot = tensor.allocation_info
-                memory_id = slot.memory_id
-                offset = slot.memory_offset_low + (slot.memory_offset_high << 32)
-                if not 0 <= memory_id < len(arenas):
-                    yield Hit(f"{where} is planned in memory arena {memory_id}, of {len(arenas)}", method=plan.name)
-                elif offset + nbytes > arenas[memory_id]:
-                    yield Hit(
-                        f"{where} is planned at bytes {offset}-{offset + nbytes} of memory arena {memory_id}, "
-                        f"which has {arenas[memory_id]}: the runtime would write past it",
-                        method=plan.name,
-                    )
+                continue
+            yield from (Hit(f"{where} {problem}", method=plan.name, severity=severity) for problem, severity in problems)
+
+
+def _constant_problems(pte: PteFile, tensor: Tensor, nbytes: int, alignment: int) -> Iterator[tuple[str, Severity | None]]:
+    sizes, index = pte.constant_buffer_sizes, tensor.data_buffer_idx
+    if index >= len(sizes):
+        yield f"uses constant buffer {index}, of {len(sizes)}", None
+    elif (held := sizes[index]) is not None and held < nbytes:
+        yield f"needs {nbytes} bytes but constant buffer {index} holds {held}: the runtime would read past it", None
+    elif held is not None and held > _padded(nbytes, alignment):
+        yield (
+            f"needs {nbytes} bytes but constant buffer {index} holds {held}: its shape or dtype does not "
+            "match the data written",
+            Severity.WARNING,
+        )
+
+
+def _initial_value_problems(pte: PteFile, tensor: Tensor, nbytes: int) -> Iterator[tuple[str, Severity | None]]:
+    info = tensor.extra_tensor_info
+    segment = info.mutable_data_segments_idx if info is not None else 0
+    sizes = pte.mutable_tables[segment].buffer_sizes if 0 <= segment < len(pte.mutable_tables) else []
+    index = tensor.data_buffer_idx
+    if index >= len(sizes):
+        yield f"takes its initial value from buffer {index} of mutable data segment {segment}, which has {len(sizes)}", None
+    elif (held := sizes[index]) is not None and held < nbytes:
+        yield f"needs {nbytes} bytes but its initial value holds {held}: the runtime would read past it", None
+
+
+def _slot_problems(tensor: Tensor, nbytes: int, arenas: list[int]) -> Iterator[tuple[str, Severity | None]]:
+    slot = tensor.allocation_info
+    assert slot is not None
+    offset = slot.memory_offset_low + (slot.memory_offset_high << 32)
+    if not 0 <= slot.memory_id < len(arenas):
+        yield f"is planned in memory arena {slot.memory_id}, of {len(arenas)}", None
+    elif offset + nbytes > arenas[slot.memory_id]:
+        yield (
+            f"is planned at bytes {offset}-{offset + nbytes} of memory arena {slot.memory_id}, which has "
+            f"{arenas[slot.memory_id]}: the runtime would write past it",
+            None,
+        )
 
 
 def _padded(nbytes: int, alignment: int) -> int:
     return -(-nbytes // alignment) * alignment
-
-
-def _describe(tensor: Tensor) -> str:
-    try:
-        dtype = str(get_scalar_type(ScalarType(tensor.scalar_type))).removeprefix("torch.")
-    except (KeyError, ValueError):
-        dtype = f"scalar type {tensor.scalar_type}"
-    return f"{dtype}{list(tensor.sizes)}"

@@ -1,4 +1,4 @@
-"""The export-guards demo: a model whose weights sit on an accelerator, exported to ExecuTorch.
+"""Model (b): a model whose weights sit on an accelerator, exported to ExecuTorch.
 
 1. Without the guard, ``to_edge_transform_and_lower`` with XNNPACK dies with SIGSEGV (shown in
    a child process, so the demo survives it).
@@ -6,7 +6,7 @@
 3. With the ``"copy"`` policy, the program is moved to the host and exported; the ``.pte`` runs
    in ``executorch.runtime`` and its outputs equal eager's.
 
-Run it with ``make demo``; it writes ``out/device_constants.pte``.
+Run it with ``.venv/bin/python examples/device_demo.py``; it writes ``out/device_constants.pte``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,125 @@
+"""The demo's report for people: one HTML page (tables and bar charts, no scripts, no
+downloads) and the same facts as Markdown. It reads what the demo measured; it computes nothing."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["DemoResult", "Variant", "render_html", "render_markdown"]
+
+
+@dataclass
+class Variant:
+    """One way of exporting the model, and what came of it."""
+
+    name: str
+    convs_delegated: int
+    convs_total: int
+    compute_delegated: int
+    compute_total: int
+    pte_bytes: int
+    latency_s: float | None  # None: it did not run
+    max_abs_error: float | None
+    note: str = ""
+
+
+@dataclass
+class DemoResult:
+    model: str
+    input_shape: str
+    eager_latency_s: float
+    variants: list[Variant]
+    lint: list[tuple[str, str, str, str]]  # code, severity, where, message
+    folds: list[str]
+    check: str
+    pte_path: str
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+
+def render_markdown(result: DemoResult) -> str:
+    lines = [f"# export-guards demo: {result.model}", "", f"Input {result.input_shape}.", ""]
+    lines += ["| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager |", "|---|---|---|---|---|---|"]
+    for v in result.variants:
+        lines.append(
+            f"| {v.name} | {v.convs_delegated}/{v.convs_total} | {v.compute_delegated}/{v.compute_total} | "
+            f"{v.pte_bytes:,} B | {_latency(v.latency_s)} | {_error(v.max_abs_error)} |"
+        )
+    lines.append(f"| eager PyTorch (reference) | | | | {_latency(result.eager_latency_s)} | |")
+    lines += ["", f"## Lint before the guards ({len(result.lint)} findings)", ""]
+    lines += [f"- `{code}` [{severity}] {where}: {message}" for code, severity, where, message in result.lint]
+    lines += ["", f"## Folds ({len(result.folds)})", ""] + [f"- {fold}" for fold in result.folds]
+    lines += ["", "## The written program", "", f"`{result.pte_path}`: `export-guards check`: {result.check}", ""]
+    return "\n".join(lines)
+
+
+def render_html(result: DemoResult) -> str:
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(v.name)}</td><td>{v.convs_delegated}/{v.convs_total}</td>"
+        f"<td>{v.compute_delegated}/{v.compute_total}</td><td>{v.pte_bytes:,} B</td>"
+        f"<td>{e(_latency(v.latency_s))}</td><td>{e(_error(v.max_abs_error))}</td><td>{e(v.note)}</td></tr>"
+        for v in result.variants
+    )
+    rows += f"<tr class=ref><td>eager PyTorch (reference)</td><td></td><td></td><td></td><td>{e(_latency(result.eager_latency_s))}</td><td></td><td></td></tr>"
+    latency = _bars(
+        "Latency per forward, executorch.runtime (lower is better)",
+        [(v.name, v.latency_s or 0.0, _latency(v.latency_s)) for v in result.variants]
+        + [("eager PyTorch", result.eager_latency_s, _latency(result.eager_latency_s))],
+    )
+    delegation = _bars(
+        "Convolutions on XNNPACK (higher is better)",
+        [(v.name, v.convs_delegated / max(v.convs_total, 1), f"{v.convs_delegated} of {v.convs_total}") for v in result.variants],
+        maximum=1.0,
+    )
+    lint = "".join(
+        f"<tr><td><code>{e(code)}</code></td><td class={e(severity)}>{e(severity)}</td><td>{e(where)}</td><td>{e(message)}</td></tr>"
+        for code, severity, where, message in result.lint
+    )
+    folds = "".join(f"<li>{e(fold)}</li>" for fold in result.folds)
+    timings = "".join(f"<tr><td>{e(step)}</td><td>{seconds:.1f} s</td></tr>" for step, seconds in result.timings)
+    return f"""<!doctype html>
+<html lang=en><head><meta charset=utf-8><title>export-guards demo: {e(result.model)}</title>
+<style>
+body {{ font: 15px/1.45 system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em; color: #222 }}
+table {{ border-collapse: collapse; margin: 1em 0 }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-align: top }}
+th {{ background: #f3f3f3 }} tr.ref td {{ color: #666 }} .error {{ color: #b00 }} .warning {{ color: #a60 }} .info {{ color: #06c }}
+.charts {{ display: flex; gap: 2em; flex-wrap: wrap }} code {{ background: #f3f3f3; padding: 0 .2em }}
+</style></head><body>
+<h1>export-guards demo: {e(result.model)}</h1>
+<p>Input {e(result.input_shape)}, lowered with <code>XnnpackPartitioner</code>, run in <code>executorch.runtime</code> on this machine's CPU.</p>
+<h2>Before and after</h2>
+<table><tr><th>export</th><th>convs on XNNPACK</th><th>compute ops delegated</th><th>.pte</th><th>latency</th><th>max abs error vs eager</th><th>note</th></tr>{rows}</table>
+<div class=charts>{latency}{delegation}</div>
+<h2>Lint before the guards ({len(result.lint)} findings)</h2>
+<table><tr><th>code</th><th>severity</th><th>where</th><th>message</th></tr>{lint}</table>
+<h2>Folds ({len(result.folds)})</h2><ul>{folds}</ul>
+<h2>The written program</h2><p><code>{e(result.pte_path)}</code>: <code>export-guards check</code>: {e(result.check)}</p>
+<h2>Where the demo's time went</h2><table>{timings}</table>
+</body></html>
+"""
+
+
+def _bars(title: str, bars: Sequence[tuple[str, float, str]], maximum: float | None = None) -> str:
+    """A horizontal bar chart as inline SVG."""
+    top = maximum or max((value for _, value, _ in bars), default=1.0) or 1.0
+    height, label_width, bar_width = 26, 190, 220
+    parts = [f'<svg width="{label_width + bar_width + 90}" height="{height * len(bars) + 34}" role="img" aria-label="{html.escape(title)}">',
+             f'<text x="0" y="16" font-weight="bold" font-size="14">{html.escape(title)}</text>']
+    for i, (name, value, text) in enumerate(bars):
+        y = 28 + i * height
+        width = max(1.0, bar_width * value / top)
+        parts.append(f'<text x="0" y="{y + 15}" font-size="13">{html.escape(name)}</text>')
+        parts.append(f'<rect x="{label_width}" y="{y + 3}" width="{width:.1f}" height="{height - 8}" fill="#3b7dd8"/>')
+        parts.append(f'<text x="{label_width + width + 6:.1f}" y="{y + 15}" font-size="13">{html.escape(text)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _latency(seconds: float | None) -> str:
+    return "did not run" if seconds is None else f"{seconds * 1e3:,.0f} ms"
+
+
+def _error(error: float | None) -> str:
+    return "n/a" if error is None else f"{error:.1e}"
