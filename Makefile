@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench bench-check clean
+.PHONY: demo test bench bench-placement bench-fold bench-lint bench-check clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/fold.py
 	$(PY) benchmarks/lint.py
 	$(PY) benchmarks/pte_check.py
+
+bench-placement: $(INSTALLED)
+	$(PY) benchmarks/placement.py
+
+bench-fold: $(INSTALLED)
+	$(PY) benchmarks/fold.py
+
+bench-lint: $(INSTALLED)
+	$(PY) benchmarks/lint.py
 
 bench-check: $(INSTALLED)
 	$(PY) benchmarks/pte_check.py

@@ -28,6 +28,7 @@ class Variant:
 @dataclass
 class DemoResult:
     model: str
+    headline: str
     input_shape: str
     eager_latency_s: float
     variants: list[Variant]
@@ -39,12 +40,12 @@ class DemoResult:
 
 
 def render_markdown(result: DemoResult) -> str:
-    lines = [f"# export-guards demo: {result.model}", "", f"Input {result.input_shape}.", ""]
+    lines = [f"# export-guards demo: {result.model}", "", f"**{result.headline}**", "", f"Input {result.input_shape}.", ""]
     lines += ["| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager |", "|---|---|---|---|---|---|"]
     for v in result.variants:
         lines.append(
             f"| {v.name} | {v.convs_delegated}/{v.convs_total} | {v.compute_delegated}/{v.compute_total} | "
-            f"{v.pte_bytes:,} B | {_latency(v.latency_s)} | {_error(v.max_abs_error)} |"
+            f"{_megabytes(v.pte_bytes)} | {_latency(v.latency_s)} | {_error(v.max_abs_error)} |"
         )
     lines.append(f"| eager PyTorch (reference) | | | | {_latency(result.eager_latency_s)} | |")
     lines += ["", f"## Lint before the guards ({len(result.lint)} findings)", ""]
@@ -58,7 +59,7 @@ def render_html(result: DemoResult) -> str:
     e = html.escape
     rows = "".join(
         f"<tr><td>{e(v.name)}</td><td>{v.convs_delegated}/{v.convs_total}</td>"
-        f"<td>{v.compute_delegated}/{v.compute_total}</td><td>{v.pte_bytes:,} B</td>"
+        f"<td>{v.compute_delegated}/{v.compute_total}</td><td>{_megabytes(v.pte_bytes)}</td>"
         f"<td>{e(_latency(v.latency_s))}</td><td>{e(_error(v.max_abs_error))}</td><td>{e(v.note)}</td></tr>"
         for v in result.variants
     )
@@ -85,9 +86,11 @@ def render_html(result: DemoResult) -> str:
 body {{ font: 15px/1.45 system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em; color: #222 }}
 table {{ border-collapse: collapse; margin: 1em 0 }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-align: top }}
 th {{ background: #f3f3f3 }} tr.ref td {{ color: #666 }} .error {{ color: #b00 }} .warning {{ color: #a60 }} .info {{ color: #06c }}
+.headline {{ font-size: 1.15em; background: #eef5ee; border-left: 4px solid #2a8a2a; padding: .6em .9em }}
 .charts {{ display: flex; gap: 2em; flex-wrap: wrap }} code {{ background: #f3f3f3; padding: 0 .2em }}
 </style></head><body>
 <h1>export-guards demo: {e(result.model)}</h1>
+<p class=headline>{e(result.headline)}</p>
 <p>Input {e(result.input_shape)}, lowered with <code>XnnpackPartitioner</code>, run in <code>executorch.runtime</code> on this machine's CPU.</p>
 <h2>Before and after</h2>
 <table><tr><th>export</th><th>convs on XNNPACK</th><th>compute ops delegated</th><th>.pte</th><th>latency</th><th>max abs error vs eager</th><th>note</th></tr>{rows}</table>
@@ -115,6 +118,10 @@ def _bars(title: str, bars: Sequence[tuple[str, float, str]], maximum: float | N
         parts.append(f'<text x="{label_width + width + 6:.1f}" y="{y + 15}" font-size="13">{html.escape(text)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 def _latency(seconds: float | None) -> str:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.schema import Program, Tensor
 from pte_mutations import rewrite
 from pte_models import Written, valid_programs, write_programs
@@ -203,6 +205,27 @@ def test_runtime_smoke_check_reports_a_failure_without_raising(programs: dict[st
     report = check_pte(programs["external"].pte, runtime=True)  # its data file is not given
     [finding] = report.with_code("EG511")
     assert "the runtime failed on" in finding.message and "run forward" in finding.message
+
+
+class ChannelsLastNorm(torch.nn.Module):
+    """GroupNorm on a channels-last tensor: ExecuTorch's portable kernel rejects that dim order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(2, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.to(memory_format=torch.channels_last))
+
+
+def test_runtime_smoke_check_names_the_failing_kernel() -> None:
+    program = torch.export.export(ChannelsLastNorm().eval(), (torch.randn(1, 4, 6, 6),))
+    data = to_edge_transform_and_lower(program).to_executorch().buffer
+    assert not check_pte(data).findings  # structurally sound: only running it shows the failure
+    [finding] = check_pte(data, runtime=True).with_code("EG511")
+    assert "run forward: RuntimeError" in finding.message
+    assert "Check failed (tensor_is_default_dim_order(input))" in finding.message
+    assert "in operator aten::native_group_norm.out" in finding.message
 
 
 def test_reproducible_export(tmp_path: Path) -> None:

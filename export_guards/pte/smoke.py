@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
@@ -63,15 +63,23 @@ def smoke_test(
     for line in done.stdout.splitlines():
         if line.startswith('{"failure"'):
             failure = json.loads(line)["failure"]
-    stderr = [line for line in done.stderr.strip().splitlines() if _is_runtime_log(line)]
+    stderr = _telling(line for line in done.stderr.strip().splitlines() if _is_runtime_log(line))
     died = -done.returncode if done.returncode < 0 else None
     return SmokeRun(
         name,
         steps,
         failure=failure or (None if done.returncode <= 0 else f"the smoke run exited with {done.returncode}"),
         signal=signal.Signals(died).name if died else None,
-        stderr="\n".join(stderr[-5:]),
+        stderr="\n".join(stderr),
     )
+
+
+def _telling(lines: Iterable[str]) -> list[str]:
+    """The runtime log lines that say what went wrong (``Check failed (...)``, ``KernelCall
+    failed ... in operator ...``): at most two; else the last line."""
+    lines = list(lines)
+    telling = [line for line in lines if any(word in line.lower() for word in ("fail", "error", "missing", "out of range"))]
+    return telling[:2] or lines[-1:]
 
 
 def _is_runtime_log(line: str) -> bool:

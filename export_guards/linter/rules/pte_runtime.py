@@ -20,7 +20,7 @@ from export_guards.report import Severity
 )
 def runtime_smoke_failed(run: SmokeRun) -> Iterator[Hit]:
     where = run.last_step
-    said = f" (the runtime's log: {run.stderr.splitlines()[-1]})" if run.stderr else ""
+    said = f" (the runtime's log: {' '.join(run.stderr.split())})" if run.stderr else ""
     if run.signal:
         yield Hit(f"the runtime died with {run.signal} during '{where}' of {run.program}{said}")
     elif run.timed_out:

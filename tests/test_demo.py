@@ -1,0 +1,24 @@
+"""The demo, end to end in a child process as ``make demo`` runs it, on a small input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+
+
+def test_demo_exports_runs_and_writes_the_report(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--size", "64", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "convs on XNNPACK: 7 of 11" in done.stdout  # without the guards: spectral_norm convs left out
+    assert "convs on XNNPACK: 11 of 11" in done.stdout
+    assert (tmp_path / "segmentation.pte").read_bytes()[4:8] == b"ET12"
+    page = (tmp_path / "report.html").read_text()
+    assert "<table>" in page and page.count("<svg") == 2  # the table, and the latency and delegation charts
+    assert "<td>with export-guards</td><td>11/11</td>" in page
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| without export-guards | 7/11 |" in markdown and "EG210" in markdown
