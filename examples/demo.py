@@ -3,7 +3,8 @@ without and with the guards, measured side by side.
 
 1. The lint, on the torch.export program, before any guard runs.
 2. Without export-guards: ``to_edge_transform_and_lower`` with ``XnnpackPartitioner``. The
-   ``spectral_norm`` convs recompute their weight at every forward, so XNNPACK leaves them out.
+   ``spectral_norm`` convs recompute their weight at every forward, so XNNPACK leaves them out
+   (the lint of the lowered program gives XNNPACK's reason).
 3. With export-guards (``lower_with_guards``): the folds, every conv on XNNPACK.
 4. Both programs run in ``executorch.runtime``: latency, and outputs against eager.
 5. ``export-guards check`` on the written program, and a runtime smoke run.
@@ -26,6 +27,7 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
 
 import export_guards as eg
+from export_guards.partitioner_reasons import capture_partitioner_reasons
 from export_guards.testing.compare import compare_outputs
 
 HERE = Path(__file__).resolve().parent
@@ -58,24 +60,29 @@ class Clock:
 
 
 def latency(pte: bytes, inputs: list[torch.Tensor], runs: int) -> tuple[float, list[object]]:
-    """Best seconds per forward in ``executorch.runtime`` (after one warm-up run when runs > 1)."""
+    """Best seconds per forward in ``executorch.runtime`` over ``runs`` timed runs, after one
+    warm-up run; and the outputs."""
     method = Runtime.get().load_program(pte).load_method("forward")
-    outputs = method.execute(inputs)
-    if runs == 1:
-        return _timed(method, inputs)
-    return min(_timed(method, inputs)[0] for _ in range(runs)), list(outputs)
+    outputs = list(method.execute(inputs))
+    return min(_timed(method, inputs) for _ in range(runs)), outputs
 
 
-def _timed(method: object, inputs: list[torch.Tensor]) -> tuple[float, list[object]]:
+def _timed(method: object, inputs: list[torch.Tensor]) -> float:
     started = time.perf_counter()
-    outputs = method.execute(inputs)  # type: ignore[attr-defined]
-    return time.perf_counter() - started, list(outputs)
+    method.execute(inputs)  # type: ignore[attr-defined]
+    return time.perf_counter() - started
 
 
 def _eager_seconds(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> float:
     started = time.perf_counter()
     model(*inputs)
     return time.perf_counter() - started
+
+
+def _where(finding: eg.Finding) -> str:
+    """``examples/segmentation.py:84 (up.0.conv (Conv2d))``: the line, and the module that ran it."""
+    where = f"{_shown(Path(finding.location.file))}:{finding.location.line}" if finding.location else f"<method {finding.method}>"
+    return f"{where} ({finding.module})" if finding.module else where
 
 
 def _shown(path: Path) -> str:
@@ -112,23 +119,27 @@ def main() -> int:
             eager_seconds = min(_eager_seconds(model, inputs) for _ in range(TIMED_RUNS))
         print(f"input {list(inputs[0].shape)}, output {list(eager.shape)}, eager forward {eager_seconds * 1e3:,.0f} ms")
 
-    with clock.step("1. The lint, before any guard (export-guards lint --no-fold)"):
+    with clock.step("1. The lint of the torch.export program, before any guard (the fold off)"):
         lint = eg.lint(program, fold=False)
         print(lint)
 
-    with clock.step("2. Without export-guards: XNNPACK as is"):
-        plain = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    with clock.step("2. Without export-guards: XNNPACK as is, and the lint of what it left out"):
+        with capture_partitioner_reasons() as reasons:
+            plain = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        left_out = eg.lint(plain, stage="partitioned", fold=False, reasons={"forward": reasons}).with_code("EG401")
+        lint += eg.Report.of(left_out)
+        print(eg.Report.of(left_out))
         plain_pte = plain.to_executorch().buffer
         plain_convs = eg.delegation_summary(plain).count("convolution")
-        print(f"convs on XNNPACK: {plain_convs[0]} of {plain_convs[1]}; running it once (the spectral_norm convs run portable)...", flush=True)
+        print(f"convs on XNNPACK: {plain_convs[0]} of {plain_convs[1]}; one warm-up run, then one timed run...", flush=True)
         plain_seconds, plain_outputs = latency(plain_pte, list(inputs), runs=1)
         plain_error = compare_outputs(eager, plain_outputs, atol=1e-3, rtol=1e-3)[0].max_abs
         print(f"latency {plain_seconds * 1e3:,.0f} ms, max abs error vs eager {plain_error:.1e}")
 
     with clock.step("3. With export-guards: lower_with_guards (placement, lint, fold, XNNPACK)"):
         guarded = eg.lower_with_guards(program)
-        folds = [f.message for f in guarded.report.with_code("EG201")]
-        print("\n".join(folds))
+        folds = guarded.report.with_code("EG201")
+        print(eg.Report.of(folds))
         guarded_pte = guarded.to_pte()
         pte_path = out / "segmentation.pte"
         pte_path.write_bytes(guarded_pte)
@@ -160,11 +171,17 @@ def main() -> int:
         input_shape="x".join(str(d) for d in inputs[0].shape),
         eager_latency_s=eager_seconds,
         variants=[
-            variant("without export-guards", plain, plain_pte, plain_seconds, plain_error, "spectral_norm convs left portable"),
-            variant("with export-guards", guarded.edge, guarded_pte, guarded_seconds, comparison.max_abs, "folded, every conv on XNNPACK"),
+            variant(
+                "without export-guards", plain, plain_pte, plain_seconds, plain_error,
+                "spectral_norm convs left on portable kernels; one timed run after a warm-up",
+            ),
+            variant(
+                "with export-guards", guarded.edge, guarded_pte, guarded_seconds, comparison.max_abs,
+                f"weights folded, every conv on XNNPACK; best of {TIMED_RUNS} after a warm-up",
+            ),
         ],
-        lint=[(f.code, f.severity.value, _shown(Path(f.location.file)) + f":{f.location.line}" if f.location else f"<method {f.method}>", f.message) for f in lint],
-        folds=folds,
+        lint=[(f.code, f.severity.value, _where(f), f.message) for f in lint],
+        folds=[(f.constant or "", f.message) for f in folds],
         check="no findings (structure and runtime smoke run)" if not check.findings else str(check),
         pte_path=_shown(pte_path),
         timings=clock.steps,

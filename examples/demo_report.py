@@ -33,7 +33,7 @@ class DemoResult:
     eager_latency_s: float
     variants: list[Variant]
     lint: list[tuple[str, str, str, str]]  # code, severity, where, message
-    folds: list[str]
+    folds: list[tuple[str, str]]  # the parameter it made, the message
     check: str
     pte_path: str
     timings: list[tuple[str, float]] = field(default_factory=list)
@@ -41,18 +41,40 @@ class DemoResult:
 
 def render_markdown(result: DemoResult) -> str:
     lines = [f"# export-guards demo: {result.model}", "", f"**{result.headline}**", "", f"Input {result.input_shape}.", ""]
-    lines += ["| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager |", "|---|---|---|---|---|---|"]
+    lines += ["| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager | note |", "|---|---|---|---|---|---|---|"]
     for v in result.variants:
         lines.append(
             f"| {v.name} | {v.convs_delegated}/{v.convs_total} | {v.compute_delegated}/{v.compute_total} | "
-            f"{_megabytes(v.pte_bytes)} | {_latency(v.latency_s)} | {_error(v.max_abs_error)} |"
+            f"{_megabytes(v.pte_bytes)} | {_latency(v.latency_s)} | {_error(v.max_abs_error)} | {v.note} |"
         )
-    lines.append(f"| eager PyTorch (reference) | | | | {_latency(result.eager_latency_s)} | |")
-    lines += ["", f"## Lint before the guards ({len(result.lint)} findings)", ""]
+    lines.append(f"| eager PyTorch (reference) | | | | {_latency(result.eager_latency_s)} | | |")
+    lines += ["", COMPUTE_OPS, "", EAGER]
+    lines += ["", f"## Lint without the guards ({len(result.lint)} findings)", ""]
     lines += [f"- `{code}` [{severity}] {where}: {message}" for code, severity, where, message in result.lint]
-    lines += ["", f"## Folds ({len(result.folds)})", ""] + [f"- {fold}" for fold in result.folds]
+    for title, folds in _fold_groups(result):
+        lines += ["", f"## {title} ({len(folds)})", ""] + [f"- {message}" for message in folds]
     lines += ["", "## The written program", "", f"`{result.pte_path}`: `export-guards check`: {result.check}", ""]
-    return "\n".join(lines)
+    lines += ["## Where the demo's time went", ""] + [f"- {step}: {seconds:.1f} s" for step, seconds in result.timings]
+    return "\n".join(lines) + "\n"
+
+
+COMPUTE_OPS = (
+    "Compute ops are convolutions, linears and matrix products (batched or not): the ops a "
+    "delegate is for. The rest (norms, activations, reshapes) runs where the partitioner puts it."
+)
+EAGER = (
+    "Eager PyTorch is a reference, not a target: it runs every op on its own multi-threaded "
+    "kernels, while in executorch.runtime the ops XNNPACK does not take here (GroupNorm, GELU, "
+    "PixelShuffle, the reflect padding) run on ExecuTorch's portable kernels, on one thread."
+)
+
+
+def _fold_groups(result: DemoResult) -> list[tuple[str, list[str]]]:
+    """The reparametrized weights first: they are what XNNPACK needed; then the other folds."""
+    weights = [message for made, message in result.folds if made.endswith(".weight")]
+    others = [message for made, message in result.folds if not made.endswith(".weight")]
+    groups = [("Weights folded into static parameters", weights), ("Other constant-only computations folded", others)]
+    return [(title, folds) for title, folds in groups if folds]
 
 
 def render_html(result: DemoResult) -> str:
@@ -78,7 +100,10 @@ def render_html(result: DemoResult) -> str:
         f"<tr><td><code>{e(code)}</code></td><td class={e(severity)}>{e(severity)}</td><td>{e(where)}</td><td>{e(message)}</td></tr>"
         for code, severity, where, message in result.lint
     )
-    folds = "".join(f"<li>{e(fold)}</li>" for fold in result.folds)
+    folds = "".join(
+        f"<h2>{e(title)} ({len(group)})</h2><ul>" + "".join(f"<li>{e(fold)}</li>" for fold in group) + "</ul>"
+        for title, group in _fold_groups(result)
+    )
     timings = "".join(f"<tr><td>{e(step)}</td><td>{seconds:.1f} s</td></tr>" for step, seconds in result.timings)
     return f"""<!doctype html>
 <html lang=en><head><meta charset=utf-8><title>export-guards demo: {e(result.model)}</title>
@@ -87,6 +112,7 @@ body {{ font: 15px/1.45 system-ui, sans-serif; max-width: 1000px; margin: 2em au
 table {{ border-collapse: collapse; margin: 1em 0 }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-align: top }}
 th {{ background: #f3f3f3 }} tr.ref td {{ color: #666 }} .error {{ color: #b00 }} .warning {{ color: #a60 }} .info {{ color: #06c }}
 .headline {{ font-size: 1.15em; background: #eef5ee; border-left: 4px solid #2a8a2a; padding: .6em .9em }}
+.small {{ font-size: .9em; color: #555 }}
 .charts {{ display: flex; gap: 2em; flex-wrap: wrap }} code {{ background: #f3f3f3; padding: 0 .2em }}
 </style></head><body>
 <h1>export-guards demo: {e(result.model)}</h1>
@@ -94,10 +120,11 @@ th {{ background: #f3f3f3 }} tr.ref td {{ color: #666 }} .error {{ color: #b00 }
 <p>Input {e(result.input_shape)}, lowered with <code>XnnpackPartitioner</code>, run in <code>executorch.runtime</code> on this machine's CPU.</p>
 <h2>Before and after</h2>
 <table><tr><th>export</th><th>convs on XNNPACK</th><th>compute ops delegated</th><th>.pte</th><th>latency</th><th>max abs error vs eager</th><th>note</th></tr>{rows}</table>
+<p class=small>{e(COMPUTE_OPS)} {e(EAGER)}</p>
 <div class=charts>{latency}{delegation}</div>
-<h2>Lint before the guards ({len(result.lint)} findings)</h2>
+<h2>Lint without the guards ({len(result.lint)} findings)</h2>
 <table><tr><th>code</th><th>severity</th><th>where</th><th>message</th></tr>{lint}</table>
-<h2>Folds ({len(result.folds)})</h2><ul>{folds}</ul>
+{folds}
 <h2>The written program</h2><p><code>{e(result.pte_path)}</code>: <code>export-guards check</code>: {e(result.check)}</p>
 <h2>Where the demo's time went</h2><table>{timings}</table>
 </body></html>

@@ -10,6 +10,7 @@ import pytest
 
 import decoder
 import device_constants
+import segmentation
 
 
 @pytest.mark.parametrize("api", ["plain", "spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed"])
@@ -25,3 +26,8 @@ def test_decoder_runs_on_xnnpack_and_matches_eager(api, check_export, assert_del
 def test_linear_relu_exports_from_any_device(eg_device, check_export):
     model, inputs = device_constants.model(eg_device)
     check_export(model, inputs, extra_inputs=[(inputs[0] * -1,)])
+
+
+def test_segmentation_runs_on_xnnpack_and_matches_eager(check_export, assert_delegated):
+    model, inputs = segmentation.model(size=40)  # padded to 48 by the model, as 400 is to 400
+    assert_delegated(check_export(model, inputs, atol=1e-3, rtol=1e-3))  # every compute op on XNNPACK
