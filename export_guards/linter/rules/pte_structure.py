@@ -7,21 +7,11 @@ import math
 from collections.abc import Iterable, Iterator
 
 from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir.schema import (
-    Tensor,
-    TensorDataLocation,
-    TensorShapeDynamism,
-)
+from executorch.exir.schema import ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
 
 from export_guards.linter.registry import Hit, rule
 from export_guards.pte.context import REEXPORT, PteContext
-from export_guards.pte.file import (
-    FILE_IDENTIFIER,
-    MIN_ALIGNMENT,
-    PteFile,
-    describe_tensor,
-    tensor_nbytes,
-)
+from export_guards.pte.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile, describe_tensor, tensor_nbytes
 from export_guards.report import Severity
 
 @rule(
@@ -179,6 +169,30 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
             else:
                 continue
             yield from (Hit(f"{where} {problem}", method=plan.name, severity=severity) for problem, severity in problems)
+        yield from _oversized_arenas(plan)
+
+
+def _oversized_arenas(plan: ExecutionPlan) -> Iterator[Hit]:
+    """An arena far larger than its tensors reach: the runtime allocates all of it at load (a
+    damaged size asks for gigabytes, and the load stalls or is killed for memory)."""
+    reach: dict[int, int] = {}
+    for value in plan.values:
+        tensor = value.val
+        if isinstance(tensor, Tensor) and tensor.allocation_info is not None:
+            slot = tensor.allocation_info
+            end = slot.memory_offset_low + (slot.memory_offset_high << 32) + (tensor_nbytes(tensor) or 0)
+            reach[slot.memory_id] = max(reach.get(slot.memory_id, 0), end)
+    for memory_id, size in enumerate(plan.non_const_buffer_sizes or []):
+        used = reach.get(memory_id, 0)
+        if size > 2 * used + ARENA_SLACK:
+            yield Hit(
+                f"memory arena {memory_id} of method '{plan.name}' is {size:,} bytes, but its tensors "
+                f"reach only {used:,}: the runtime allocates all of it when it loads the method",
+                method=plan.name,
+            )
+
+
+ARENA_SLACK = 1 << 20  # planners align and may round up; a megabyte more is never a damaged size
 
 
 def _constant_problems(pte: PteFile, tensor: Tensor, nbytes: int, alignment: int) -> Iterator[tuple[str, Severity | None]]:
