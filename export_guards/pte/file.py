@@ -364,19 +364,24 @@ def _time_limit(seconds: float) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
+    armed = [True]
 
     def expire(signum: int, frame: object) -> None:
-        raise _ParseTimeout
+        if armed[0]:
+            raise _ParseTimeout
 
     started = time.monotonic()
     previous_handler = signal.signal(signal.SIGALRM, expire)
-    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    # Repeating: an exception raised while a weakref callback or __del__ runs is swallowed, so
+    # the alarm fires again until one lands in the parse.
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
     if previous_delay and previous_delay < seconds:
         signal.signal(signal.SIGALRM, previous_handler)  # the caller's alarm comes first
         signal.setitimer(signal.ITIMER_REAL, previous_delay, previous_interval)
     try:
         yield
     finally:
+        armed[0] = False  # first: a tick from here on raises nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
         remaining = previous_delay - (time.monotonic() - started)
