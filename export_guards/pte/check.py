@@ -31,11 +31,13 @@ def check_pte(
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
-    Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509:
+    Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509
+    and EG512:
     the header, magic and version; every segment and constant offset inside the file; the
     alignment of constant and delegate data; each tensor's constant buffer and memory slot against
     its shape and dtype; each delegate's processed data; every named-data key a delegate or an
-    external tensor uses (present, unique, in bounds, large enough); and the ``.ptd`` files.
+    external tensor uses (present, unique, in bounds, large enough); the ``.ptd`` files; and
+    each instruction's operator, delegate and values.
     The file is memory-mapped: only the headers, the flatbuffer and delegate payloads are read.
 
     Args:
