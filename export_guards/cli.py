@@ -144,7 +144,7 @@ def _check(args: argparse.Namespace) -> int:
         _progress(f"checking {args.program}")
         try:
             report += check_pte(args.program, data_files=args.data, config=config, runtime=args.runtime)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # a path that is not a file; --runtime with two --data
             raise UsageError(str(error)) from None
     if args.reproducible is not None:
         backend, placement, fold = _export_settings(args, settings)

@@ -192,6 +192,8 @@ def test_check_command_exit_codes(programs: dict[str, Written], tmp_path: Path) 
 def test_check_command_with_data_files_and_sarif(programs: dict[str, Written]) -> None:
     written = programs["external"]
     assert run("check", str(written.pte), *[a for p in written.data_files for a in ("--data", str(p))]).returncode == 0
+    two = run("check", str(written.pte), "--runtime", *[a for p in written.data_files * 2 for a in ("--data", str(p))])
+    assert two.returncode == 2 and "the runtime smoke run loads one data file" in two.stderr
     done = run("check", str(written.pte), "--format", "sarif")
     assert done.returncode == 1
     assert {r["ruleId"] for r in json.loads(done.stdout)["runs"][0]["results"]} == {"EG508"}
