@@ -25,12 +25,12 @@ class SmokeRun:
     """What happened when the runtime loaded and ran the program.
 
     Attributes:
-        program: the ``.pte`` path.
+        program: how findings name the program (its path, or ``<bytes>``).
         steps: what the child did, in order (``"load"``, ``"run forward"``, ``"ran forward"``).
         failure: the exception the runtime raised, if any (``"run forward: RuntimeError: ..."``).
         signal: the signal that killed the child (``"SIGSEGV"``), if any.
         timed_out: whether it ran past its time limit.
-        stderr: the runtime's last log lines.
+        stderr: the runtime's log lines that say what went wrong (at most two).
     """
 
     program: str
