@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from export_guards.pte.external import PtdFile
-from export_guards.pte.file import PteFile, Region
+from export_guards.pte.file import Delegate, PteFile, Region
+from export_guards.pte.flatc import DecodeError
+from export_guards.pte.xnnpack import BACKEND_ID, XnnPayload, read_payload
 
 __all__ = ["REEXPORT", "PteContext"]
 
@@ -29,3 +31,16 @@ class PteContext:
             found.update((key, (ptd.name, region)) for key, region in ptd.named_data.items())
         found.update((key, (self.pte.name, region)) for key, region in self.pte.named_data.items())
         return found
+
+    @cached_property
+    def xnnpack_payloads(self) -> list[tuple[Delegate, XnnPayload | DecodeError]]:
+        """Each XNNPACK delegate that has data, with its decoded payload or why it cannot be
+        decoded: decoded once, for every rule that reads it."""
+        decoded: list[tuple[Delegate, XnnPayload | DecodeError]] = []
+        for delegate in self.pte.delegates:
+            if delegate.backend == BACKEND_ID and delegate.data:
+                try:
+                    decoded.append((delegate, read_payload(delegate.data)))
+                except DecodeError as error:
+                    decoded.append((delegate, error))
+        return decoded

@@ -98,17 +98,15 @@ class SubsegmentTable:
 
     Attributes:
         label: what it holds, ``"constant data"`` or ``"mutable data 0"``.
+        name: what it is, ``"constant segment"`` or ``"mutable data segment 0"``.
         table: the program's offsets table.
         segment: the segment, or None when its index does not exist.
     """
 
     label: str
+    name: str
     table: SubsegmentOffsets
     segment: Region | None
-
-    @property
-    def name(self) -> str:
-        return self.label.replace(" data", " segment") if self.label == "constant data" else f"{self.label} segment"
 
     @property
     def buffer_sizes(self) -> list[int | None]:
@@ -245,13 +243,16 @@ class PteFile:
         if program is None or not (program.constant_segment and program.constant_segment.offsets and program.segments):
             return None
         table = program.constant_segment
-        return SubsegmentTable("constant data", table, self.segment(table.segment_index))
+        return SubsegmentTable("constant data", "constant segment", table, self.segment(table.segment_index))
 
     @cached_property
     def mutable_tables(self) -> list[SubsegmentTable]:
         """The mutable data segments: initial values of mutable buffers."""
         tables = self.program.mutable_data_segments if self.program else None
-        return [SubsegmentTable(f"mutable data {i}", t, self.segment(t.segment_index)) for i, t in enumerate(tables or [])]
+        return [
+            SubsegmentTable(f"mutable data {i}", f"mutable data segment {i}", t, self.segment(t.segment_index))
+            for i, t in enumerate(tables or [])
+        ]
 
     @property
     def subsegment_tables(self) -> list[SubsegmentTable]:

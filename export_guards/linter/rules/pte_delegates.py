@@ -11,7 +11,7 @@ from export_guards.linter.registry import Hit, rule
 from export_guards.pte.context import REEXPORT, PteContext
 from export_guards.pte.file import describe_tensor, tensor_nbytes
 from export_guards.pte.flatc import DecodeError
-from export_guards.pte.xnnpack import BACKEND_ID, NO_OFFSET, XnnPayload, read_payload
+from export_guards.pte.xnnpack import NO_OFFSET, XnnPayload
 from export_guards.report import Severity
 
 @rule(
@@ -31,12 +31,10 @@ def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
             yield Hit(f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file", method=delegate.method)
         elif not delegate.data:
             yield Hit(f"{delegate}: its processed data ({delegate.where}) is empty", method=delegate.method)
-        elif delegate.backend == BACKEND_ID:
-            try:
-                payload = read_payload(delegate.data)
-            except DecodeError as error:
-                yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {error}", method=delegate.method)
-                continue
+    for delegate, payload in context.xnnpack_payloads:
+        if isinstance(payload, DecodeError):
+            yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {payload}", method=delegate.method)
+        else:
             yield from _inline_constants_out_of_bounds(payload, str(delegate), delegate.method)
 
 
@@ -107,12 +105,8 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
     if program is None:
         return
     available = context.named_data
-    for delegate in context.pte.delegates:
-        if delegate.backend != BACKEND_ID or not delegate.data:
-            continue
-        try:
-            payload = read_payload(delegate.data)
-        except DecodeError:
+    for delegate, payload in context.xnnpack_payloads:
+        if isinstance(payload, DecodeError):
             continue  # EG506 reports it
         for constant in payload.constants:
             if not constant.named_key:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir.schema import ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
+from executorch.exir.schema import AllocationDetails, ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
 
 from export_guards.linter.registry import Hit, rule
 from export_guards.pte.context import REEXPORT, PteContext
@@ -180,7 +180,7 @@ def _oversized_arenas(plan: ExecutionPlan) -> Iterator[Hit]:
         tensor = value.val
         if isinstance(tensor, Tensor) and tensor.allocation_info is not None:
             slot = tensor.allocation_info
-            end = slot.memory_offset_low + (slot.memory_offset_high << 32) + (tensor_nbytes(tensor) or 0)
+            end = _offset(slot) + (tensor_nbytes(tensor) or 0)
             reach[slot.memory_id] = max(reach.get(slot.memory_id, 0), end)
     for memory_id, size in enumerate(plan.non_const_buffer_sizes or []):
         used = reach.get(memory_id, 0)
@@ -223,7 +223,7 @@ def _initial_value_problems(pte: PteFile, tensor: Tensor, nbytes: int) -> Iterat
 def _slot_problems(tensor: Tensor, nbytes: int, arenas: list[int]) -> Iterator[tuple[str, Severity | None]]:
     slot = tensor.allocation_info
     assert slot is not None
-    offset = slot.memory_offset_low + (slot.memory_offset_high << 32)
+    offset = _offset(slot)
     if not 0 <= slot.memory_id < len(arenas):
         yield f"is planned in memory arena {slot.memory_id}, of {len(arenas)}", None
     elif offset + nbytes > arenas[slot.memory_id]:
@@ -232,6 +232,11 @@ def _slot_problems(tensor: Tensor, nbytes: int, arenas: list[int]) -> Iterator[t
             f"{arenas[slot.memory_id]}: the runtime would write past it",
             None,
         )
+
+
+def _offset(slot: AllocationDetails) -> int:
+    """A memory-plan slot's offset in its arena (stored as two 32-bit halves)."""
+    return slot.memory_offset_low + (slot.memory_offset_high << 32)
 
 
 def _padded(nbytes: int, alignment: int) -> int:
