@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench bench-placement bench-fold bench-lint bench-check clean
+.PHONY: demo test bench bench-placement bench-fold bench-lint bench-check bench-cli clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/fold.py
 	$(PY) benchmarks/lint.py
 	$(PY) benchmarks/pte_check.py
+	$(PY) benchmarks/cli_startup.py
 
 bench-placement: $(INSTALLED)
 	$(PY) benchmarks/placement.py
@@ -35,6 +36,9 @@ bench-lint: $(INSTALLED)
 
 bench-check: $(INSTALLED)
 	$(PY) benchmarks/pte_check.py
+
+bench-cli: $(INSTALLED)
+	$(PY) benchmarks/cli_startup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

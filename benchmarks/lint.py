@@ -22,7 +22,7 @@ from executorch.exir import to_edge_transform_and_lower
 from torch import nn
 
 import export_guards as eg
-from export_guards.partitioner_reasons import capture_partitioner_reasons
+from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 
 
 class Chain(nn.Module):

@@ -27,7 +27,7 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
 
 import export_guards as eg
-from export_guards.partitioner_reasons import capture_partitioner_reasons
+from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.testing.compare import compare_outputs
 
 HERE = Path(__file__).resolve().parent

@@ -10,60 +10,68 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from export_guards.constant_fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
-    from export_guards.delegation import DelegationSummary, delegation_summary
+    from export_guards.analysis.delegation import DelegationSummary, delegation_summary
     from export_guards.errors import ConstantPlacementError, GuardError, LintError
-    from export_guards.linter import RULES, LintConfig, LintPass, lint
-    from export_guards.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
-    from export_guards.passes import guard_passes
-    from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
-    from export_guards.placement import (
+    from export_guards.linter import LintConfig, lint
+    from export_guards.passes.defaults import guard_passes
+    from export_guards.passes.fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
+    from export_guards.passes.lint import LintPass
+    from export_guards.passes.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
+    from export_guards.passes.placement import (
         CONSTANT_COPIED,
         CONSTANT_ON_DEVICE,
         CONSTANT_WITHOUT_DATA,
         ConstantPlacementPass,
-        PlacementPolicy,
         check_constant_placement,
         guard_constant_placement,
     )
+    from export_guards.passes.result import GuardPassResult
+    from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
     from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
     from export_guards.report import Finding, Report, Severity, SourceLocation
+    from export_guards.ruleset import CATALOG as RULES
+    from export_guards.ruleset import Rule
+    from export_guards.settings import PlacementPolicy, Settings
 
 _EXPORTS = {
-    "CONSTANT_COPIED": "export_guards.placement",
-    "CONSTANT_FOLDED": "export_guards.constant_fold",
-    "CONSTANT_ON_DEVICE": "export_guards.placement",
-    "CONSTANT_WITHOUT_DATA": "export_guards.placement",
+    "CONSTANT_COPIED": "export_guards.passes.placement",
+    "CONSTANT_FOLDED": "export_guards.passes.fold",
+    "CONSTANT_ON_DEVICE": "export_guards.passes.placement",
+    "CONSTANT_WITHOUT_DATA": "export_guards.passes.placement",
     "ConstantPlacementError": "export_guards.errors",
-    "ConstantPlacementPass": "export_guards.placement",
-    "DelegationSummary": "export_guards.delegation",
+    "ConstantPlacementPass": "export_guards.passes.placement",
+    "DelegationSummary": "export_guards.analysis.delegation",
     "ExportFailed": "export_guards.pte.check",
     "Finding": "export_guards.report",
-    "FoldConstantsPass": "export_guards.constant_fold",
+    "FoldConstantsPass": "export_guards.passes.fold",
     "GuardError": "export_guards.errors",
+    "GuardPassResult": "export_guards.passes.result",
     "GuardedExport": "export_guards.pipeline",
     "LintConfig": "export_guards.linter",
     "LintError": "export_guards.errors",
-    "LintPass": "export_guards.linter",
-    "PARAMETRIZATION_FOLDED": "export_guards.module_fold",
-    "PlacementPolicy": "export_guards.placement",
-    "RULES": "export_guards.linter",
+    "LintPass": "export_guards.passes.lint",
+    "PARAMETRIZATION_FOLDED": "export_guards.passes.module_fold",
+    "PlacementPolicy": "export_guards.settings",
+    "RULES": "export_guards.ruleset",
     "Report": "export_guards.report",
+    "Rule": "export_guards.ruleset",
+    "Settings": "export_guards.settings",
     "Severity": "export_guards.report",
     "SourceLocation": "export_guards.report",
-    "check_constant_placement": "export_guards.placement",
+    "check_constant_placement": "export_guards.passes.placement",
     "check_pte": "export_guards.pte.check",
     "check_reproducible": "export_guards.pte.check",
     "compare_pte": "export_guards.pte.check",
-    "delegation_summary": "export_guards.delegation",
+    "delegation_summary": "export_guards.analysis.delegation",
     "export_with_guards": "export_guards.pipeline",
-    "fold_constants": "export_guards.constant_fold",
-    "fold_parametrizations": "export_guards.module_fold",
-    "guard_constant_placement": "export_guards.placement",
-    "guard_passes": "export_guards.passes",
+    "fold_constants": "export_guards.passes.fold",
+    "fold_parametrizations": "export_guards.passes.module_fold",
+    "guard_constant_placement": "export_guards.passes.placement",
+    "guard_passes": "export_guards.passes.defaults",
     "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",
 }
+_RENAMED = {"RULES": "CATALOG"}  # public name -> the name in its module
 
 __all__ = [
     "CONSTANT_COPIED",
@@ -77,6 +85,7 @@ __all__ = [
     "Finding",
     "FoldConstantsPass",
     "GuardError",
+    "GuardPassResult",
     "GuardedExport",
     "LintConfig",
     "LintError",
@@ -85,6 +94,8 @@ __all__ = [
     "PlacementPolicy",
     "RULES",
     "Report",
+    "Rule",
+    "Settings",
     "Severity",
     "SourceLocation",
     "check_constant_placement",
@@ -106,7 +117,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'export_guards' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
     globals()[name] = value
     return value
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import tomllib
 import traceback
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
 from export_guards.targets import first_line
 
 __all__ = ["main"]
@@ -47,8 +46,8 @@ def _parser() -> argparse.ArgumentParser:
 
     lint = commands.add_parser("lint", help="export a model with the guards and report what would go wrong")
     lint.add_argument("target", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs)")
-    lint.add_argument("--backend", choices=["xnnpack", "portable"], help="partitioner to lower with (default xnnpack)")
-    lint.add_argument("--placement", choices=["error", "copy"], help="device constants: report them, or copy them to the host (default error)")
+    lint.add_argument("--backend", choices=BACKENDS, help="partitioner to lower with (default xnnpack)")
+    lint.add_argument("--placement", choices=PLACEMENT_POLICIES, help="device constants: report them, or copy them to the host (default error)")
     lint.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help="fold constant-only weights (default on)")
     _report_options(lint)
     lint.add_argument("--output", type=Path, help="write the .pte here when nothing at or above the fail level was found")
@@ -60,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
     check.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
     check.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
-    check.add_argument("--backend", choices=["xnnpack", "portable"], help="partitioner for --reproducible (default xnnpack)")
-    check.add_argument("--placement", choices=["error", "copy"], help="device constants, for --reproducible (default error)")
+    check.add_argument("--backend", choices=BACKENDS, help="partitioner for --reproducible (default xnnpack)")
+    check.add_argument("--placement", choices=PLACEMENT_POLICIES, help="device constants, for --reproducible (default error)")
     check.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help="fold constant-only weights, for --reproducible (default on)")
     _report_options(check)
     check.set_defaults(run=_check)
@@ -84,11 +83,8 @@ def _report_options(command: argparse.ArgumentParser) -> None:
 
 
 def _lint(args: argparse.Namespace) -> int:
-    settings = _pyproject_settings(args.config)
-    config = _config(args, settings)
+    settings = _settings(args)
     from export_guards.render import FORMATS
-
-    backend, placement, fold = _export_settings(args, settings)
 
     try:
         # stdout carries only the report: what the model's code prints goes to stderr.
@@ -101,8 +97,9 @@ def _lint(args: argparse.Namespace) -> int:
             from export_guards.pipeline import lower_with_guards
 
             program = torch.export.export(model, inputs)
-            _progress(f"linting and lowering ({backend}, placement={placement}, fold={'on' if fold else 'off'})")
-            result = lower_with_guards(program, backend=backend, placement=placement, fold=fold, config=config)
+            fold = "on" if settings.fold else "off"
+            _progress(f"linting and lowering ({settings.backend}, placement={settings.placement}, fold={fold})")
+            result = lower_with_guards(program, config=settings)
     except UsageError:
         raise
     except Exception as error:  # the model failed to export: summarise, exit 2
@@ -114,13 +111,13 @@ def _lint(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     sys.stdout.write(FORMATS[args.format](result.report))
-    failing = result.report.at_least(config.fail_level)
+    failing = result.report.at_least(settings.fail_level)
     if result.edge is None:  # a constant the host cannot read stopped the export: never clean
         _progress("the export stopped before lowering (see the EG101 / EG102 findings)")
         return EXIT_FINDINGS
     if args.output is not None:
         if failing:
-            _progress(f"not writing {args.output}: {len(failing)} finding(s) at or above {config.fail_level.value}")
+            _progress(f"not writing {args.output}: {len(failing)} finding(s) at or above {settings.fail_level.value}")
         else:
             try:
                 args.output.write_bytes(result.to_pte())
@@ -133,8 +130,7 @@ def _lint(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     if args.program is None and args.reproducible is None:
         raise UsageError("give a .pte file to check, or --reproducible path/to/file.py:factory")
-    settings = _pyproject_settings(args.config)
-    config = _config(args, settings)
+    settings = _settings(args)
     from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
     from export_guards.render import FORMATS
     from export_guards.report import Report
@@ -143,37 +139,42 @@ def _check(args: argparse.Namespace) -> int:
     if args.program is not None:
         _progress(f"checking {args.program}")
         try:
-            report += check_pte(args.program, data_files=args.data, config=config, runtime=args.runtime)
+            report += check_pte(args.program, data_files=args.data, config=settings, runtime=args.runtime)
         except (OSError, ValueError) as error:  # a path that is not a file; --runtime with two --data
             raise UsageError(str(error)) from None
     if args.reproducible is not None:
-        backend, placement, fold = _export_settings(args, settings)
-        _progress(f"exporting {args.reproducible} twice, in separate processes ({backend})")
+        _progress(f"exporting {args.reproducible} twice, in separate processes ({settings.backend})")
         try:
-            report += check_reproducible(args.reproducible, backend=backend, placement=placement, fold=fold, config=config)
+            report += check_reproducible(
+                args.reproducible,
+                backend=settings.backend,
+                placement=settings.placement,
+                fold=settings.fold,
+                config=settings,
+            )
         except ExportFailed as error:
             raise UsageError(str(error)) from None
     sys.stdout.write(FORMATS[args.format](report))
-    return EXIT_FINDINGS if report.at_least(config.fail_level) else EXIT_CLEAN
+    return EXIT_FINDINGS if report.at_least(settings.fail_level) else EXIT_CLEAN
 
 
 def _rules(args: argparse.Namespace) -> int:
-    from export_guards.linter import RULES
+    from export_guards.ruleset import CATALOG
 
-    width = max(len(r.name) for r in RULES.values())
-    for code, registered in sorted(RULES.items()):
+    width = max(len(r.name) for r in CATALOG.values())
+    for code, registered in CATALOG.items():
         print(f"{code}  {registered.name:<{width}}  {registered.severity.value:<7}  {registered.summary}")
     return EXIT_CLEAN
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from export_guards.linter import RULES
+    from export_guards.ruleset import CATALOG, STAGES
 
     code = args.code.strip().upper()
-    registered = RULES.get(code)
+    registered = CATALOG.get(code)
     if registered is None:
         raise UsageError(f"no rule {args.code!r}; `export-guards rules` lists them")
-    print(f"{code} {registered.name} ({registered.severity.value}, runs on the {registered.stage} program)\n")
+    print(f"{code} {registered.name} ({registered.severity.value}; {STAGES[registered.stage]})\n")
     print(registered.summary)
     print(f"\nHow to fix: {registered.fix}")
     page = _rule_page(code)
@@ -192,43 +193,24 @@ def _rule_page(code: str) -> str:
     return next(("## " + s.strip() for s in sections if s.startswith(code)), "")
 
 
-def _pyproject_settings(path: Path | None) -> dict[str, Any]:
-    candidate = path or Path("pyproject.toml")
-    if not candidate.is_file():
-        if path is not None:
-            raise UsageError(f"no configuration file at {path}")
-        return {}
+def _settings(args: argparse.Namespace) -> Settings:
+    """``[tool.export-guards]`` of ``--config`` (default ./pyproject.toml), then the command line."""
+    path = args.config or Path("pyproject.toml")
+    if args.config is not None and not path.is_file():
+        raise UsageError(f"no configuration file at {path}")
+    given = {
+        "select": _split(args.select) if args.select else None,
+        "ignore": _split(args.ignore) if args.ignore else None,
+        "fail_level": args.fail_level,
+        "backend": getattr(args, "backend", None),
+        "placement": getattr(args, "placement", None),
+        "fold": getattr(args, "fold", None),
+    }
     try:
-        with open(candidate, "rb") as file:
-            return dict(tomllib.load(file).get("tool", {}).get("export-guards", {}))
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"{candidate} is not valid TOML: {error}") from None
-
-
-def _export_settings(args: argparse.Namespace, settings: dict[str, Any]) -> tuple[str, str, bool]:
-    """Backend, placement policy and fold: the command line, else ``[tool.export-guards]``."""
-    backend = args.backend or settings.get("backend", "xnnpack")
-    placement = args.placement or settings.get("placement", "error")
-    fold = args.fold if args.fold is not None else bool(settings.get("fold", True))
-    return backend, placement, fold
-
-
-def _config(args: argparse.Namespace, settings: dict[str, Any]) -> Any:
-    """The lint configuration: ``[tool.export-guards]``, then the command line's options."""
-    from export_guards.linter import LintConfig
-    from export_guards.report import Severity
-
-    try:
-        config = LintConfig.from_mapping(settings)
-    except ValueError as error:
+        settings = Settings.from_pyproject(path) if path.is_file() else Settings()
+        return settings.updated({k: v for k, v in given.items() if v is not None}, "the command line")
+    except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
-    if args.select:
-        config = replace(config, select=_split(args.select))
-    if args.ignore:
-        config = replace(config, ignore=_split(args.ignore))
-    if args.fail_level:
-        config = replace(config, fail_level=Severity(args.fail_level))
-    return config
 
 
 def _target(target: str) -> tuple[Any, tuple[Any, ...]]:

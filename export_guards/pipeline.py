@@ -4,25 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, final
+from typing import final
 
 import torch
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
 
-from export_guards.constant_fold import FoldConstantsPass
-from export_guards.delegation import DelegationSummary, delegation_summary
+from export_guards.analysis.delegation import DelegationSummary, delegation_summary
+from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.errors import GuardError
-from export_guards.linter import LintConfig, lint
-from export_guards.partitioner_reasons import capture_partitioner_reasons
-from export_guards.passes import guard_passes
-from export_guards.placement import ConstantPlacementPass, PlacementPolicy, check_constant_placement
+from export_guards.linter import LINT_RULES, lint
+from export_guards.linter.rules.placement import PLACEMENT_RULES
+from export_guards.passes.defaults import guard_passes
+from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement
+from export_guards.passes.result import GuardPassResult
 from export_guards.report import Report
+from export_guards.ruleset import settle
+from export_guards.settings import Backend, PlacementPolicy, Settings
 
 __all__ = ["Backend", "GuardedExport", "export_with_guards", "lower_with_guards"]
-
-Backend = Literal["xnnpack", "portable"]
-"""``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing."""
 
 
 @final
@@ -61,10 +62,10 @@ def export_with_guards(
     model: torch.nn.Module,
     example_inputs: Sequence[object],
     *,
-    backend: Backend = "xnnpack",
-    placement: PlacementPolicy = "error",
-    fold: bool = True,
-    config: LintConfig | None = None,
+    backend: Backend | None = None,
+    placement: PlacementPolicy | None = None,
+    fold: bool | None = None,
+    config: Settings | None = None,
 ) -> GuardedExport:
     """``torch.export`` ``model`` on ``example_inputs``, then :func:`lower_with_guards`."""
     return lower_with_guards(
@@ -79,51 +80,74 @@ def export_with_guards(
 def lower_with_guards(
     program: ExportedProgram,
     *,
-    backend: Backend = "xnnpack",
-    placement: PlacementPolicy = "error",
-    fold: bool = True,
-    config: LintConfig | None = None,
+    backend: Backend | None = None,
+    placement: PlacementPolicy | None = None,
+    fold: bool | None = None,
+    config: Settings | None = None,
 ) -> GuardedExport:
     """Guard, lint and lower a torch.export program; never crashes on a device constant.
 
+    ``backend``, ``placement`` and ``fold`` default to ``config``'s (``"xnnpack"``,
+    ``"error"``, on).
+
     1. ``placement="copy"`` copies device constants to the host (EG103 findings).
     2. The program-stage lint (EG1xx-EG3xx). A constant the host cannot read (EG101 / EG102)
-       stops here: the report says why, and ``edge`` is ``None``.
+       stops here, whatever the settings select (lowering would crash): the report says
+       why, and ``edge`` is ``None``.
     3. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
        partitioner, recording the partitioner's reason for each node it leaves out.
     4. The partitioned-stage lint (EG4xx; not for ``"portable"``, which delegates nothing)
        and the fold's findings (EG201).
 
     The lint does not raise: compare ``report`` with a fail level, as the command line does.
-    """
-    if backend not in ("xnnpack", "portable"):
-        raise ValueError(f"backend must be 'xnnpack' or 'portable', not {backend!r}")
-    config = config or LintConfig()
-    report = Report()
-    if placement == "copy":
-        copier = ConstantPlacementPass("copy")
-        try:
-            program = copier(program).exported_program
-            report += copier.report
-        except GuardError:
-            pass  # constants without data: the lint below reports them
-    report += lint(program, config, fold=fold)
-    unreadable = check_constant_placement(program)
-    if unreadable.errors:  # stop even where the config ignores EG101 / EG102: lowering would crash
-        reported = {f.code for f in report.errors}
-        return GuardedExport(program, None, report + Report.of(f for f in unreadable if f.code not in reported))
 
-    passes = guard_passes(fold=fold)
+    Raises:
+        ValueError: an unknown backend or placement policy.
+    """
+    given = {"backend": backend, "placement": placement, "fold": fold}
+    settings = (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, "lower_with_guards")
+    report = Report()
+    if settings.placement == "copy":
+        try:
+            copied = ConstantPlacementPass("copy")(program)
+            program, report = copied.exported_program, settle(copied.report, settings)
+        except GuardError:
+            pass  # constants without data: reported below
+    unreadable = check_constant_placement(program)
+    report += lint(program, settings, rules=LINT_RULES.without(PLACEMENT_RULES))  # that fact once, above
+    if unreadable:  # say why the export stopped, whatever the settings select
+        return GuardedExport(program, None, report + unreadable)
+
+    passes = [_recorded(guard) for guard in guard_passes(fold=settings.fold)]
     partitioners = []
-    if backend == "xnnpack":
+    if settings.backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         partitioners = [XnnpackPartitioner()]
     with capture_partitioner_reasons() as reasons:
         edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
-    for guard in passes:
-        if isinstance(guard, FoldConstantsPass):
-            report += guard.report
+    report += settle((f for guard in passes for found in guard.reports for f in found), settings)
     if partitioners:  # with no partitioner, nothing is meant to be delegated
-        report += lint(edge, config, stage="partitioned", fold=fold, reasons={"forward": reasons})
+        report += lint(edge, settings, stage="partitioned", reasons={"forward": reasons})
     return GuardedExport(program, edge, report)
+
+
+class _Recorded(ExportedProgramPassBase):
+    """A guard pass inside ``transform_passes``, which keep only the program of each result:
+    this one keeps, for this one export, the report of each call."""
+
+    def __init__(self, guard: ExportedProgramPassBase) -> None:
+        self.guard = guard
+        self.reports: list[Report] = []
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        result = self.guard(exported_program)
+        if isinstance(result, GuardPassResult):
+            self.reports.append(result.report)
+        return result
+
+
+def _recorded(guard: ExportedProgramPassBase) -> _Recorded:
+    """``guard``, recorded; named as ``guard``'s class, by which ExecuTorch's pass manager
+    names a pass that fails."""
+    return type(type(guard).__name__, (_Recorded,), {})(guard)

@@ -13,23 +13,25 @@ import hashlib
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
 import pytest
 
+from export_guards.settings import BACKENDS, Settings
+
 pytest.register_assert_rewrite("export_guards.testing")
 
-__all__ = ["ExportCheck", "ExportGuardsSettings"]
+__all__ = ["ExportCheck"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("export-guards", "export-guards: export, lint, run on ExecuTorch, compare")
-    group.addoption("--eg-backend", choices=["xnnpack", "portable"], help="backend of the export-guards fixtures (default xnnpack)")
+    group.addoption("--eg-backend", choices=BACKENDS, help="backend of the export-guards fixtures (default xnnpack)")
     group.addoption("--eg-artifacts", metavar="DIR", help="keep the .pte and report of each failing export check here")
     group.addoption("--eg-trapdev", action="store_true", help="also run eg_device tests on the trapdev test accelerator")
-    parser.addini("export_guards_backend", "backend of the export-guards fixtures: xnnpack or portable", default="xnnpack")
+    parser.addini("export_guards_backend", f"backend of the export-guards fixtures: {' or '.join(BACKENDS)}", default="")
     parser.addini("export_guards_artifacts", "directory for the .pte and report of each failing export check", default="")
 
 
@@ -55,36 +57,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @final
 @dataclass(frozen=True)
-class ExportGuardsSettings:
-    """The fixtures' settings for one test: ini, then command line, then the marker."""
-
-    backend: str = "xnnpack"
-    placement: str = "error"
-    fold: bool = True
-    select: tuple[str, ...] = ("EG",)
-    ignore: tuple[str, ...] = ()
-    fail_level: str = "error"
-    artifacts: Path | None = None
-    test_name: str = "test"
-
-    def export(self, model: Any, example_inputs: Sequence[Any]) -> Any:
-        """``export_with_guards`` with these settings."""
-        from export_guards.linter import LintConfig
-        from export_guards.pipeline import export_with_guards
-        from export_guards.report import Severity
-
-        return export_with_guards(
-            model,
-            tuple(example_inputs),
-            backend=self.backend,  # type: ignore[arg-type]
-            placement=self.placement,  # type: ignore[arg-type]
-            fold=self.fold,
-            config=LintConfig(select=self.select, ignore=self.ignore, fail_level=Severity(self.fail_level)),
-        )
-
-
-@final
-@dataclass(frozen=True)
 class ExportCheck:
     """What ``check_export`` produced: the guarded export and the ``.pte`` bytes."""
 
@@ -102,17 +74,16 @@ class ExportCheck:
 
 
 @pytest.fixture
-def export_guards_settings(request: pytest.FixtureRequest) -> ExportGuardsSettings:
-    """This test's settings (ini, command line, ``@pytest.mark.export_guards``)."""
+def export_guards_settings(request: pytest.FixtureRequest) -> Settings:
+    """This test's settings: ``[tool.export-guards]`` of the project's ``pyproject.toml``, then
+    the ini keys, the command line, and ``@pytest.mark.export_guards`` (module, class, then
+    function: the closest wins, key by key)."""
     config = request.config
-    artifacts = config.getoption("--eg-artifacts") or config.getini("export_guards_artifacts")
-    settings = ExportGuardsSettings(
-        backend=config.getoption("--eg-backend") or config.getini("export_guards_backend"),
-        # Relative to where pytest was started, whatever directory a test moves to.
-        artifacts=(config.invocation_params.dir / artifacts) if artifacts else None,
-        test_name=request.node.nodeid,
-    )
-    # Module, class, then function markers: the closest wins, key by key.
+    pyproject = config.rootpath / "pyproject.toml"
+    settings = _checked(lambda: Settings.from_pyproject(pyproject) if pyproject.is_file() else Settings())
+    backend = config.getoption("--eg-backend") or config.getini("export_guards_backend")
+    if backend:
+        settings = _checked(lambda: settings.updated({"backend": backend}, "--eg-backend / export_guards_backend"))
     for marker in reversed(list(request.node.iter_markers("export_guards"))):
         if marker.args:
             raise pytest.UsageError("@pytest.mark.export_guards takes keyword arguments only")
@@ -120,33 +91,45 @@ def export_guards_settings(request: pytest.FixtureRequest) -> ExportGuardsSettin
     return settings
 
 
-def _with_overrides(settings: ExportGuardsSettings, overrides: dict[str, Any], where: str) -> ExportGuardsSettings:
-    known = {"backend", "placement", "fold", "select", "ignore", "fail_level"}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise pytest.UsageError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    values = dict(overrides)
-    for key in ("select", "ignore"):
-        if isinstance(values.get(key), str):
-            values[key] = (values[key],)
-        if key in values:
-            values[key] = tuple(str(v).upper() for v in values[key])
-    return replace(settings, **values)
+def _with_overrides(settings: Settings, overrides: dict[str, Any], where: str) -> Settings:
+    return _checked(lambda: settings.updated(overrides, where))
+
+
+def _checked(make: Callable[[], Settings]) -> Settings:
+    """Settings, or a usage error that says what is wrong with them."""
+    try:
+        return make()
+    except (OSError, ValueError) as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 @pytest.fixture
-def guarded_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., Any]:
+def _eg_artifacts(request: pytest.FixtureRequest) -> Callable[[Any, bytes | None], str]:
+    """``save(result, pte)``: keep a failing check's artifacts where ``--eg-artifacts`` says;
+    returns the sentence that says where."""
+    config = request.config
+    folder = config.getoption("--eg-artifacts") or config.getini("export_guards_artifacts")
+    # Relative to where pytest was started, whatever directory a test moves to.
+    root = (config.invocation_params.dir / folder) if folder else None
+    return lambda result, pte: _save(root, request.node.nodeid, result, pte)
+
+
+@pytest.fixture
+def guarded_export(export_guards_settings: Settings) -> Callable[..., Any]:
     """``guarded_export(model, example_inputs, **settings) -> GuardedExport``: export with
     the guards (placement, fold, lint before and after partitioning). Never fails the test."""
 
     def run(model: Any, example_inputs: Sequence[Any], **overrides: Any) -> Any:
-        return _with_overrides(export_guards_settings, overrides, "guarded_export").export(model, example_inputs)
+        settings = _with_overrides(export_guards_settings, overrides, "guarded_export")
+        return _export(settings, model, example_inputs)
 
     return run
 
 
 @pytest.fixture
-def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., ExportCheck]:
+def check_export(
+    export_guards_settings: Settings, _eg_artifacts: Callable[[Any, bytes | None], str]
+) -> Callable[..., ExportCheck]:
     """``check_export(model, example_inputs, *, extra_inputs=(), atol=1e-5, rtol=1e-5,
     **settings) -> ExportCheck``: export with the guards, fail on lint findings at the fail
     level, run the ``.pte`` in ``executorch.runtime`` on the example inputs and each set of
@@ -154,7 +137,6 @@ def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., 
     import torch
 
     from export_guards.render import render_text
-    from export_guards.report import Severity
     from export_guards.testing.compare import compare_outputs, run_pte
 
     def check(
@@ -167,12 +149,12 @@ def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., 
         **overrides: Any,
     ) -> ExportCheck:
         settings = _with_overrides(export_guards_settings, overrides, "check_export")
-        result = settings.export(model, example_inputs)
-        failing = result.report.at_least(Severity(settings.fail_level))
+        result = _export(settings, model, example_inputs)
+        failing = result.report.at_least(settings.fail_level)
         if failing or result.edge is None:
-            saved = _save(settings, result, None)
+            saved = _eg_artifacts(result, None)
             pytest.fail(
-                f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level} "
+                f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} "
                 f"({settings.backend}):\n{render_text(type(result.report).of(failing))}{saved}",
                 pytrace=False,
             )
@@ -184,7 +166,7 @@ def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., 
             try:
                 actual = run_pte(pte, inputs)
             except Exception as error:  # noqa: BLE001 - the runtime refused these inputs
-                saved = _save(settings, result, pte)
+                saved = _eg_artifacts(result, pte)
                 pytest.fail(
                     f"export-guards: the .pte could not run the {label}: {type(error).__name__}: "
                     f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}\n"
@@ -195,7 +177,7 @@ def check_export(export_guards_settings: ExportGuardsSettings) -> Callable[..., 
             errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
             comparisons.append(errors)
             if not all(e.within for e in errors):
-                saved = _save(settings, result, pte)
+                saved = _eg_artifacts(result, pte)
                 lines = "\n".join(f"  {e}" for e in errors)
                 pytest.fail(
                     f"export-guards: the .pte's outputs differ from eager on the {label} "
@@ -248,15 +230,22 @@ def eg_device(request: pytest.FixtureRequest) -> Any:
     return torch.device(request.param)
 
 
-def _save(settings: ExportGuardsSettings, result: Any, pte: bytes | None) -> str:
-    """Keep the failing check's artifacts; returns the sentence that says where."""
-    if settings.artifacts is None:
+def _export(settings: Settings, model: Any, example_inputs: Sequence[Any]) -> Any:
+    """``export_with_guards`` with ``settings``."""
+    from export_guards.pipeline import export_with_guards
+
+    return export_with_guards(model, tuple(example_inputs), config=settings)
+
+
+def _save(root: Path | None, test_name: str, result: Any, pte: bytes | None) -> str:
+    """Keep the failing check's artifacts under ``root``; returns the sentence that says where."""
+    if root is None:
         return "\n(keep the .pte and report of failing checks with --eg-artifacts DIR)"
     from export_guards.render import render_json, render_text
 
     # Readable, and unique: different node ids can read alike once sanitised.
-    digest = hashlib.sha1(settings.test_name.encode()).hexdigest()[:8]
-    folder = settings.artifacts / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', settings.test_name).strip('_')}-{digest}"
+    digest = hashlib.sha1(test_name.encode()).hexdigest()[:8]
+    folder = root / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', test_name).strip('_')}-{digest}"
     shutil.rmtree(folder, ignore_errors=True)  # nothing stale from an earlier run
     folder.mkdir(parents=True)
     (folder / "report.txt").write_text(render_text(result.report))

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from export_guards.report import Finding
+from export_guards.ruleset import CATALOG
 from export_guards.testing import load_trapdev
 
 TESTS = Path(__file__).parent
@@ -30,6 +33,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--pte-fuzz-cases", type=int, default=2000, help="damaged .pte files the fuzz test checks (default 2000)"
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_emitted_code_is_registered_and_documented() -> Iterator[set[str]]:
+    """Record the code of every finding the suite makes in this process; at the end, each
+    export-guards (``EG``) code must be in the catalog and have a section in docs/rules.md.
+    (Other prefixes are a project's own rules, which tests pass to the lint explicitly.)"""
+    emitted: set[str] = set()
+    original = Finding.__init__
+
+    def recording(self: Finding, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)
+        emitted.add(self.code)
+
+    Finding.__init__ = recording  # type: ignore[method-assign]
+    try:
+        yield emitted
+    finally:
+        Finding.__init__ = original  # type: ignore[method-assign]
+    ours = {code for code in emitted if code.startswith("EG")}
+    rules_page = (TESTS.parent / "docs" / "rules.md").read_text()
+    unregistered = sorted(ours - set(CATALOG))
+    undocumented = sorted(c for c in ours & set(CATALOG) if f"## {c} {CATALOG[c].name}\n" not in rules_page)
+    assert not unregistered and not undocumented, f"emitted but not registered: {unregistered}; not documented: {undocumented}"
 
 
 @pytest.fixture(scope="session")

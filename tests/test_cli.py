@@ -141,7 +141,7 @@ def test_pyproject_configuration_and_command_line_precedence(tmp_path: Path) -> 
     assert run("lint", f"{MODELS}:training_mode", "--fail-level", "error", cwd=tmp_path).returncode == 0
     (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselct = ["EG"]\n')
     typo = run("lint", f"{MODELS}:clean", cwd=tmp_path)
-    assert typo.returncode == 2 and "unknown key(s) selct" in typo.stderr
+    assert typo.returncode == 2 and "unknown setting(s) selct" in typo.stderr
 
 
 def test_stdout_carries_only_the_report_even_when_the_model_prints(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from executorch.runtime import Runtime
 from torch import nn
 
 import export_guards as eg
-from export_guards.programs import mutated_constants
+from export_guards.analysis.programs import mutated_constants
 
 
 def run_pte(program: torch.export.ExportedProgram, *inputs: torch.Tensor) -> list[torch.Tensor]:

@@ -78,7 +78,11 @@ def test_lint_pass_raises_one_error_listing_every_failing_finding() -> None:
 
     quiet = eg.LintPass(eg.LintConfig(ignore=("EG301",)))
     edge = to_edge_transform_and_lower(program, transform_passes=[quiet])
-    assert edge.exported_program() is not None and not quiet.report.at_least(eg.Severity.ERROR)
+    assert edge.exported_program() is not None
+    result = quiet(program)  # a call's findings come with its result; the pass keeps none
+    assert isinstance(result, eg.GuardPassResult) and result.exported_program is program
+    assert not result.report.at_least(eg.Severity.ERROR) and not result.report.with_code("EG301")
+    assert not hasattr(quiet, "report")
 
 
 def test_renderers_read_the_same_findings() -> None:
@@ -121,6 +125,32 @@ def test_export_stops_before_lowering_on_unreadable_constants_even_if_ignored(tr
     assert {f.code for f in result.report.errors} == {"EG101"}
     with pytest.raises(eg.GuardError, match="stopped before lowering"):
         result.to_pte()
+
+
+def test_settings_apply_to_what_the_guards_report() -> None:
+    model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(4, 3))).eval()
+    inputs = (torch.randn(2, 4),)
+    assert eg.export_with_guards(model, inputs).report.with_code("EG201")
+    assert not eg.export_with_guards(model, inputs, config=eg.Settings(ignore=("EG2",))).report.with_code("EG201")
+    strict = eg.export_with_guards(model, inputs, config=eg.Settings(select=("EG201",), severity={"EG201": "error"}))
+    assert {f.code for f in strict.report} == {"EG201"} and strict.report.errors == strict.report.findings
+
+
+def test_a_rule_that_fails_is_a_finding_and_the_others_still_run() -> None:
+    from export_guards.linter import LINT_RULES
+    from export_guards.ruleset import Rule, RuleSet
+
+    def broken(context: object) -> list[object]:
+        raise RuntimeError("boom\nand more")
+
+    rules = LINT_RULES + RuleSet.of(Rule("MY900", "broken", eg.Severity.INFO, "-", "-", "program", broken))
+    program = train_mode_program()
+    report = eg.lint(program, eg.Settings(select=("EG", "MY")), rules=rules)
+    (failure,) = report.with_code("EG001")
+    assert failure.message == "rule MY900 (broken) failed on method 'forward': RuntimeError: boom"
+    assert failure.severity is eg.Severity.ERROR and report.with_code("EG301")  # the others ran
+    assert eg.lint(program, eg.Settings(select=("MY",)), rules=rules).with_code("EG001")  # not hidden by select
+    assert not eg.lint(program, eg.Settings(select=("EG", "MY"), ignore=("EG0",)), rules=rules).with_code("EG001")
 
 
 def codes(model: nn.Module, *inputs: torch.Tensor) -> set[str]:

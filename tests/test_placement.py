@@ -128,10 +128,12 @@ def test_copy_pass_reports_each_copy(trapdev: torch.device) -> None:
     guard = eg.ConstantPlacementPass("copy", method="forward")
     result = guard(ep)
     assert result.modified
-    assert {f.constant for f in guard.report} == set(EVERY_CONSTANT)
-    assert {f.code for f in guard.report} == {eg.CONSTANT_COPIED}
-    assert all(f.severity is eg.Severity.INFO for f in guard.report)
-    assert "copied parameter 'conv.weight'" in str(guard.report)
+    assert {f.constant for f in result.report} == set(EVERY_CONSTANT)
+    assert {f.code for f in result.report} == {eg.CONSTANT_COPIED}
+    assert all(f.severity is eg.Severity.INFO for f in result.report)
+    assert "copied parameter 'conv.weight'" in str(result.report)
+    again = guard(ep)  # each call's report is its own: nothing accumulates on the pass
+    assert len(again.report) == len(result.report)
 
 
 def test_copy_after_to_edge_raises_with_advice_to_guard_before_to_edge(trapdev: torch.device) -> None:

@@ -15,8 +15,8 @@ from pte_mutations import rewrite
 from pte_models import Written, valid_programs, write_programs
 
 from export_guards.pte.check import check_pte
-from export_guards.pte.file import PteFile
-from export_guards.pte.xnnpack import read_payload
+from export_guards.pte.reader.file import PteFile
+from export_guards.pte.reader.xnnpack import read_payload
 
 TESTS = Path(__file__).parent
 
@@ -260,7 +260,7 @@ def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes],
 
 def test_shared_tables_do_not_hang_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     """600 references to one table: ExecuTorch's reader expands each (quadratic time)."""
-    monkeypatch.setattr("export_guards.pte.file.PARSE_SECONDS", 2.0)
+    monkeypatch.setattr("export_guards.pte.reader.file.PARSE_SECONDS", 2.0)
     [finding] = check_pte(TESTS / "pte_regressions" / "hang-shared-tables-600.pte").with_code("EG502")
     assert "expands without bound" in finding.message
 
@@ -269,3 +269,21 @@ def test_runtime_takes_one_data_file(programs: dict[str, Written]) -> None:
     written = programs["external"]
     with pytest.raises(ValueError, match="loads one data file"):
         check_pte(written.pte, data_files=[written.data_files[0]] * 2, runtime=True)
+
+
+def test_a_rule_that_raises_is_reported_as_eg001(programs: dict[str, Written], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the fuzz test looks for: a rule that fails on its input is an EG001 finding naming
+    the rule and the file, and every other rule still runs."""
+    from export_guards.pte.rules import PTE_RULES
+    from export_guards.ruleset import RuleSet
+
+    def fail(context: object) -> list[object]:
+        raise IndexError("list index out of range")
+
+    broken = PTE_RULES.rules["EG506"].checked_by(fail)
+    monkeypatch.setattr("export_guards.pte.check.PTE_RULES", PTE_RULES.without(RuleSet.of(broken)) + RuleSet.of(broken))
+    data = programs["xnnpack"].pte.read_bytes()
+    report = check_pte(data[:4] + b"PK\x03\x04" + data[8:])
+    [failed] = report.with_code("EG001")
+    assert failed.message == "rule EG506 (delegate-data-invalid) failed on <bytes>: IndexError: list index out of range"
+    assert report.with_code("EG501")

@@ -221,3 +221,25 @@ def test_assert_delegated_uses_exact_op_names_and_class_markers_merge(project: p
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(passed=1, failed=1)
     outcome.stdout.fnmatch_lines(["*left in the portable graph: mm x1 (not allowed: mm)*"])
+
+
+def test_the_fixtures_read_the_projects_pyproject_settings(project: pytest.Pytester) -> None:
+    project.makefile(".toml", pyproject='[tool.export-guards]\nbackend = "portable"\nfold = false\nignore = ["EG4"]\n')
+    project.makepyfile(
+        test_model='''
+        import pytest
+
+        def test_pyproject(export_guards_settings):
+            assert (export_guards_settings.backend, export_guards_settings.fold) == ("portable", False)
+            assert export_guards_settings.ignore == ("EG4",)
+
+        @pytest.mark.export_guards(backend="xnnpack")
+        def test_marker_wins(export_guards_settings):
+            assert (export_guards_settings.backend, export_guards_settings.fold) == ("xnnpack", False)
+        '''
+    )
+    project.runpytest_subprocess("-q").assert_outcomes(passed=2)
+    project.makefile(".toml", pyproject='[tool.export-guards]\nbackend = "vulkan"\n')
+    typo = project.runpytest_subprocess("-q", "-k", "pyproject")
+    typo.assert_outcomes(errors=1)
+    typo.stdout.fnmatch_lines(["*backend must be one of xnnpack, portable; not 'vulkan'*pyproject.toml*"])

@@ -8,15 +8,17 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from export_guards.linter import LintConfig
-from export_guards.linter.registry import RULES, Hit, Rule, Stage
 from export_guards.pte.context import PteContext
-from export_guards.pte.external import PtdFile
-from export_guards.pte.file import PteFile, open_bytes, short
+from export_guards.pte.reader.external import PtdFile
+from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
-from export_guards.report import Finding, Report
+from export_guards.pte.rules import PTE_RULES
+from export_guards.pte.smoke import smoke_test
+from export_guards.report import Report
+from export_guards.ruleset import run
+from export_guards.settings import Settings
 
-__all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte", "findings_of"]
+__all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte"]
 
 PathOrBytes = str | os.PathLike[str] | bytes | bytearray | memoryview
 
@@ -25,7 +27,7 @@ def check_pte(
     program: PathOrBytes,
     *,
     data_files: Iterable[str | os.PathLike[str]] = (),
-    config: LintConfig | None = None,
+    config: Settings | None = None,
     runtime: bool = False,
     runtime_timeout_s: float = 120.0,
 ) -> Report:
@@ -53,7 +55,7 @@ def check_pte(
             with a message naming it. A malformed file is never an exception: it is a finding.
         ValueError: ``runtime`` with more than one data file.
     """
-    config = config or LintConfig()
+    config = config or Settings()
     if isinstance(program, (bytearray, memoryview)):
         program = bytes(program)
     if isinstance(data_files, (str, os.PathLike)):
@@ -65,13 +67,11 @@ def check_pte(
         )
     pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
     ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
-    report = findings_of("pte", PteContext(pte, ptds), config)
+    report = run(PTE_RULES, "pte", PteContext(pte, ptds), config, name=pte.name)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
-        from export_guards.pte.smoke import smoke_test
-
         with _as_file(program) as path:
-            run = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
-        report += findings_of("runtime", run, config)
+            smoke = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
+        report += run(PTE_RULES, "runtime", smoke, config, name=pte.name)
     return report
 
 
@@ -93,7 +93,7 @@ def check_reproducible(
     backend: str = "xnnpack",
     placement: str = "error",
     fold: bool = True,
-    config: LintConfig | None = None,
+    config: Settings | None = None,
     timeout_s: float = 900.0,
 ) -> Report:
     """Export ``target`` (``path/to/file.py:factory``) twice with the guarded pipeline, each in
@@ -103,44 +103,19 @@ def check_reproducible(
     Raises:
         ExportFailed: an export failed or ran past ``timeout_s``, saying how.
     """
-    config = config or LintConfig()
+    config = config or Settings()
     pair = export_twice(target, backend=backend, placement=placement, fold=fold, timeout_s=timeout_s)
-    return findings_of("reproducible", pair, config) + check_pte(pair.first, config=config)
+    return run(PTE_RULES, "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
 
 
-def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: LintConfig | None = None) -> Report:
+def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: Settings | None = None) -> Report:
     """EG510 for two programs you exported yourself: each difference named by method, delegate,
     constant and named-data key. Clean when the bytes are equal."""
     first_bytes, second_bytes = (bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else Path(p).read_bytes() for p in (first, second))
     pair = ExportPair(f"{_name(first)} and {_name(second)}", first_bytes, second_bytes, {})
-    return findings_of("reproducible", pair, config or LintConfig())
+    return run(PTE_RULES, "reproducible", pair, config or Settings(), name=pair.target)
 
 
 def _name(program: PathOrBytes) -> str:
     return "<bytes>" if isinstance(program, (bytes, bytearray, memoryview)) else os.fspath(program)
 
-
-def findings_of(stage: Stage, subject: object, config: LintConfig) -> Report:
-    """Run every selected rule of ``stage`` on ``subject``. A rule that fails on a malformed
-    input reports that as its own finding: the check never stops half way."""
-    findings: list[Finding] = []
-    for code, registered in sorted(RULES.items()):
-        if registered.stage != stage or not config.enabled(code):
-            continue
-        try:
-            hits = list(registered.check(subject))
-        except Exception as error:  # malformed input a rule did not expect: say so, carry on
-            hits = [Hit(f"the file is malformed where this rule reads it: {short(error)}")]
-        findings.extend(_finding(registered, hit, config) for hit in hits)
-    return Report.of(findings)
-
-
-def _finding(rule: Rule, hit: Hit, config: LintConfig) -> Finding:
-    return Finding(
-        code=rule.code,
-        severity=config.severity.get(rule.code) or hit.severity or rule.severity,
-        message=hit.message,
-        method=hit.method,
-        constant=hit.constant,
-        fix=hit.fix or rule.fix,
-    )

@@ -5,15 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from export_guards.pte.external import PtdFile
-from export_guards.pte.file import Delegate, PteFile, Region
-from export_guards.pte.flatc import DecodeError
-from export_guards.pte.xnnpack import BACKEND_ID, XnnPayload, read_payload
+from export_guards.pte.reader.external import PtdFile
+from export_guards.pte.reader.file import Delegate, PteFile, Region
+from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payload
 
-__all__ = ["REEXPORT", "PteContext"]
-
-REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
-"""The fix for a damaged program file: the rules that find one share it."""
+__all__ = ["PteContext"]
 
 
 @dataclass

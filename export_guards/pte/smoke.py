@@ -1,8 +1,8 @@
 """The runtime smoke check: load a ``.pte`` in ``executorch.runtime`` in a child process and run
 each method once on generated inputs. A crash there is a finding, never the checker's death.
 
-Run as ``python -m export_guards.pte.smoke program.pte [data.ptd]`` it is that child: it
-prints one JSON line per step, so that the parent knows where a crash happened.
+The child is ``export_guards.workers.runtime_smoke``: it prints one JSON line per step, so that
+the parent knows where a crash happened.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import final
 
 __all__ = ["SmokeRun", "smoke_test"]
+
+WORKER = "export_guards.workers.runtime_smoke"
 
 
 @final
@@ -51,7 +53,7 @@ def smoke_test(
     """Run the child on ``program`` (with at most one data file) and describe what happened;
     findings call the program ``name`` (default: its path)."""
     name = name or os.fspath(program)
-    command = [sys.executable, "-m", "export_guards.pte.smoke", os.fspath(program), *data_files[:1]]
+    command = [sys.executable, "-m", WORKER, os.fspath(program), *data_files[:1]]
     try:
         done = subprocess.run(
             command, capture_output=True, timeout=timeout_s, text=True, stdin=subprocess.DEVNULL, check=False
@@ -90,63 +92,3 @@ def _is_runtime_log(line: str) -> bool:
 
 def _steps(stdout: str) -> tuple[str, ...]:
     return tuple(json.loads(line)["step"] for line in stdout.splitlines() if line.startswith('{"step"'))
-
-
-def _child(program: str, data_file: str | None) -> int:
-    from executorch.runtime import Runtime
-
-    def step(name: str) -> None:
-        print(json.dumps({"step": name}), flush=True)
-
-    step("load")
-    try:
-        loaded = Runtime.get().load_program(program, data_path=data_file)
-        names = sorted(loaded.method_names)
-    except Exception as error:
-        print(json.dumps({"failure": f"load: {type(error).__name__}: {error}"}), flush=True)
-        return 0
-    for name in names:
-        step(f"run {name}")
-        try:
-            loaded.load_method(name).execute(_inputs(program, name, loaded))
-        except Exception as error:
-            print(json.dumps({"failure": f"run {name}: {type(error).__name__}: {error}"}), flush=True)
-            return 0
-        step(f"ran {name}")
-    return 0
-
-
-def _inputs(program: str, method: str, loaded: object) -> list[object]:
-    """Inputs of the right shapes and dtypes: from the program's own values (non-tensor inputs
-    included), or from the runtime's method metadata when the program cannot be parsed."""
-    import torch
-    from executorch.exir.schema import Bool, Double, Int, Tensor
-    from executorch.exir.tensor import get_scalar_type
-
-    from export_guards.pte.file import PteFile, open_bytes
-
-    def tensor(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-        return torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
-
-    parsed = PteFile(open_bytes(program)).program
-    plan = next((p for p in parsed.execution_plan if p.name == method), None) if parsed else None
-    if plan is None:
-        meta = loaded.metadata(method)  # type: ignore[attr-defined]
-        infos = [meta.input_tensor_meta(i) for i in range(meta.num_inputs())]
-        return [tensor(get_scalar_type(info.dtype()), list(info.sizes())) for info in infos]
-    inputs: list[object] = []
-    for index in plan.inputs:
-        value = plan.values[index].val
-        if isinstance(value, Tensor):
-            inputs.append(tensor(get_scalar_type(value.scalar_type), list(value.sizes)))
-        elif isinstance(value, Int):
-            inputs.append(value.int_val)
-        elif isinstance(value, Double):
-            inputs.append(value.double_val)
-        elif isinstance(value, Bool):
-            inputs.append(value.bool_val)
-    return inputs
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))

@@ -7,8 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from urllib.parse import quote
 
-from export_guards.linter.registry import DOCS_URL, RULES
 from export_guards.report import Finding, Report, Severity
+from export_guards.ruleset import CATALOG, DOCS_URL
 
 __all__ = ["render_sarif"]
 
@@ -17,20 +17,9 @@ _SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def render_sarif(report: Report) -> str:
-    codes = sorted({f.code for f in report} | set(RULES))
+    codes = sorted({f.code for f in report} | set(CATALOG))
     index = {code: i for i, code in enumerate(codes)}
-    rules = []
-    for code in codes:
-        registered = RULES.get(code)
-        rules.append(
-            {
-                "id": code,
-                "name": registered.name if registered else code.lower(),
-                "shortDescription": {"text": registered.summary if registered else code},
-                "helpUri": registered.help_uri if registered else DOCS_URL,
-                "defaultConfiguration": {"level": _LEVEL[registered.severity] if registered else "note"},
-            }
-        )
+    rules = [_rule(code) for code in codes]
     document = {
         "$schema": _SCHEMA,
         "version": "2.1.0",
@@ -49,6 +38,19 @@ def render_sarif(report: Report) -> str:
         ],
     }
     return json.dumps(document, indent=2) + "\n"
+
+
+def _rule(code: str) -> dict[str, object]:
+    registered = CATALOG.get(code)
+    if registered is None:  # a project's own rule, passed to the lint explicitly
+        return {"id": code, "name": code.lower(), "shortDescription": {"text": code}}
+    return {
+        "id": code,
+        "name": registered.name,
+        "shortDescription": {"text": registered.summary},
+        "helpUri": registered.help_uri,
+        "defaultConfiguration": {"level": _LEVEL[registered.severity]},
+    }
 
 
 def _result(finding: Finding, rule_index: int) -> dict[str, object]:

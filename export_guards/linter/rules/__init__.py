@@ -1,17 +1,11 @@
-"""The built-in rules. Importing a module registers its rules; add a module to add rules."""
+"""The graph rules (EG1xx-EG4xx), one module per subject; ``LINT_RULES`` is the set the lint
+runs. To add a rule: its entry in ``ruleset/catalog.py``, its check here under ``@rule(code)``
+in the module of its subject (a new module goes into the list below)."""
 
-from export_guards.linter.rules import (  # noqa: F401
-    constants,
-    delegation,
-    mutation,
-    numerics,
-    placement,
-    pte_delegates,
-    pte_external,
-    pte_instructions,
-    pte_reproducible,
-    pte_runtime,
-    pte_structure,
-    training,
-    weights,
-)
+from export_guards.linter.rules import constants, delegation, mutation, numerics, placement, training, weights
+from export_guards.ruleset import RuleSet
+
+__all__ = ["LINT_RULES"]
+
+LINT_RULES = RuleSet.of(constants, delegation, mutation, numerics, placement, training, weights)
+"""Every built-in graph rule, by code."""

@@ -10,21 +10,14 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from export_guards.analysis.programs import ProgramConstant
 from export_guards.linter.context import LintContext
-from export_guards.linter.registry import Hit, rule
-from export_guards.programs import ProgramConstant
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 _MIN_WASTE = 1024  # duplicates wasting less than this (zero biases, say) are not worth a line
 
 
-@rule(
-    "EG306",
-    "duplicate-constant",
-    Severity.INFO,
-    "The same bytes are stored as several constants (at least 1 KiB wasted).",
-    "Tie the tensors (assign one module's parameter to the other) or build one from the other.",
-)
+@rule("EG306")
 def duplicate_constant(context: LintContext) -> Iterator[Hit]:
     groups: dict[tuple[object, ...], list[ProgramConstant]] = defaultdict(list)
     stored: set[tuple[int, int]] = set()  # (storage, offset) already seen: tied tensors are stored once
@@ -58,13 +51,7 @@ def _digest(tensor: torch.Tensor) -> bytes:
     return hashlib.blake2b(memoryview(data), digest_size=16).digest()
 
 
-@rule(
-    "EG307",
-    "unused-constant",
-    Severity.WARNING,
-    "A constant that the graph never reads still ships in the program.",
-    "Delete the unused parameter or buffer from the module, or use it.",
-)
+@rule("EG307")
 def unused_constant(context: LintContext) -> Iterator[Hit]:
     for constant in context.constants.values():
         if constant.fqn in context.mutated:  # written (a mutation output), so used

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.delegation import compute_op_name, delegation_summary
+from export_guards.analysis.delegation import delegation_summary
+from export_guards.analysis.ops import compute_op_name
 from export_guards.linter.context import LintContext
-from export_guards.linter.registry import Hit, rule
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 
-@rule(
-    "EG401",
-    "compute-not-delegated",
-    Severity.WARNING,
-    "A conv / linear / matmul was left in the portable graph: it runs in the slow portable kernels.",
-    "Read the partitioner's reason; the usual one, a weight that is not a static parameter, is "
-    "fixed by the fold (EG210, EG212).",
-    stage="partitioned",
-)
+@rule("EG401")
 def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
     for node in context.call_nodes():
         name = compute_op_name(node)
@@ -29,14 +21,7 @@ def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
         yield Hit(f"{name} '{node.name}' was not delegated{because}", node)
 
 
-@rule(
-    "EG402",
-    "delegation-coverage",
-    Severity.INFO,
-    "How many of the program's compute ops a delegate runs.",
-    "See EG401 for each op left out.",
-    stage="partitioned",
-)
+@rule("EG402")
 def delegation_coverage(context: LintContext) -> Iterator[Hit]:
     summary = delegation_summary(context.program)
     delegated = sum(summary.delegated.values())

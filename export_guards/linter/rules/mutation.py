@@ -5,18 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from export_guards.linter.context import LintContext
-from export_guards.linter.registry import Hit, rule
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 
-@rule(
-    "EG305",
-    "parameter-mutated",
-    Severity.ERROR,
-    "The program writes a parameter in place: ExecuTorch treats parameters as read-only constants.",
-    "Register the tensor as a buffer (register_buffer) if it is state, or compute a new tensor "
-    "instead of writing in place.",
-)
+@rule("EG305")
 def parameter_mutated(context: LintContext) -> Iterator[Hit]:
     parameters = set(context.program.graph_signature.parameters)
     for constant in context.constants.values():

@@ -6,45 +6,29 @@ from collections.abc import Iterator
 
 import torch
 
-from export_guards.linter.context import LintContext, val_tensors
-from export_guards.linter.registry import Hit, rule
-from export_guards.ops import aten_name, aten_overload
-from export_guards.report import Severity
+from export_guards.analysis.ops import aten_name, aten_overload, schema_arguments, val_tensors
+from export_guards.linter.context import LintContext
+from export_guards.ruleset import Hit, rule
 
 
-@rule(
-    "EG303",
-    "random-op",
-    Severity.WARNING,
-    "A random op: the program's outputs differ from run to run, and from eager.",
-    "Remove the random op from the inference path, or pass the noise in as an input.",
-)
+@rule("EG303")
 def random_op(context: LintContext) -> Iterator[Hit]:
     for node in context.call_nodes():
         op = aten_overload(node.target)
         if op is None or torch.Tag.nondeterministic_seeded not in op.tags:
             continue
-        if "dropout" not in (aten_name(node.target) or "") and _draws_random(node, op):  # EG301: dropout
+        if "dropout" not in (aten_name(node.target) or "") and _draws_random(node):  # EG301: dropout
             yield Hit(f"{aten_name(node.target)} '{node.name}' draws random numbers", node)
 
 
-def _draws_random(node: torch.fx.Node, op: torch._ops.OpOverload) -> bool:
+def _draws_random(node: torch.fx.Node) -> bool:
     """False for an op that is random only through a dropout probability, when it is zero
     (attention in eval mode: ``scaled_dot_product_attention(..., dropout_p=0.0)``)."""
-    for position, argument in enumerate(op._schema.arguments):
-        if argument.name == "dropout_p":
-            given = node.args[position] if position < len(node.args) else node.kwargs.get("dropout_p", argument.default_value)
-            return given != 0
-    return True
+    probabilities = [value for argument, value in schema_arguments(node) if argument.name == "dropout_p"]
+    return not probabilities or probabilities[0] != 0
 
 
-@rule(
-    "EG304",
-    "float64",
-    Severity.WARNING,
-    "A float64 tensor: most delegates do not take it, and mobile CPUs compute it slowly.",
-    "Use float32: model.float(), and no .double() / dtype=torch.float64 in forward.",
-)
+@rule("EG304")
 def float64(context: LintContext) -> Iterator[Hit]:
     for constant in context.constants.values():
         if constant.tensor.dtype == torch.float64 and constant.node.op == "placeholder":

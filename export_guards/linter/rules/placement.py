@@ -4,44 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from export_guards.analysis.storage import describe, first_user, storage_problem
 from export_guards.linter.context import LintContext
-from export_guards.linter.registry import Hit, rule
-from export_guards.placement import (
-    CONSTANT_ON_DEVICE,
-    CONSTANT_WITHOUT_DATA,
-    FIX_DEVICE,
-    FIX_NO_DATA,
-    describe,
-    first_user,
-    storage_problem,
-)
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, RuleSet, rule
+
+CONSTANT_ON_DEVICE = "EG101"
+"""Rule code: a constant lives in non-CPU (device) memory."""
+CONSTANT_WITHOUT_DATA = "EG102"
+"""Rule code: a constant has no storage to read (meta, fake, or a null data pointer)."""
 
 
-def _hits(context: LintContext, code: str) -> Iterator[Hit]:
+def _hits(context: LintContext, on_device: bool) -> Iterator[Hit]:
     for constant in context.constants.values():
         problem = storage_problem(constant.tensor)
-        if problem is not None and problem[0] == code:
-            yield Hit(f"{describe(constant)} {problem[1]}", first_user(constant.node), constant.fqn)
+        if problem is not None and problem.on_device is on_device:
+            yield Hit(f"{describe(constant)} {problem.why}", first_user(constant.node), constant.fqn)
 
 
-@rule(
-    CONSTANT_ON_DEVICE,
-    "constant-on-device",
-    Severity.ERROR,
-    "A constant lives in device (non-CPU) memory: the emitter or a delegate would segfault reading it.",
-    FIX_DEVICE,
-)
+@rule(CONSTANT_ON_DEVICE)
 def constant_on_device(context: LintContext) -> Iterator[Hit]:
-    return _hits(context, CONSTANT_ON_DEVICE)
+    return _hits(context, on_device=True)
 
 
-@rule(
-    CONSTANT_WITHOUT_DATA,
-    "constant-without-data",
-    Severity.ERROR,
-    "A constant has no data (meta device, fake tensor, null pointer): there are no bytes to export.",
-    FIX_NO_DATA,
-)
+@rule(CONSTANT_WITHOUT_DATA)
 def constant_without_data(context: LintContext) -> Iterator[Hit]:
-    return _hits(context, CONSTANT_WITHOUT_DATA)
+    return _hits(context, on_device=False)
+
+
+PLACEMENT_RULES = RuleSet.of(constant_on_device, constant_without_data)
+"""The two rules the placement guard runs on its own."""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.linter.context import LintContext, argument
-from export_guards.linter.registry import Hit, rule
-from export_guards.ops import aten_name
-from export_guards.report import Severity
+from export_guards.analysis.ops import argument, aten_name
+from export_guards.linter.context import LintContext
+from export_guards.ruleset import Hit, rule
 
 
 def _training_ops(context: LintContext, kind: str) -> Iterator[Hit]:
@@ -20,23 +19,11 @@ def _training_ops(context: LintContext, kind: str) -> Iterator[Hit]:
         yield Hit(f"{name} '{node.name}' runs in training mode", node)
 
 
-@rule(
-    "EG301",
-    "train-mode-dropout",
-    Severity.ERROR,
-    "Dropout runs in training mode: the exported program drops activations at random.",
-    "Call model.eval() before torch.export.",
-)
+@rule("EG301")
 def train_mode_dropout(context: LintContext) -> Iterator[Hit]:
     return _training_ops(context, "dropout")
 
 
-@rule(
-    "EG302",
-    "train-mode-batch-norm",
-    Severity.ERROR,
-    "Batch norm runs in training mode: it normalises with the batch's statistics, not the learned ones.",
-    "Call model.eval() before torch.export.",
-)
+@rule("EG302")
 def train_mode_batch_norm(context: LintContext) -> Iterator[Hit]:
     return _training_ops(context, "norm")

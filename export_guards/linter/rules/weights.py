@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from export_guards.analysis.ops import aten_name
 from export_guards.linter.context import LintContext
-from export_guards.linter.registry import Hit, rule
-from export_guards.ops import aten_name
 from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 _FOLD_ON = "The fold is on: guard_passes() folds it into a static parameter."
 _FOLD_OFF = (
@@ -17,14 +17,7 @@ _FOLD_OFF = (
 )
 
 
-@rule(
-    "EG210",
-    "foldable-weight",
-    Severity.WARNING,
-    "A conv / linear / matmul weight is computed at run time from constants only: XNNPACK will not delegate it.",
-    "Fold it: guard_passes() in transform_passes, fold_constants(program) on the torch.export "
-    "program, or fold_parametrizations(model) before export.",
-)
+@rule("EG210")
 def foldable_weight(context: LintContext) -> Iterator[Hit]:
     for op, weight in context.compute_weights():
         if weight.op == "call_function" and weight in context.foldable:
@@ -37,14 +30,7 @@ def foldable_weight(context: LintContext) -> Iterator[Hit]:
             )
 
 
-@rule(
-    "EG211",
-    "input-dependent-weight",
-    Severity.WARNING,
-    "A conv / linear / matmul weight depends on a user input: XNNPACK will not delegate it.",
-    "Compute the weight from parameters only, or accept that the op runs in the portable "
-    "kernels (much slower on device).",
-)
+@rule("EG211")
 def input_dependent_weight(context: LintContext) -> Iterator[Hit]:
     for op, weight in context.compute_weights():
         if weight in context.reached_by_inputs:
@@ -60,13 +46,7 @@ _PARAMETRIZED = re.compile(r"^(?:(?P<module>.+)\.)?parametrizations\.(?P<name>\w
 _SPECTRAL_NORMED = re.compile(r"^(?P<tensor>.+)_orig$")
 
 
-@rule(
-    "EG212",
-    "reparametrization-leftover",
-    Severity.WARNING,
-    "A weight is still reparametrized (spectral_norm, weight_norm, parametrize): its state ships instead of the weight.",
-    "Fold it: fold_parametrizations(model) before export, or guard_passes() / fold_constants(program).",
-)
+@rule("EG212")
 def reparametrization_leftover(context: LintContext) -> Iterator[Hit]:
     names = {c.fqn: c for c in context.constants.values()}
     tensors: dict[str, list[str]] = {}

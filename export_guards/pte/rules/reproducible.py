@@ -7,26 +7,17 @@ from collections.abc import Iterator
 
 from executorch.exir.schema import Tensor
 
-from export_guards.linter.registry import Hit, rule
-from export_guards.pte.file import PteFile, describe_tensor, tensor_nbytes
-from export_guards.pte.flatc import DecodeError
+from export_guards.pte.reader.file import PteFile
+from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnConstant, read_payload
 from export_guards.pte.reproducible import ExportPair
-from export_guards.pte.xnnpack import BACKEND_ID, XnnConstant, read_payload
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 _MAX_HITS = 20  # past this, one summary line: the first differences explain the rest
 
 
-@rule(
-    "EG510",
-    "not-reproducible",
-    Severity.ERROR,
-    "Exporting the same model twice gives different bytes, so on-device caches keyed by the "
-    "program's named data (XNNPACK's packed weights) miss on every update.",
-    "Make the export deterministic: seed random initialisation (torch.manual_seed) or load the "
-    "weights, avoid set and dict orders that vary between runs, and keep names stable.",
-    stage="reproducible",
-)
+@rule("EG510")
 def not_reproducible(pair: ExportPair) -> Iterator[Hit]:
     if pair.first == pair.second:
         return

@@ -1,11 +1,11 @@
-"""The guards as one drop-in pass list for ``to_edge_transform_and_lower``."""
+"""The default guard passes: one drop-in list for ``to_edge_transform_and_lower``."""
 
 from __future__ import annotations
 
 from executorch.exir.pass_base import ExportedProgramPassBase
 
-from export_guards.constant_fold import FoldConstantsPass
-from export_guards.placement import ConstantPlacementPass
+from export_guards.passes.fold import FoldConstantsPass
+from export_guards.passes.placement import ConstantPlacementPass
 
 __all__ = ["guard_passes"]
 

@@ -1,4 +1,5 @@
-"""Find the user's source line behind a graph node, from its recorded stack trace."""
+"""Where a graph node came from: the user's source line (from its recorded stack trace) and
+the module that ran it."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import functools
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from export_guards.report import SourceLocation
 
-__all__ = ["node_location", "node_module"]
+__all__ = ["node_location", "node_module", "node_site"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 
@@ -63,3 +65,9 @@ def node_module(node: torch.fx.Node) -> str | None:
     path, module_type = next(reversed(stack.values()))
     name = getattr(module_type, "__name__", None) or str(module_type).rsplit(".", 1)[-1]
     return f"{path or '<root>'} ({name})"
+
+
+def node_site(node: torch.fx.Node) -> dict[str, Any]:
+    """Where ``node`` is, as a finding's ``node``, ``location`` and ``module`` (the engine's
+    ``Locate`` for graph subjects)."""
+    return {"node": node.name, "location": node_location(node), "module": node_module(node)}

@@ -1,30 +1,31 @@
 """The placement guard: every constant must sit in host memory before anything reads it there.
 
-ExecuTorch's emitter (``_tensor_spec_to_evalue``) and XNNPACK's preprocess
-(``get_serialized_buffer_index``) read each constant's bytes through a raw host pointer. A
-constant in device memory makes that read a segmentation fault; one without storage (meta,
-fake) a NULL-pointer error. This guard finds every such constant first and either raises one
-error that names them all or, by policy, copies the program's constants to the host.
+What the host cannot read is a fact of ``analysis.storage``, reported by the lint's rules EG101
+and EG102; this guard raises one error that names every such constant or, by policy, copies
+the program's constants to the host (EG103 for each).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, TypeVar, get_args
+from typing import TypeVar, get_args
 
-import torch
 from executorch.exir import EdgeProgramManager
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 from torch.export.experimental import _copy_graph_module_and_signature
 from torch.export.passes import move_to_device_pass
 
+from export_guards.analysis.programs import Program, methods_of
+from export_guards.analysis.source import node_site
+from export_guards.analysis.storage import describe, first_user, unreadable_constants
 from export_guards.errors import ConstantPlacementError
-from export_guards.programs import Program, ProgramConstant, iter_constants, methods_of
-from export_guards.report import Finding, Report, Severity
-from export_guards.source import node_location
+from export_guards.linter import lint, lint_method
+from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, CONSTANT_WITHOUT_DATA, PLACEMENT_RULES
+from export_guards.passes.result import GuardPassResult
+from export_guards.report import Finding, Report
+from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.settings import PlacementPolicy
 
 __all__ = [
     "CONSTANT_COPIED",
@@ -36,27 +37,9 @@ __all__ = [
     "guard_constant_placement",
 ]
 
-PlacementPolicy = Literal["error", "copy"]
-"""``"error"`` raises on a misplaced constant; ``"copy"`` copies constants to the host."""
-
-CONSTANT_ON_DEVICE = "EG101"
-"""Rule code: a constant lives in non-CPU (device) memory."""
-CONSTANT_WITHOUT_DATA = "EG102"
-"""Rule code: a constant has no storage to read (meta, fake, or a null data pointer)."""
 CONSTANT_COPIED = "EG103"
 """Rule code (info): the ``"copy"`` policy copied a constant to host memory."""
 
-FIX_DEVICE = (
-    "move the model and its example inputs to the CPU before torch.export "
-    "(model.to('cpu')), or apply guard_constant_placement(exported_program, policy='copy') "
-    "to the torch.export program before to_edge / to_edge_transform_and_lower"
-)
-FIX_NO_DATA = (
-    "give the constant real data before export: load the weights (for example "
-    "model.load_state_dict(state_dict, assign=True)) or materialise the module with "
-    "module.to_empty(device='cpu') and initialise it; a meta or fake tensor has no bytes to "
-    "write into the program, and copying cannot create them"
-)
 _FIX_AFTER_EDGE = (
     "the 'copy' policy is exact only on the torch.export program: ops traced on the device "
     "keep device-specific shapes after to_edge. Apply guard_constant_placement(exported_program, "
@@ -81,11 +64,7 @@ def check_constant_placement(program: Program) -> Report:
     Raises:
         TypeError: ``program`` is none of those forms.
     """
-    return Report.of(
-        _error_finding(*problem)
-        for method, ep in methods_of(program).items()
-        for problem in _problems(method, ep)
-    )
+    return lint(program, rules=PLACEMENT_RULES)
 
 
 def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P:
@@ -118,10 +97,7 @@ def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P
     if not report.errors:
         return program
     _raise_unless_copyable(report, policy, methods)
-    moved = {
-        name: ConstantPlacementPass(policy, method=name)(ep).exported_program
-        for name, ep in methods.items()
-    }
+    moved = {name: ConstantPlacementPass(policy, method=name)(ep).exported_program for name, ep in methods.items()}
     if isinstance(program, ExportedProgram):
         return moved["forward"]  # type: ignore[return-value]
     return moved  # type: ignore[return-value]
@@ -143,28 +119,31 @@ class ConstantPlacementPass(ExportedProgramPassBase):
         policy: ``"error"`` or ``"copy"``, as for :func:`guard_constant_placement`.
         method: the method name to put in findings, when known.
 
-    The pass never modifies its input. ``report`` accumulates the ``EG103`` copies of every
-    program the pass ran on.
+    The pass never modifies its input, and keeps nothing between calls: the result's
+    ``report`` holds the ``EG103`` copies of that call.
     """
 
     def __init__(self, policy: PlacementPolicy = "error", method: str | None = None) -> None:
         _check_policy(policy)
         self.policy: PlacementPolicy = policy
         self.method = method
-        self.report = Report()
 
-    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        problems = _problems(self.method, exported_program)
-        if not problems:
-            return ExportedProgramPassResult(exported_program, False)
-        _raise_unless_copyable(
-            Report.of(_error_finding(*p) for p in problems),
-            self.policy,
-            {self.method: exported_program},
-        )
+    def call(self, exported_program: ExportedProgram) -> GuardPassResult:
+        report = lint_method(exported_program, self.method, rules=PLACEMENT_RULES)
+        if not report.errors:
+            return GuardPassResult(exported_program, False)
+        _raise_unless_copyable(report, self.policy, {self.method: exported_program})
         moved = _copied_to_host(self.method, exported_program)
-        self.report += Report.of(_copy_finding(constant) for constant, _, _ in problems)
-        return ExportedProgramPassResult(moved, True)
+        copies = [
+            finding(
+                CATALOG[CONSTANT_COPIED],
+                Hit(f"copied {describe(constant)} from {constant.tensor.device} to host memory", first_user(constant.node), constant.fqn),
+                method=self.method,
+                locate=node_site,
+            )
+            for constant, _ in unreadable_constants(self.method, exported_program)
+        ]
+        return GuardPassResult(moved, True, Report.of(copies))
 
 
 def _check_policy(policy: str) -> None:
@@ -172,83 +151,7 @@ def _check_policy(policy: str) -> None:
         raise ValueError(f"placement policy must be 'error' or 'copy', not {policy!r}")
 
 
-def storage_problem(tensor: torch.Tensor) -> tuple[str, str] | None:
-    """``(code, why)`` if the host cannot read ``tensor``'s bytes; ``None`` if it can.
-    (Shared with the lint's placement rules.)"""
-    if tensor.numel() == 0:
-        return None
-    if is_traceable_wrapper_subclass(tensor):  # torchao's quantized weights: their inner tensors hold the bytes
-        inner_names, _ = tensor.__tensor_flatten__()
-        inner = (getattr(tensor, name) for name in inner_names)
-        return next((p for t in inner if isinstance(t, torch.Tensor) and (p := storage_problem(t))), None)
-    if isinstance(tensor, FakeTensor):
-        return CONSTANT_WITHOUT_DATA, f"is a fake tensor (device {tensor.device}) with no data"
-    if tensor.device.type == "meta":
-        return CONSTANT_WITHOUT_DATA, "is on the meta device and has no data"
-    if tensor.device.type != "cpu":
-        return CONSTANT_ON_DEVICE, f"is on {tensor.device}, not in host (CPU) memory"
-    try:
-        pointer = tensor.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError) as error:
-        return CONSTANT_WITHOUT_DATA, f"has no readable storage ({error})"
-    if pointer == 0:
-        return CONSTANT_WITHOUT_DATA, "has a null data pointer"
-    return None
-
-
-def _problems(method: str | None, ep: ExportedProgram) -> list[tuple[ProgramConstant, str, str]]:
-    """``(constant, code, why)`` for each constant of ``ep`` that the host cannot read."""
-    return [
-        (constant, *problem)
-        for constant in iter_constants(method, ep)
-        if (problem := storage_problem(constant.tensor))
-    ]
-
-
-def _error_finding(constant: ProgramConstant, code: str, why: str) -> Finding:
-    fix = FIX_DEVICE if code == CONSTANT_ON_DEVICE else FIX_NO_DATA
-    return _finding(constant, code, Severity.ERROR, f"{describe(constant)} {why}", fix)
-
-
-def _copy_finding(constant: ProgramConstant) -> Finding:
-    message = f"copied {describe(constant)} from {constant.tensor.device} to host memory"
-    return _finding(constant, CONSTANT_COPIED, Severity.INFO, message, None)
-
-
-def _finding(
-    constant: ProgramConstant, code: str, severity: Severity, message: str, fix: str | None
-) -> Finding:
-    user = first_user(constant.node)
-    return Finding(
-        code=code,
-        severity=severity,
-        message=message,
-        method=constant.method,
-        node=user.name,
-        constant=constant.fqn,
-        location=node_location(user),
-        fix=fix,
-    )
-
-
-def describe(constant: ProgramConstant) -> str:
-    tensor = constant.tensor
-    dtype = str(tensor.dtype).removeprefix("torch.")
-    return (
-        f"{constant.kind.value} '{constant.fqn}' ({dtype}{list(tensor.shape)}, "
-        f"{tensor.nbytes:,} bytes)"
-    )
-
-
-def first_user(node: torch.fx.Node) -> torch.fx.Node:
-    """The node to point the user at: the first user with a stack trace, else ``node``."""
-    traced = [user for user in node.users if user.meta.get("stack_trace")]
-    return traced[0] if traced else next(iter(node.users), node)
-
-
-def _raise_unless_copyable(
-    report: Report, policy: PlacementPolicy, methods: Mapping[str | None, ExportedProgram]
-) -> None:
+def _raise_unless_copyable(report: Report, policy: PlacementPolicy, methods: Mapping[str | None, ExportedProgram]) -> None:
     errors = report.errors
     if policy == "copy" and not any(f.code == CONSTANT_WITHOUT_DATA for f in errors):
         if not any(methods[f.method].dialect == "EDGE" for f in errors):
@@ -264,15 +167,15 @@ def _message(errors: tuple[Finding, ...], advice: str | None) -> str:
         "as XNNPACK read every constant's bytes through a host pointer; reading these would "
         "crash the process (SIGSEGV) or fail with a NULL pointer access."
     ]
-    for finding in errors:
-        where = f"node '{finding.node}'"
-        if finding.method:
-            where += f" of method '{finding.method}'"
-        if finding.location:
-            where += f" at {finding.location}"
-        lines.append(f"  {finding.code} {finding.message}; used by {where}")
-        if finding.location and finding.location.code:
-            lines.append(f"      {finding.location.code}")
+    for found in errors:
+        where = f"node '{found.node}'"
+        if found.method:
+            where += f" of method '{found.method}'"
+        if found.location:
+            where += f" at {found.location}"
+        lines.append(f"  {found.code} {found.message}; used by {where}")
+        if found.location and found.location.code:
+            lines.append(f"      {found.location.code}")
     fixes = [advice] if advice else list(dict.fromkeys(f.fix for f in errors if f.fix))
     lines.extend(f"Fix: {fix}." for fix in fixes)
     return "\n".join(lines)
@@ -287,11 +190,9 @@ def _copied_to_host(method: str | None, ep: ExportedProgram) -> ExportedProgram:
     The device tensors are never duplicated; each is copied to the host once, one at a time.
     """
     graph_module, signature = _copy_graph_module_and_signature(ep)
-    program = ep._update(
-        graph_module, signature, state_dict=dict(ep.state_dict), constants=dict(ep.constants)
-    )
+    program = ep._update(graph_module, signature, state_dict=dict(ep.state_dict), constants=dict(ep.constants))
     moved = move_to_device_pass(program, "cpu")
-    left = Report.of(_error_finding(*p) for p in _problems(method, moved))
+    left = lint_method(moved, method, rules=PLACEMENT_RULES)
     if left:  # e.g. a tensor held as a graph attribute, which the library pass does not move
-        raise ConstantPlacementError(_message(left.errors, advice=FIX_DEVICE), left)
+        raise ConstantPlacementError(_message(left.errors, advice=CATALOG[CONSTANT_ON_DEVICE].fix), left)
     return moved

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.linter.registry import Hit, rule
 from export_guards.pte.smoke import SmokeRun
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 
-@rule(
-    "EG511",
-    "runtime-smoke-failed",
-    Severity.ERROR,
-    "Loading the program in executorch.runtime, or running a method once, crashed, hung or failed.",
-    "Run `export-guards check` without --runtime to find a structural cause; otherwise re-export "
-    "and compare with eager using the pytest fixture check_export.",
-    stage="runtime",
-)
+@rule("EG511")
 def runtime_smoke_failed(run: SmokeRun) -> Iterator[Hit]:
     where = run.last_step
     said = f" (the runtime's log: {' '.join(run.stderr.split())})" if run.stderr else ""

@@ -9,7 +9,7 @@ from typing import final
 
 from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
 
-from export_guards.pte.flatc import DecodeError, generated_reader
+from export_guards.pte.reader.flatc import DecodeError, generated_reader
 
 __all__ = ["BACKEND_ID", "XnnConstant", "XnnPayload", "read_payload"]
 

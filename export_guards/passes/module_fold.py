@@ -17,7 +17,8 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
-from export_guards.report import Finding, Report, Severity
+from export_guards.report import Report
+from export_guards.ruleset import CATALOG, Hit, finding
 
 __all__ = ["PARAMETRIZATION_FOLDED", "fold_parametrizations"]
 
@@ -50,17 +51,8 @@ def fold_parametrizations(model: nn.Module, *, inplace: bool = False) -> tuple[n
             fqn = f"{path}.{tensor_name}" if path else tensor_name
             _remove(module, tensor_name, api)  # first: reading a parametrized weight in train mode runs it
             after = getattr(module, tensor_name).nbytes
-            findings.append(
-                Finding(
-                    code=PARAMETRIZATION_FOLDED,
-                    severity=Severity.INFO,
-                    message=(
-                        f"folded {api} of '{fqn}' into a plain parameter "
-                        f"({before:,} bytes of state -> {after:,} bytes)"
-                    ),
-                    constant=fqn,
-                )
-            )
+            message = f"folded {api} of '{fqn}' into a plain parameter ({before:,} bytes of state -> {after:,} bytes)"
+            findings.append(finding(CATALOG[PARAMETRIZATION_FOLDED], Hit(message, constant=fqn)))
     return folded, Report.of(findings)
 
 

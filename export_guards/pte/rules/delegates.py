@@ -7,21 +7,14 @@ from collections.abc import Iterator
 
 from executorch.exir.schema import Tensor, TensorDataLocation
 
-from export_guards.linter.registry import Hit, rule
-from export_guards.pte.context import REEXPORT, PteContext
-from export_guards.pte.file import describe_tensor, tensor_nbytes
-from export_guards.pte.flatc import DecodeError
-from export_guards.pte.xnnpack import NO_OFFSET, XnnPayload
-from export_guards.report import Severity
+from export_guards.pte.context import PteContext
+from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.xnnpack import NO_OFFSET, XnnPayload
+from export_guards.ruleset import Hit, rule
 
-@rule(
-    "EG506",
-    "delegate-data-invalid",
-    Severity.ERROR,
-    "A delegate's processed data is missing, empty, out of bounds or cannot be decoded.",
-    REEXPORT,
-    stage="pte",
-)
+
+@rule("EG506")
 def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:
@@ -59,14 +52,7 @@ def _inline_constants_out_of_bounds(payload: XnnPayload, delegate: str, method: 
             )
 
 
-@rule(
-    "EG507",
-    "named-data-invalid",
-    Severity.ERROR,
-    "A named-data entry has an empty or repeated key, or no data.",
-    REEXPORT,
-    stage="pte",
-)
+@rule("EG507")
 def named_data_invalid(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:
@@ -90,16 +76,7 @@ def _entries_invalid(file: str, entries: list) -> Iterator[Hit]:
             yield Hit(f"named data '{key}' of {file} is empty ({where})", constant=key)
 
 
-@rule(
-    "EG508",
-    "named-data-unresolved",
-    Severity.ERROR,
-    "A key that a delegate or an external tensor uses is not in the program nor in a given data file, "
-    "or holds fewer bytes than the tensor needs.",
-    "Pass the external data files with --data (in Python, data_files=); if a key is missing from "
-    "them, export the program and its .ptd files together again.",
-    stage="pte",
-)
+@rule("EG508")
 def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:

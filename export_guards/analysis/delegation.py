@@ -9,16 +9,10 @@ from typing import final
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
-from export_guards.ops import aten_name
-from export_guards.programs import Program, methods_of
+from export_guards.analysis.ops import call_nodes, compute_op_name
+from export_guards.analysis.programs import Program, methods_of
 
-__all__ = ["COMPUTE_OPS", "DelegationSummary", "compute_op_name", "delegation_summary"]
-
-COMPUTE_OPS = frozenset(
-    {"convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-     "conv_transpose3d", "linear", "addmm", "mm", "bmm", "matmul", "baddbmm"}
-)
-"""The ATen op names (without overload) counted as compute ops."""
+__all__ = ["DelegationSummary", "delegation_summary"]
 
 
 @final
@@ -48,7 +42,7 @@ def delegation_summary(program: Program) -> DelegationSummary:
     portable: Counter[str] = Counter()
     backends: Counter[str] = Counter()
     for ep in methods_of(program).values():
-        for graph_module, node in _call_nodes(ep.graph_module):
+        for graph_module, node in call_nodes(ep.graph_module):
             if node.target is torch.ops.higher_order.executorch_call_delegate:
                 lowered = getattr(graph_module, node.args[0].target)
                 assert isinstance(lowered, LoweredBackendModule)
@@ -59,18 +53,3 @@ def delegation_summary(program: Program) -> DelegationSummary:
             elif (name := compute_op_name(node)) is not None:
                 portable[name] += 1
     return DelegationSummary(delegated, portable, backends)
-
-
-def _call_nodes(root: torch.fx.GraphModule) -> list[tuple[torch.fx.GraphModule, torch.fx.Node]]:
-    """Every op call of ``root`` and of its control-flow branches (not inside delegates)."""
-    calls = []
-    for module in root.modules():
-        if isinstance(module, torch.fx.GraphModule):
-            calls.extend((module, n) for n in module.graph.nodes if n.op == "call_function")
-    return calls
-
-
-def compute_op_name(node: torch.fx.Node) -> str | None:
-    """The ATen name of ``node``'s op (``"convolution"``) if it is a compute op, else None."""
-    name = aten_name(node.target) if node.op == "call_function" else None
-    return name if name in COMPUTE_OPS else None

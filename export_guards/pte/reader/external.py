@@ -10,8 +10,8 @@ from typing import final
 
 from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeader
 
-from export_guards.pte.file import Region
-from export_guards.pte.flatc import generated_reader
+from export_guards.pte.reader.file import Region
+from export_guards.pte.reader.flatc import generated_reader
 
 __all__ = ["PtdFile"]
 

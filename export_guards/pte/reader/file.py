@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 import mmap
 import os
 import signal
@@ -27,16 +26,11 @@ from executorch.exir._serialize._program import _ExtendedHeader
 from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (
     Program as _ProgramTable,
 )
-from executorch.exir.schema import (
-    DataLocation,
-    Program,
-    ScalarType,
-    SubsegmentOffsets,
-    Tensor,
-)
-from executorch.exir.tensor import get_scalar_type
+from executorch.exir.schema import DataLocation, Program, SubsegmentOffsets
 
-__all__ = ["Delegate", "PteFile", "Region", "SubsegmentTable", "describe_tensor", "open_bytes", "short", "tensor_nbytes"]
+from export_guards.ruleset import describe_error
+
+__all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "PteFile", "Region", "SubsegmentTable", "open_bytes"]
 
 # The runtime's minimum alignment for tensor and delegate data (alignof(max_align_t)).
 MIN_ALIGNMENT = 16
@@ -192,7 +186,7 @@ class PteFile:
                 "parsing it did not finish in time"
             )
         except Exception as error:  # a malformed flatbuffer fails in many ways; each is a finding
-            self.problems.append(f"the program flatbuffer cannot be parsed: {short(error)}")
+            self.problems.append(f"the program flatbuffer cannot be parsed: {describe_error(error)}")
         return None
 
     @cached_property
@@ -329,25 +323,6 @@ def _type_hints(cls: type) -> dict[str, object]:
     return typing.get_type_hints(cls)
 
 
-def tensor_nbytes(tensor: Tensor) -> int | None:
-    """Bytes of a program tensor: its sizes times its dtype's size (None if either is invalid)."""
-    try:
-        element = get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
-    except (KeyError, ValueError, TypeError):
-        return None
-    sizes = list(tensor.sizes)
-    return None if any(s < 0 for s in sizes) else math.prod(sizes) * element
-
-
-def describe_tensor(tensor: Tensor) -> str:
-    """``float32[8, 3, 3, 3]``."""
-    try:
-        dtype = str(get_scalar_type(ScalarType(tensor.scalar_type))).removeprefix("torch.")
-    except (KeyError, ValueError, TypeError):
-        dtype = f"scalar type {tensor.scalar_type}"
-    return f"{dtype}{list(tensor.sizes)}"
-
-
 # A valid program parses at megabytes a second; one whose tables are shared by many references
 # expands quadratically (a 6 KB file can take hours), so the parse has a time limit.
 PARSE_SECONDS = 20.0
@@ -389,8 +364,3 @@ def _time_limit(seconds: float) -> Iterator[None]:
         if previous_delay and remaining > 0:  # not yet due (had it been, it would have fired)
             signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
 
-
-def short(error: BaseException) -> str:
-    """The first line of an error's message, for a finding."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else '(no message)'}"

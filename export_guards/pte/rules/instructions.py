@@ -19,9 +19,8 @@ from executorch.exir.schema import (
     TensorList,
 )
 
-from export_guards.linter.registry import Hit, rule
-from export_guards.pte.context import REEXPORT, PteContext
-from export_guards.report import Severity
+from export_guards.pte.context import PteContext
+from export_guards.ruleset import Hit, rule
 
 # The value kinds the runtime accepts for each kind of schema type.
 _KINDS = {
@@ -45,15 +44,7 @@ _KINDS = {
 }
 
 
-@rule(
-    "EG512",
-    "instruction-invalid",
-    Severity.ERROR,
-    "An instruction uses a value, operator or delegate that does not exist, or passes an operator "
-    "a value of a kind its schema does not take.",
-    REEXPORT,
-    stage="pte",
-)
+@rule("EG512")
 def instruction_invalid(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.linter.registry import Hit, rule
 from export_guards.pte.context import PteContext
-from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
 
-@rule(
-    "EG509",
-    "data-file-invalid",
-    Severity.ERROR,
-    "An external data file (.ptd) has a wrong identifier, an invalid header, an undecodable "
-    "flatbuffer, or entries outside the file.",
-    "Write the .ptd files again with the program (ExecutorchProgramManager.write_tensor_data_to_file).",
-    stage="pte",
-)
+@rule("EG509")
 def data_file_invalid(context: PteContext) -> Iterator[Hit]:
     for ptd in context.data_files:
         ptd.entries  # noqa: B018  (reading records the problems)

@@ -14,31 +14,28 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_base import ExportedProgramPassBase
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
-from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
-from export_guards.ops import aten_name, aten_overload
-from export_guards.placement import storage_problem
-from export_guards.programs import ProgramConstant, is_written, iter_constants, mutated_constants
-from export_guards.report import Finding, Report, Severity
-from export_guards.source import node_location
+from export_guards.analysis.fold_plan import FoldPlan, plan_fold
+from export_guards.analysis.ops import argument_name, aten_name, is_view
+from export_guards.analysis.programs import ProgramConstant
+from export_guards.analysis.source import node_location, node_site
+from export_guards.passes.result import GuardPassResult
+from export_guards.report import Report
+from export_guards.ruleset import CATALOG, Hit, finding
 
 __all__ = ["CONSTANT_FOLDED", "FoldConstantsPass", "fold_constants"]
 
 CONSTANT_FOLDED = "EG201"
 """Rule code (info): a computation on constants was folded into one static constant."""
 
-# Quantize / dequantize must stay in the graph: delegates match them as patterns.
-_KEEP_NAMESPACES = frozenset({"quantized_decomposed", "torchao", "quantized", "quant"})
-_SMALL_BYTES = 4096
-_MATMULS = frozenset({"mm", "addmm", "bmm", "matmul", "linear"})
 # How reparametrizations name their state: the tensor they compute is the name without it.
 _REPARAMETRIZED = (
     (re.compile(r"\.parametrizations\.(\w+)\.original\d*$"), r".\1"),  # torch.nn.utils.parametrize
@@ -53,30 +50,28 @@ def fold_constants(
 
     See :class:`FoldConstantsPass`. ``program`` itself is never modified.
     """
-    fold = FoldConstantsPass(max_growth=max_growth)
-    return fold(program).exported_program, fold.report
+    result = FoldConstantsPass(max_growth=max_growth)(program)
+    return result.exported_program, result.report
 
 
 class FoldConstantsPass(ExportedProgramPassBase):
     """Evaluate every subgraph whose inputs are all constants and replace it by its result.
 
     Constants are parameters, buffers that the program never mutates, and lifted tensor
-    constants. A node is folded when all of its inputs are constants or folded nodes and its
-    op is a pure ATen / edge op: no mutation, no random op (``nondeterministic_seeded``), no
-    quantize / dequantize, no delegate call, no control flow. Anything a user input or a
-    mutated buffer reaches stays in the graph.
+    constants; what is folded is planned by :func:`export_guards.analysis.fold_plan.plan_fold`.
+    Anything a user input or a mutated buffer reaches stays in the graph.
 
     Each result that the rest of the graph reads becomes a parameter named after the weight it
     feeds (``decoder.0.weight``: the consuming module and argument), identical results are
     stored once, and constants left unused (``weight_orig``, ``weight_u``, ``weight_v``,
-    ``parametrizations.*.original*``) leave the program. The report holds one ``EG201`` info
-    finding per folded constant: its name, the ops folded, and the bytes before and after.
+    ``parametrizations.*.original*``) leave the program. The result's ``report`` holds one
+    ``EG201`` info finding per folded constant: its name, the ops folded, and the bytes
+    before and after.
 
     Works on an ATen-dialect ``ExportedProgram`` before lowering and in
     ``to_edge_transform_and_lower(..., transform_passes=[...])``. The input program is never
-    modified; a new one is returned when something was folded. ``report`` accumulates the
-    findings of every program the pass ran on (in ``transform_passes``: every method).
-    Constants the host cannot compute with (device or meta storage) are not folded: that is
+    modified; a new one is returned when something was folded. Nothing is kept on the pass
+    between calls. Constants the host cannot compute with (device or meta storage) are not folded: that is
     the placement guard's to report.
 
     Args:
@@ -89,156 +84,19 @@ class FoldConstantsPass(ExportedProgramPassBase):
         if not max_growth > 0:
             raise ValueError(f"max_growth must be a positive number of times, not {max_growth!r}")
         self.max_growth = max_growth
-        self.report = Report()
 
-    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        constants = _foldable_constants(exported_program)
-        plan = _plan(exported_program.graph, constants, self.max_growth)
+    def call(self, exported_program: ExportedProgram) -> GuardPassResult:
+        plan = plan_fold(exported_program, max_growth=self.max_growth)
         if not plan.roots:
-            return ExportedProgramPassResult(exported_program, False)
-        folded, findings = _apply(exported_program, constants, plan)
-        self.report += Report.of(findings)
-        return ExportedProgramPassResult(folded, True)
+            return GuardPassResult(exported_program, False)
+        folded, report = _apply(exported_program, plan)
+        return GuardPassResult(folded, True, report)
 
 
-def foldable_nodes(program: ExportedProgram, *, max_growth: float = 2.0) -> frozenset[Node]:
-    """The nodes of ``program`` that :class:`FoldConstantsPass` would fold (for the lint)."""
-    return _plan(program.graph, _foldable_constants(program), max_growth).foldable
-
-
-@dataclass(frozen=True)
-class _Plan:
-    foldable: frozenset[Node]
-    roots: tuple[Node, ...]  # foldable nodes read by the rest of the graph, in graph order
-
-
-def _foldable_constants(ep: ExportedProgram) -> dict[Node, ProgramConstant]:
-    """Placeholder -> constant, for every constant a fold may read: not the mutated ones, nor
-    those the host cannot compute with (device or meta storage: the placement guard's)."""
-    mutated = mutated_constants(ep)
-    return {
-        c.node: c
-        for c in iter_constants(None, ep)
-        if c.node.op == "placeholder" and c.fqn not in mutated and storage_problem(c.tensor) is None
-    }
-
-
-def _plan(graph: torch.fx.Graph, constants: Mapping[Node, ProgramConstant], max_growth: float) -> _Plan:
-    """Which nodes to fold, and which of them to store as constants (the roots).
-
-    A root must be a tensor and must not be a program output (an output cannot be a
-    constant placeholder); a foldable node that would be a root but cannot be one is left
-    computed, and the plan is made again without it, so that its inputs become roots.
-    """
-    excluded: set[Node] = set()
-    linear_patterns = _linear_pattern_nodes(graph)
-    while True:
-        foldable, reads_constant = _foldable_nodes(graph, constants, max_growth, excluded)
-        outputs = set(graph.output_node().all_input_nodes)
-        read_outside = [
-            n for n in graph.nodes
-            if n in foldable and n in reads_constant and any(u not in foldable for u in n.users)
-        ]
-        unstorable = {
-            n for n in read_outside
-            if n in outputs
-            or not isinstance(n.meta.get("val"), torch.Tensor)
-            or _transposes_a_linear_weight(n, linear_patterns)
-        }
-        if not unstorable:
-            return _Plan(frozenset(foldable), tuple(read_outside))
-        excluded |= unstorable
-
-
-def _linear_pattern_nodes(graph: torch.fx.Graph) -> set[Node]:
-    """The nodes that make up a decomposed ``nn.Linear`` / ``F.linear``, as partitioners
-    find them (torch.fx's source partitions)."""
-    partitions = get_source_partitions(graph, [torch.nn.Linear, torch.nn.functional.linear])
-    return {node for group in partitions.values() for p in group for node in p.nodes}
-
-
-def _transposes_a_linear_weight(node: Node, linear_patterns: set[Node]) -> bool:
-    """A view of a weight that a decomposed linear's matmul reads.
-
-    Partitioners rebuild the linear from the pattern (XNNPACK from ``permute_copy`` +
-    ``addmm`` of one ``nn.Linear``), so the view stays and its input is stored. Outside
-    such a pattern the view is folded too: the matmul then reads a static weight directly.
-    """
-    return (
-        node in linear_patterns
-        and _is_view(node.target)
-        and any(u in linear_patterns and aten_name(u.target) in _MATMULS for u in node.users)
-    )
-
-
-def _is_view(target: object) -> bool:
-    op = aten_overload(target)
-    if op is None:
-        return False
-    return torch.Tag.view_copy in op.tags or any(r.alias_info is not None for r in op._schema.returns)
-
-
-def _foldable_nodes(
-    graph: torch.fx.Graph,
-    constants: Mapping[Node, ProgramConstant],
-    max_growth: float,
-    excluded: set[Node],
-) -> tuple[set[Node], set[Node]]:
-    """The nodes computable from constants alone, and those of them that read a constant
-    (the rest compute from literals only, like ``full``, and are never stored on their own)."""
-    foldable: set[Node] = set()
-    reads_constant: set[Node] = set(constants)
-    for node in graph.nodes:
-        if node.op != "call_function" or node in excluded or not _is_pure(node.target):
-            continue
-        inputs = node.all_input_nodes
-        if not all(i in constants or i in foldable for i in inputs):
-            continue
-        if is_written(node):  # an in-place op changes it later (training dialect): not a constant
-            continue
-        if node.target is not operator.getitem and not _small_enough(node, inputs, max_growth):
-            continue
-        foldable.add(node)
-        if any(i in reads_constant for i in inputs):
-            reads_constant.add(node)
-    return foldable, reads_constant
-
-
-def _is_pure(target: object) -> bool:
-    if target is operator.getitem:
-        return True
-    op = aten_overload(target)
-    if op is None:
-        return False
-    if op.namespace in _KEEP_NAMESPACES or torch.Tag.nondeterministic_seeded in op.tags:
-        return False
-    schema = op._schema
-    if schema.is_mutable:
-        return False
-    if not schema.returns:  # an assertion on constants (_assert_tensor_metadata): checked once, here
-        return "_assert" in schema.name
-    return all(isinstance(r.type, torch.TensorType) for r in schema.returns)
-
-
-def _small_enough(node: Node, inputs: Iterable[Node], max_growth: float) -> bool:
-    out_bytes = _val_bytes(node.meta.get("val"))
-    if out_bytes is None:  # only an assertion, which returns nothing, may have no value
-        return node.meta.get("val") is None and not aten_overload(node.target)._schema.returns
-    in_bytes = sum(_val_bytes(i.meta.get("val")) or 0 for i in inputs)
-    return out_bytes <= max(max_growth * in_bytes, _SMALL_BYTES)
-
-
-def _val_bytes(val: object) -> int | None:
-    if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
-    if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
-        return sum(v.numel() * v.element_size() for v in val)
-    return None
-
-
-def _evaluate(plan: _Plan, constants: Mapping[Node, ProgramConstant]) -> dict[Node, torch.Tensor]:
+def _evaluate(plan: FoldPlan) -> dict[Node, torch.Tensor]:
     """The value of every root, computing each foldable node once and dropping
     intermediate values as soon as their last foldable user has run."""
+    constants = plan.constants
     needed: set[Node] = set()
     assertions = [n for n in plan.foldable if not n.users and n.target is not operator.getitem]
     stack = [*plan.roots, *assertions]
@@ -269,11 +127,11 @@ def _evaluate(plan: _Plan, constants: Mapping[Node, ProgramConstant]) -> dict[No
     return results
 
 
-def _apply(
-    ep: ExportedProgram, constants: Mapping[Node, ProgramConstant], plan: _Plan
-) -> tuple[ExportedProgram, list[Finding]]:
-    """A new program with each root replaced by a parameter holding its value."""
-    values = _evaluate(plan, constants)
+def _apply(ep: ExportedProgram, plan: FoldPlan) -> tuple[ExportedProgram, Report]:
+    """A new program with each root replaced by a parameter holding its value, and an EG201
+    finding per root."""
+    constants = plan.constants
+    values = _evaluate(plan)
     fqn_of = {node: constant.fqn for node, constant in constants.items()}
     taken = set(ep.state_dict) | set(ep.constants)
     parameters: dict[str, torch.Tensor] = {}  # the new parameters, by FQN
@@ -297,26 +155,19 @@ def _apply(
             outcome = f"into parameter '{fqn}' (an identical result, stored once)"
         stored_as[root] = fqn
         consumer = next(u for u in root.users if u not in plan.foldable)
-        findings.append(
-            Finding(
-                code=CONSTANT_FOLDED,
-                severity=Severity.INFO,
-                message=(
-                    f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(ops)}) on "
-                    f"{', '.join(repr(fqn_of[s]) for s in sources)} {outcome}: "
-                    f"{sum(constants[s].tensor.nbytes for s in sources):,} -> {value.nbytes:,} bytes"
-                ),
-                node=consumer.name,
-                constant=fqn,
-                location=node_location(consumer) or node_location(root),
-            )
+        message = (
+            f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(ops)}) on "
+            f"{', '.join(repr(fqn_of[s]) for s in sources)} {outcome}: "
+            f"{sum(constants[s].tensor.nbytes for s in sources):,} -> {value.nbytes:,} bytes"
         )
-    return _rebuilt(ep, plan, stored_as, parameters, fqn_of), findings
+        shown = consumer if node_location(consumer) or not node_location(root) else root
+        findings.append(finding(CATALOG[CONSTANT_FOLDED], Hit(message, shown, fqn), locate=node_site))
+    return _rebuilt(ep, plan, stored_as, parameters, fqn_of), Report.of(findings)
 
 
 def _rebuilt(
     ep: ExportedProgram,
-    plan: _Plan,
+    plan: FoldPlan,
     stored_as: Mapping[Node, str],
     parameters: Mapping[str, torch.Tensor],
     fqn_of: Mapping[Node, str],
@@ -390,7 +241,7 @@ def _fake_value(root: Node, value: torch.Tensor, fake_mode: object) -> torch.Ten
     return fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
 
 
-def _kept_nodes(graph: torch.fx.Graph, plan: _Plan, stored_as: Mapping[Node, str]) -> set[Node]:
+def _kept_nodes(graph: torch.fx.Graph, plan: FoldPlan, stored_as: Mapping[Node, str]) -> set[Node]:
     """The nodes of the folded graph: all but the roots (replaced), the folded nodes only
     they needed, and the constants only those read."""
     kept: set[Node] = set()
@@ -460,9 +311,9 @@ def _constant_name(root: Node, readers: frozenset[Node], sources: dict[str, int]
     ``sources`` maps the FQNs of the constants it is computed from to their bytes.
     """
     value, reader = root, next(u for u in root.users if u not in readers)
-    while _is_view(reader.target) and len(reader.users) == 1:
+    while is_view(reader.target) and len(reader.users) == 1:
         value, reader = reader, next(iter(reader.users))
-    argument = _argument_name(reader, value)
+    argument = argument_name(reader, value)
     stack = reader.meta.get("nn_module_stack") or {}
     path = next(reversed(stack.values()))[0] if stack else ""
     if argument in ("weight", "bias") and path:
@@ -473,17 +324,6 @@ def _constant_name(root: Node, readers: frozenset[Node], sources: dict[str, int]
         if renamed != largest:
             return renamed
     return f"{largest}_folded"
-
-
-def _argument_name(consumer: Node, value: Node) -> str | None:
-    op = aten_overload(consumer.target)
-    if op is None:
-        return None
-    schema = op._schema
-    for index, arg in enumerate(consumer.args):
-        if arg is value and index < len(schema.arguments):
-            return schema.arguments[index].name
-    return next((name for name, arg in consumer.kwargs.items() if arg is value), None)
 
 
 def _unique(name: str, taken: set[str]) -> str:

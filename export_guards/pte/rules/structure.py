@@ -9,19 +9,14 @@ from collections.abc import Iterable, Iterator
 from executorch.exir._serialize._program import _ExtendedHeader
 from executorch.exir.schema import AllocationDetails, ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
 
-from export_guards.linter.registry import Hit, rule
-from export_guards.pte.context import REEXPORT, PteContext
-from export_guards.pte.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile, describe_tensor, tensor_nbytes
+from export_guards.pte.context import PteContext
+from export_guards.pte.reader.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile
+from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.report import Severity
+from export_guards.ruleset import Hit, rule
 
-@rule(
-    "EG501",
-    "pte-header",
-    Severity.ERROR,
-    "The file is not a whole ExecuTorch program: its identifier or extended header is wrong.",
-    REEXPORT,
-    stage="pte",
-)
+
+@rule("EG501")
 def pte_header(context: PteContext) -> Iterator[Hit]:
     pte = context.pte
     if pte.size < 8:
@@ -51,14 +46,7 @@ def pte_header(context: PteContext) -> Iterator[Hit]:
         yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated")
 
 
-@rule(
-    "EG502",
-    "pte-unparsable",
-    Severity.ERROR,
-    "ExecuTorch's deserializer cannot read the program flatbuffer, or it has no method.",
-    REEXPORT,
-    stage="pte",
-)
+@rule("EG502")
 def pte_unparsable(context: PteContext) -> Iterator[Hit]:
     pte = context.pte
     if pte.size < 8 or pte.identifier != FILE_IDENTIFIER or not 8 <= pte.program_size <= pte.size:
@@ -69,14 +57,7 @@ def pte_unparsable(context: PteContext) -> Iterator[Hit]:
         yield Hit("the program has no method")
 
 
-@rule(
-    "EG503",
-    "segment-out-of-bounds",
-    Severity.ERROR,
-    "A segment, or a constant inside the constant segment, lies outside the file.",
-    REEXPORT,
-    stage="pte",
-)
+@rule("EG503")
 def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
     pte, program = context.pte, context.pte.program
     if program is None:
@@ -104,14 +85,7 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
             yield Hit(f"buffer {i} of the {table.name} starts at {offset}, outside its {table.segment.size}-byte {table.segment.what}")
 
 
-@rule(
-    "EG504",
-    "misaligned-data",
-    Severity.ERROR,
-    f"Constant or delegate data is not aligned to {MIN_ALIGNMENT} bytes, which kernels and delegates assume.",
-    "Re-export with ExecuTorch's default segment and tensor alignment (ExecutorchBackendConfig).",
-    stage="pte",
-)
+@rule("EG504")
 def misaligned_data(context: PteContext) -> Iterator[Hit]:
     pte = context.pte
     if pte.program is None:
@@ -126,14 +100,7 @@ def misaligned_data(context: PteContext) -> Iterator[Hit]:
             yield Hit(f"buffer {i} of the constant segment is at offset {offset} of its segment, not a multiple of {MIN_ALIGNMENT}")
 
 
-@rule(
-    "EG505",
-    "tensor-data-invalid",
-    Severity.ERROR,
-    "A tensor's constant buffer or memory-plan slot is missing or smaller than its shape and dtype need.",
-    REEXPORT,
-    stage="pte",
-)
+@rule("EG505")
 def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
     pte, program = context.pte, context.pte.program
     if program is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Union, final
@@ -11,15 +10,14 @@ from typing import Union, final
 import torch
 from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
-
-from export_guards.ops import aten_overload
 from torch.export.graph_signature import InputKind, OutputKind
+
+from export_guards.analysis.ops import is_written
 
 __all__ = [
     "ConstantKind",
     "Program",
     "ProgramConstant",
-    "is_written",
     "iter_constants",
     "methods_of",
     "mutated_constants",
@@ -128,27 +126,6 @@ def mutated_constants(ep: ExportedProgram) -> set[str]:
         if node.op == "placeholder" and node.name in targets and is_written(node):
             mutated.add(targets[node.name])
     return mutated
-
-
-def is_written(node: torch.fx.Node) -> bool:
-    """Whether an op writes ``node``'s value in place, directly or through a view of it
-    (``view``, ``select``, the pieces of ``split`` / ``unbind`` / ``chunk``)."""
-    for user in node.users:
-        if user.target is operator.getitem:  # a piece of a split: an alias too
-            if is_written(user):
-                return True
-            continue
-        op = aten_overload(user.target)
-        if op is None:
-            continue
-        for index, argument in enumerate(op._schema.arguments):
-            value = user.args[index] if index < len(user.args) else user.kwargs.get(argument.name)
-            passed = value is node or (isinstance(value, (list, tuple)) and any(v is node for v in value))
-            if not passed or argument.alias_info is None:
-                continue
-            if argument.alias_info.is_write or is_written(user):  # else ``user`` is a view of ``node``
-                return True
-    return False
 
 
 def _resolve_attr(module: torch.nn.Module, target: object) -> object:

@@ -1,0 +1,29 @@
+"""A program tensor's size in bytes and its one-line description, for the rules' messages."""
+
+from __future__ import annotations
+
+import math
+
+from executorch.exir.schema import ScalarType, Tensor
+from executorch.exir.tensor import get_scalar_type
+
+__all__ = ["describe_tensor", "tensor_nbytes"]
+
+
+def tensor_nbytes(tensor: Tensor) -> int | None:
+    """Bytes of a program tensor: its sizes times its dtype's size (None if either is invalid)."""
+    try:
+        element = get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    sizes = list(tensor.sizes)
+    return None if any(s < 0 for s in sizes) else math.prod(sizes) * element
+
+
+def describe_tensor(tensor: Tensor) -> str:
+    """``float32[8, 3, 3, 3]``."""
+    try:
+        dtype = str(get_scalar_type(ScalarType(tensor.scalar_type))).removeprefix("torch.")
+    except (KeyError, ValueError, TypeError):
+        dtype = f"scalar type {tensor.scalar_type}"
+    return f"{dtype}{list(tensor.sizes)}"

@@ -1,0 +1,24 @@
+"""The rule engine: what a rule is, the catalog of every code, and the runner that turns
+rules into findings. Imports neither torch nor ExecuTorch."""
+
+from export_guards.ruleset.catalog import CATALOG, rule
+from export_guards.ruleset.engine import RULE_FAILED, Locate, RuleSet, describe_error, finding, run, settle
+from export_guards.ruleset.rule import DOCS_URL, STAGES, Check, Hit, Rule, Stage
+
+__all__ = [
+    "CATALOG",
+    "DOCS_URL",
+    "RULE_FAILED",
+    "STAGES",
+    "Check",
+    "Hit",
+    "Locate",
+    "Rule",
+    "RuleSet",
+    "Stage",
+    "describe_error",
+    "finding",
+    "rule",
+    "run",
+    "settle",
+]

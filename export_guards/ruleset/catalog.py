@@ -1,0 +1,312 @@
+"""Every code export-guards can report, in one table: code, name, default severity, summary,
+fix and stage. ``rules``, ``explain``, ``--select`` / ``--ignore``, per-code severities and the
+SARIF renderer all read it. Imports neither torch nor ExecuTorch.
+
+A rule's check lives with its subject (``linter/rules/``, ``pte/rules/``) and is bound to its
+entry here by ``@rule(code)``; a guard that reports what it did (a copy, a fold) uses its entry's
+code with stage ``action``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from export_guards.report import Severity
+from export_guards.ruleset.rule import Check, Rule
+
+__all__ = ["CATALOG", "rule"]
+
+_REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
+_NOTHING_TO_DO = "Nothing to do: this reports what a guard did."
+
+_RULES = (
+    Rule(
+        "EG001",
+        "rule-failed",
+        Severity.ERROR,
+        "A rule failed on its input, so its findings are missing; every other rule still ran.",
+        "On a .pte file, the file is malformed where that rule reads it: re-export it. On a model, "
+        "report the failure to export-guards with the model; meanwhile --ignore the rule that "
+        "failed.",
+        "engine",
+    ),
+    Rule(
+        "EG101",
+        "constant-on-device",
+        Severity.ERROR,
+        "A constant lives in device (non-CPU) memory: the emitter or a delegate would segfault "
+        "reading it.",
+        "move the model and its example inputs to the CPU before torch.export (model.to('cpu')), "
+        "or apply guard_constant_placement(exported_program, policy='copy') to the torch.export "
+        "program before to_edge / to_edge_transform_and_lower",
+        "program",
+    ),
+    Rule(
+        "EG102",
+        "constant-without-data",
+        Severity.ERROR,
+        "A constant has no data (meta device, fake tensor, null pointer): there are no bytes to "
+        "export.",
+        "give the constant real data before export: load the weights (for example "
+        "model.load_state_dict(state_dict, assign=True)) or materialise the module with "
+        "module.to_empty(device='cpu') and initialise it; a meta or fake tensor has no bytes to "
+        "write into the program, and copying cannot create them",
+        "program",
+    ),
+    Rule(
+        "EG103",
+        "constant-copied",
+        Severity.INFO,
+        "The placement guard's 'copy' policy copied a constant from device memory to the host.",
+        _NOTHING_TO_DO + " To export without the copy, move the model to the CPU before torch.export.",
+        "action",
+    ),
+    Rule(
+        "EG201",
+        "constant-folded",
+        Severity.INFO,
+        "A computation on constants only was folded into one static parameter.",
+        _NOTHING_TO_DO + ' The program holds the folded weight instead of the computation.',
+        "action",
+    ),
+    Rule(
+        "EG202",
+        "parametrization-folded",
+        Severity.INFO,
+        "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
+        _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
+        "action",
+    ),
+    Rule(
+        "EG210",
+        "foldable-weight",
+        Severity.WARNING,
+        "A conv / linear / matmul weight is computed at run time from constants only: XNNPACK "
+        "will not delegate it.",
+        "Fold it: guard_passes() in transform_passes, fold_constants(program) on the torch.export"
+        " program, or fold_parametrizations(model) before export.",
+        "program",
+    ),
+    Rule(
+        "EG211",
+        "input-dependent-weight",
+        Severity.WARNING,
+        "A conv / linear / matmul weight depends on a user input: XNNPACK will not delegate it.",
+        "Compute the weight from parameters only, or accept that the op runs in the portable "
+        "kernels (much slower on device).",
+        "program",
+    ),
+    Rule(
+        "EG212",
+        "reparametrization-leftover",
+        Severity.WARNING,
+        "A weight is still reparametrized (spectral_norm, weight_norm, parametrize): its state "
+        "ships instead of the weight.",
+        "Fold it: fold_parametrizations(model) before export, or guard_passes() / "
+        "fold_constants(program).",
+        "program",
+    ),
+    Rule(
+        "EG301",
+        "train-mode-dropout",
+        Severity.ERROR,
+        "Dropout runs in training mode: the exported program drops activations at random.",
+        "Call model.eval() before torch.export.",
+        "program",
+    ),
+    Rule(
+        "EG302",
+        "train-mode-batch-norm",
+        Severity.ERROR,
+        "Batch norm runs in training mode: it normalises with the batch's statistics, not the "
+        "learned ones.",
+        "Call model.eval() before torch.export.",
+        "program",
+    ),
+    Rule(
+        "EG303",
+        "random-op",
+        Severity.WARNING,
+        "A random op: the program's outputs differ from run to run, and from eager.",
+        "Remove the random op from the inference path, or pass the noise in as an input.",
+        "program",
+    ),
+    Rule(
+        "EG304",
+        "float64",
+        Severity.WARNING,
+        "A float64 tensor: most delegates do not take it, and mobile CPUs compute it slowly.",
+        "Use float32: model.float(), and no .double() / dtype=torch.float64 in forward.",
+        "program",
+    ),
+    Rule(
+        "EG305",
+        "parameter-mutated",
+        Severity.ERROR,
+        "The program writes a parameter in place: ExecuTorch treats parameters as read-only "
+        "constants.",
+        "Register the tensor as a buffer (register_buffer) if it is state, or compute a new "
+        "tensor instead of writing in place.",
+        "program",
+    ),
+    Rule(
+        "EG306",
+        "duplicate-constant",
+        Severity.INFO,
+        "The same bytes are stored as several constants (at least 1 KiB wasted).",
+        "Tie the tensors (assign one module's parameter to the other) or build one from the other.",
+        "program",
+    ),
+    Rule(
+        "EG307",
+        "unused-constant",
+        Severity.WARNING,
+        "A constant that the graph never reads still ships in the program.",
+        "Delete the unused parameter or buffer from the module, or use it.",
+        "program",
+    ),
+    Rule(
+        "EG401",
+        "compute-not-delegated",
+        Severity.WARNING,
+        "A conv / linear / matmul was left in the portable graph: it runs in the slow portable "
+        "kernels.",
+        "Read the partitioner's reason; the usual one, a weight that is not a static parameter, "
+        "is fixed by the fold (EG210, EG212).",
+        "partitioned",
+    ),
+    Rule(
+        "EG402",
+        "delegation-coverage",
+        Severity.INFO,
+        "How many of the program's compute ops a delegate runs.",
+        "See EG401 for each op left out.",
+        "partitioned",
+    ),
+    Rule(
+        "EG501",
+        "pte-header",
+        Severity.ERROR,
+        "The file is not a whole ExecuTorch program: its identifier or extended header is wrong.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG502",
+        "pte-unparsable",
+        Severity.ERROR,
+        "ExecuTorch's deserializer cannot read the program flatbuffer, or it has no method.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG503",
+        "segment-out-of-bounds",
+        Severity.ERROR,
+        "A segment, or a constant inside the constant segment, lies outside the file.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG504",
+        "misaligned-data",
+        Severity.ERROR,
+        "Constant or delegate data is not aligned to 16 bytes, which kernels and delegates assume.",
+        "Re-export with ExecuTorch's default segment and tensor alignment "
+        "(ExecutorchBackendConfig).",
+        "pte",
+    ),
+    Rule(
+        "EG505",
+        "tensor-data-invalid",
+        Severity.ERROR,
+        "A tensor's constant buffer or memory-plan slot is missing or smaller than its shape and "
+        "dtype need.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG506",
+        "delegate-data-invalid",
+        Severity.ERROR,
+        "A delegate's processed data is missing, empty, out of bounds or cannot be decoded.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG507",
+        "named-data-invalid",
+        Severity.ERROR,
+        "A named-data entry has an empty or repeated key, or no data.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG508",
+        "named-data-unresolved",
+        Severity.ERROR,
+        "A key that a delegate or an external tensor uses is not in the program nor in a given "
+        "data file, or holds fewer bytes than the tensor needs.",
+        "Pass the external data files with --data (in Python, data_files=); if a key is missing "
+        "from them, export the program and its .ptd files together again.",
+        "pte",
+    ),
+    Rule(
+        "EG509",
+        "data-file-invalid",
+        Severity.ERROR,
+        "An external data file (.ptd) has a wrong identifier, an invalid header, an undecodable "
+        "flatbuffer, or entries outside the file.",
+        "Write the .ptd files again with the program "
+        "(ExecutorchProgramManager.write_tensor_data_to_file).",
+        "pte",
+    ),
+    Rule(
+        "EG510",
+        "not-reproducible",
+        Severity.ERROR,
+        "Exporting the same model twice gives different bytes, so on-device caches keyed by the "
+        "program's named data (XNNPACK's packed weights) miss on every update.",
+        "Make the export deterministic: seed random initialisation (torch.manual_seed) or load "
+        "the weights, avoid set and dict orders that vary between runs, and keep names stable.",
+        "reproducible",
+    ),
+    Rule(
+        "EG511",
+        "runtime-smoke-failed",
+        Severity.ERROR,
+        "Loading the program in executorch.runtime, or running a method once, crashed, hung or "
+        "failed.",
+        "Run `export-guards check` without --runtime to find a structural cause; otherwise "
+        "re-export and compare with eager using the pytest fixture check_export.",
+        "runtime",
+    ),
+    Rule(
+        "EG512",
+        "instruction-invalid",
+        Severity.ERROR,
+        "An instruction uses a value, operator or delegate that does not exist, or passes an "
+        "operator a value of a kind its schema does not take.",
+        _REEXPORT,
+        "pte",
+    ),
+)
+
+CATALOG: Mapping[str, Rule] = MappingProxyType({r.code: r for r in _RULES})
+"""Every code export-guards can report, by code, in code order (no checks bound)."""
+
+
+def rule(code: str) -> Callable[[Check], Rule]:
+    """Bind the decorated function as the check of ``code``'s entry; returns that rule.
+
+    Raises:
+        KeyError: ``code`` has no entry in the catalog (add one first).
+    """
+    if code not in CATALOG:
+        raise KeyError(f"{code} is not in export_guards/ruleset/catalog.py: add its entry there first")
+
+    def bind(check: Check) -> Rule:
+        return CATALOG[code].checked_by(check)
+
+    return bind

@@ -1,0 +1,133 @@
+"""The one rule engine: runs a rule set's enabled rules of one stage on a subject and turns
+their hits into findings; applies the user's settings to findings that a guard made itself.
+It knows no subject: the caller says what the subject is called and how to place a node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Any, final
+
+from export_guards.report import Finding, Report
+from export_guards.ruleset.catalog import CATALOG
+from export_guards.ruleset.rule import Hit, Rule, Stage
+from export_guards.settings import Settings
+
+__all__ = ["RULE_FAILED", "Locate", "RuleSet", "describe_error", "finding", "run", "settle"]
+
+RULE_FAILED = "EG001"
+"""The engine's own code: a rule raised instead of returning its hits."""
+
+Locate = Callable[[Any], Mapping[str, Any]]
+"""Where a hit's node is, as ``Finding`` fields (``node``, ``location``, ``module``)."""
+
+
+@final
+@dataclass(frozen=True)
+class RuleSet:
+    """An explicit set of rules with checks, by code: the value a subject hands the engine."""
+
+    rules: Mapping[str, Rule]
+
+    @classmethod
+    def of(cls, *sources: Rule | ModuleType) -> RuleSet:
+        """The rules given, and every checked rule defined in the modules given.
+
+        Raises:
+            ValueError: a rule without a check, or two different rules with one code.
+        """
+        rules: dict[str, Rule] = {}
+        for source in sources:
+            found = [source] if isinstance(source, Rule) else [v for v in vars(source).values() if isinstance(v, Rule)]
+            for rule in found:
+                if rule.check is None:
+                    raise ValueError(f"{rule.code} has no check; bind one with @rule({rule.code!r})")
+                if rules.setdefault(rule.code, rule) is not rule:
+                    raise ValueError(f"two rules have the code {rule.code}")
+        return cls(dict(sorted(rules.items())))
+
+    def stage(self, stage: Stage) -> tuple[Rule, ...]:
+        """The rules of ``stage``, in code order."""
+        return tuple(r for r in self.rules.values() if r.stage == stage)
+
+    def without(self, other: RuleSet) -> RuleSet:
+        """These rules, less those of ``other``."""
+        return RuleSet({code: r for code, r in self.rules.items() if code not in other.rules})
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules.values())
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __add__(self, other: RuleSet) -> RuleSet:
+        return RuleSet.of(*self, *other)
+
+
+def run(
+    rules: RuleSet,
+    stage: Stage,
+    subject: object,
+    settings: Settings,
+    *,
+    name: str,
+    method: str | None = None,
+    locate: Locate | None = None,
+) -> Report:
+    """Every enabled rule of ``stage`` in ``rules``, run on ``subject``, as settled findings.
+
+    A rule that raises does not stop the others: its failure is an ``EG001`` finding that
+    says which rule failed on what (``name``, how findings call the subject).
+
+    Args:
+        method: the method findings belong to, unless a hit names its own.
+        locate: places a hit's node (graph subjects); hits without a node are not placed.
+    """
+    findings: list[Finding] = []
+    for rule in rules.stage(stage):
+        if not settings.enabled(rule.code):
+            continue
+        assert rule.check is not None  # RuleSet.of refuses rules without one
+        try:
+            hits = list(rule.check(subject))
+        except Exception as error:  # an input the rule did not expect: say so, carry on
+            message = f"rule {rule.code} ({rule.name}) failed on {name}: {describe_error(error)}"
+            findings.append(finding(CATALOG[RULE_FAILED], Hit(message), method=method))
+            continue
+        findings.extend(finding(rule, hit, method=method, locate=locate) for hit in hits)
+    return settle(findings, settings)
+
+
+def finding(rule: Rule, hit: Hit, *, method: str | None = None, locate: Locate | None = None) -> Finding:
+    """The finding ``hit`` makes for ``rule``, at its default severity (``settle`` applies
+    the user's)."""
+    place = locate(hit.node) if locate is not None and hit.node is not None else {}
+    return Finding(
+        code=rule.code,
+        severity=hit.severity or rule.severity,
+        message=hit.message,
+        method=hit.method or method,
+        constant=hit.constant,
+        fix=hit.fix or rule.fix,
+        **place,
+    )
+
+
+def settle(findings: Iterable[Finding], settings: Settings) -> Report:
+    """``findings`` as the user asked: without the codes not selected or ignored, at the
+    severities overridden. A rule's failure (EG001) is reported unless it is ignored by name
+    or prefix: selecting some rules must not hide that one of them failed."""
+    settled = []
+    for found in findings:
+        shown = settings.enabled(found.code) or (found.code == RULE_FAILED and not settings.ignores(found.code))
+        if shown:
+            severity = settings.severity_of(found.code, found.severity)
+            settled.append(found if severity is found.severity else replace(found, severity=severity))
+    return Report.of(settled)
+
+
+def describe_error(error: BaseException) -> str:
+    """An exception in one line, for a finding: its type and the first line of its message."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else '(no message)'}"

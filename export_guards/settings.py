@@ -1,0 +1,157 @@
+"""The one settings object: which codes are reported and how much each matters, and how a
+model is exported (backend, placement policy, fold). ``[tool.export-guards]``, the command line
+and the pytest marker and options all make one. Imports neither torch nor ExecuTorch."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal, final, get_args
+
+from export_guards.report import Severity
+
+__all__ = ["BACKENDS", "PLACEMENT_POLICIES", "Backend", "PlacementPolicy", "Settings"]
+
+Backend = Literal["xnnpack", "portable"]
+"""``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing."""
+BACKENDS: tuple[str, ...] = get_args(Backend)
+
+PlacementPolicy = Literal["error", "copy"]
+"""``"error"`` raises on a misplaced constant; ``"copy"`` copies constants to the host."""
+PLACEMENT_POLICIES: tuple[str, ...] = get_args(PlacementPolicy)
+
+
+@final
+@dataclass(frozen=True)
+class Settings:
+    """Everything a user can set, as in ``[tool.export-guards]`` of ``pyproject.toml``.
+
+    Attributes:
+        select: codes or code prefixes to report (``"EG"``: all; ``"EG2"``: the weight rules).
+        ignore: codes or prefixes not to report; an ignore wins over a select of the same
+            length or shorter (``select=["EG301"], ignore=["EG3"]`` still reports EG301).
+        severity: per-code severity overrides.
+        fail_level: findings at or above it fail (exit 1, a failing test, the lint pass raises).
+        backend: the partitioner a guarded export lowers with (``BACKENDS``).
+        placement: what a guarded export does with device constants (``PLACEMENT_POLICIES``).
+        fold: whether a guarded export folds constant-only computations.
+    """
+
+    select: tuple[str, ...] = ("EG",)
+    ignore: tuple[str, ...] = ()
+    severity: Mapping[str, Severity] = field(default_factory=dict)
+    fail_level: Severity = Severity.ERROR
+    backend: Backend = "xnnpack"
+    placement: PlacementPolicy = "error"
+    fold: bool = True
+
+    def enabled(self, code: str) -> bool:
+        """Whether findings of ``code`` are reported: the longest matching prefix decides."""
+        selected = max((len(p) for p in self.select if code.startswith(p)), default=-1)
+        return selected > self._ignored(code)
+
+    def ignores(self, code: str) -> bool:
+        """Whether an ignore names ``code`` (or a prefix of it), whatever is selected."""
+        return self._ignored(code) >= 0
+
+    def _ignored(self, code: str) -> int:
+        return max((len(p) for p in self.ignore if code.startswith(p)), default=-1)
+
+    def severity_of(self, code: str, default: Severity) -> Severity:
+        """The severity findings of ``code`` get: the user's override, else ``default``."""
+        return self.severity.get(code, default)
+
+    def __post_init__(self) -> None:
+        # Every way of making settings is checked here, and normalised: codes upper-case,
+        # severities and fail levels as ``Severity``.
+        normalised = {
+            "select": _codes(self.select, "select"),
+            "ignore": _codes(self.ignore, "ignore"),
+            "severity": _severities(self.severity),
+            "fail_level": _severity(self.fail_level, "fail-level"),
+            "backend": _choice(self.backend, "backend", BACKENDS),
+            "placement": _choice(self.placement, "placement", PLACEMENT_POLICIES),
+        }
+        if not isinstance(self.fold, bool):
+            raise ValueError(f"fold must be true or false, not {self.fold!r}")
+        for name, value in normalised.items():
+            object.__setattr__(self, name, value)
+
+    def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]") -> Settings:
+        """These settings with ``options`` applied (keys as in ``pyproject.toml``; ``fail-level``
+        and ``fail_level`` alike), each value checked.
+
+        Raises:
+            ValueError: an unknown key or a bad value, naming the key, what is accepted, and
+                ``where`` the options came from.
+        """
+        known = {f.name for f in fields(self)}
+        unknown = sorted(k for k in options if k.replace("-", "_") not in known)
+        if unknown:
+            accepted = ", ".join(sorted(k.replace("_", "-") for k in known))
+            raise ValueError(f"unknown setting(s) {', '.join(unknown)} in {where}; accepted: {accepted}")
+        try:
+            return replace(self, **{key.replace("-", "_"): value for key, value in options.items()})
+        except ValueError as error:
+            raise ValueError(f"{error} (in {where})") from None
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> Settings:
+        """Settings from a ``[tool.export-guards]`` table (see :meth:`updated`)."""
+        return cls().updated(table)
+
+    @classmethod
+    def from_pyproject(cls, path: str | Path) -> Settings:
+        """The ``[tool.export-guards]`` table of ``path`` (defaults when there is none).
+
+        Raises:
+            ValueError: the file is not valid TOML, or the table has a bad key or value.
+            OSError: the file cannot be read.
+        """
+        with open(path, "rb") as file:
+            try:
+                data = tomllib.load(file)
+            except tomllib.TOMLDecodeError as error:
+                raise ValueError(f"{path} is not valid TOML: {error}") from None
+        return cls().updated(data.get("tool", {}).get("export-guards", {}), f"[tool.export-guards] of {path}")
+
+
+def _codes(value: object, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):  # one code, as a marker or a TOML string may give it
+        value = [value]
+    if not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key} must be a list of rule codes or prefixes such as \"EG2\", not {value!r}")
+    return tuple(v.strip().upper() for v in value)
+
+
+def _severities(value: object) -> dict[str, Severity]:
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            "severity must be a table of rule code to severity, such as "
+            f"[tool.export-guards.severity] EG304 = \"error\"; not {value!r}"
+        )
+    severities = {}
+    for code, level in value.items():
+        normalized = str(code).strip().upper()
+        if not re.fullmatch(r"[A-Z]+\d{3}", normalized):
+            raise ValueError(f"severity keys are rule codes such as EG304, not {code!r}")
+        severities[normalized] = _severity(level, f"severity.{code}")
+    return severities
+
+
+def _severity(value: object, key: str) -> Severity:
+    if isinstance(value, Severity):
+        return value
+    try:
+        return Severity(str(value).lower())
+    except ValueError:
+        raise ValueError(f"{key} must be one of error, warning, info; not {value!r}") from None
+
+
+def _choice(value: object, key: str, accepted: tuple[str, ...]) -> Any:
+    if value not in accepted:
+        raise ValueError(f"{key} must be one of {', '.join(accepted)}; not {value!r}")
+    return value

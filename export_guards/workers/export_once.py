@@ -1,0 +1,53 @@
+"""The export child of ``check_reproducible``: one guarded export of a target, in a fresh process.
+
+``python -m export_guards.workers.export_once TARGET OUT.pte BACKEND PLACEMENT FOLD`` writes the
+program to ``OUT.pte`` and, beside it, ``OUT.pte.names.json``: the SHA-256 of each constant's
+stored bytes to its name, so that the parent can name the constants that differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from export_guards.pipeline import lower_with_guards
+from export_guards.targets import load_target
+
+__all__ = ["constant_names", "export_once"]
+
+
+def constant_names(tensors: dict[str, object]) -> dict[str, str]:
+    """SHA-256 of each tensor's stored bytes (contiguous; and channels-last for 4-d) to its name."""
+    names: dict[str, str] = {}
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            continue
+        layouts = [tensor.detach()]
+        if tensor.dim() == 4:
+            layouts.append(tensor.detach().permute(0, 2, 3, 1))  # NHWC bytes, as XNNPACK stores convs
+        for stored in layouts:
+            for dtype in {stored.dtype, torch.float32} if stored.is_floating_point() else {stored.dtype}:
+                raw = stored.to(dtype).contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                names.setdefault(hashlib.sha256(raw).hexdigest(), name)
+    return names
+
+
+def export_once(target: str, output: str, backend: str, placement: str, fold: bool) -> int:
+    """Export ``target`` with the guarded pipeline to ``output``, and its constants' names
+    beside it; the exit status (a failure raises, and its last line is the parent's message)."""
+    model, inputs = load_target(target)
+    program = torch.export.export(model, inputs)
+    result = lower_with_guards(program, backend=backend, placement=placement, fold=fold)  # type: ignore[arg-type]
+    Path(output).write_bytes(result.to_pte())
+    tensors = {**dict(program.named_parameters()), **dict(program.named_buffers()), **program.constants}
+    Path(f"{output}.names.json").write_text(json.dumps(constant_names(tensors)))
+    return 0
+
+
+if __name__ == "__main__":
+    target_, output_, backend_, placement_, fold_ = sys.argv[1:6]
+    sys.exit(export_once(target_, output_, backend_, placement_, fold_ == "True"))

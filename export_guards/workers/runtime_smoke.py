@@ -1,0 +1,76 @@
+"""The runtime child of the smoke check: load a ``.pte`` in ``executorch.runtime`` and run each
+method once on generated inputs.
+
+``python -m export_guards.workers.runtime_smoke program.pte [data.ptd]`` prints one JSON line per
+step (``{"step": "run forward"}``) and one for an exception (``{"failure": "..."}``), flushed as
+it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash happened.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from executorch.exir.schema import Bool, Double, Int, Tensor
+from executorch.exir.tensor import get_scalar_type
+from executorch.runtime import Runtime
+
+from export_guards.pte.reader.file import PteFile, open_bytes
+
+__all__ = ["smoke"]
+
+
+def smoke(program: str, data_file: str | None) -> int:
+    """Load ``program`` (with ``data_file``) and run each method once, reporting each step."""
+
+    def step(name: str) -> None:
+        print(json.dumps({"step": name}), flush=True)
+
+    step("load")
+    try:
+        loaded = Runtime.get().load_program(program, data_path=data_file)
+        names = sorted(loaded.method_names)
+    except Exception as error:
+        print(json.dumps({"failure": f"load: {type(error).__name__}: {error}"}), flush=True)
+        return 0
+    for name in names:
+        step(f"run {name}")
+        try:
+            loaded.load_method(name).execute(_inputs(program, name, loaded))
+        except Exception as error:
+            print(json.dumps({"failure": f"run {name}: {type(error).__name__}: {error}"}), flush=True)
+            return 0
+        step(f"ran {name}")
+    return 0
+
+
+def _inputs(program: str, method: str, loaded: object) -> list[object]:
+    """Inputs of the right shapes and dtypes: from the program's own values (non-tensor inputs
+    included), or from the runtime's method metadata when the program cannot be parsed."""
+
+    def tensor(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+        return torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
+
+    parsed = PteFile(open_bytes(program)).program
+    plan = next((p for p in parsed.execution_plan if p.name == method), None) if parsed else None
+    if plan is None:
+        meta = loaded.metadata(method)  # type: ignore[attr-defined]
+        infos = [meta.input_tensor_meta(i) for i in range(meta.num_inputs())]
+        return [tensor(get_scalar_type(info.dtype()), list(info.sizes())) for info in infos]
+    inputs: list[object] = []
+    for index in plan.inputs:
+        value = plan.values[index].val
+        if isinstance(value, Tensor):
+            inputs.append(tensor(get_scalar_type(value.scalar_type), list(value.sizes)))
+        elif isinstance(value, Int):
+            inputs.append(value.int_val)
+        elif isinstance(value, Double):
+            inputs.append(value.double_val)
+        elif isinstance(value, Bool):
+            inputs.append(value.bool_val)
+    return inputs
+
+
+if __name__ == "__main__":
+    sys.exit(smoke(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
