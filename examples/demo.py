@@ -6,16 +6,19 @@ without and with the guards, measured side by side.
    ``spectral_norm`` convs recompute their weight at every forward, so XNNPACK leaves them out
    (the lint of the lowered program gives XNNPACK's reason).
 3. With export-guards (``lower_with_guards``): the folds, every conv on XNNPACK.
-4. Both programs run in ``executorch.runtime``: latency, and outputs against eager.
+4. Both programs run in ``executorch.runtime``, like for like: a warm-up each, then ``--runs``
+   timed runs of each, interleaved; the median of each, the median of the paired ratios, and
+   the outputs against eager.
 5. ``export-guards check`` on the written program, and a runtime smoke run.
 
 Writes ``out/segmentation.pte``, ``out/report.html`` (tables and charts) and ``out/report.md``.
-Run it with ``make demo`` (about 3 minutes on 2 cores); ``--size 64 --out DIR`` runs a quick one.
+Run it with ``make demo`` (about 4 minutes on 2 cores); ``--size 72 --runs 1 --out DIR`` runs a quick one.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import warnings
@@ -36,7 +39,6 @@ import segmentation  # noqa: E402
 from demo_report import DemoResult, Variant, render_html, render_markdown  # noqa: E402
 
 ROOT = HERE.parent
-TIMED_RUNS = 3
 
 
 class Clock:
@@ -59,12 +61,19 @@ class Clock:
         return _Step()
 
 
-def latency(pte: bytes, inputs: list[torch.Tensor], runs: int) -> tuple[float, list[object]]:
-    """Best seconds per forward in ``executorch.runtime`` over ``runs`` timed runs, after one
-    warm-up run; and the outputs."""
-    method = Runtime.get().load_program(pte).load_method("forward")
-    outputs = list(method.execute(inputs))
-    return min(_timed(method, inputs) for _ in range(runs)), outputs
+def latencies(ptes: list[bytes], inputs: list[torch.Tensor], runs: int) -> tuple[list[float], float, list[list[object]]]:
+    """Like for like: each program loaded in ``executorch.runtime`` and run once to warm up,
+    then ``runs`` timed runs of each, interleaved (A, B, A, B, ...) so that machine noise hits
+    both alike. Returns each program's median seconds per forward, the median of the paired
+    ratios first / second, and each program's outputs."""
+    methods = [Runtime.get().load_program(pte).load_method("forward") for pte in ptes]
+    outputs = [list(method.execute(inputs)) for method in methods]
+    times: list[list[float]] = [[] for _ in ptes]
+    for _ in range(runs):
+        for method, samples in zip(methods, times):
+            samples.append(_timed(method, inputs))
+    ratio = statistics.median(a / b for a, b in zip(times[0], times[1]))
+    return [statistics.median(samples) for samples in times], ratio, outputs
 
 
 def _timed(method: object, inputs: list[torch.Tensor]) -> float:
@@ -105,6 +114,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="export-guards on the reported segmentation model")
     parser.add_argument("--size", type=int, default=400, help="input height and width (default 400, as reported)")
     parser.add_argument("--out", type=Path, default=ROOT / "out", help="where to write the .pte and the report")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs of each program (default 3)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # torch.export's notes on spectral_norm's hooks; the lint says more
     clock = Clock()
@@ -115,8 +125,8 @@ def main() -> int:
         model, inputs = segmentation.model(args.size)
         program = torch.export.export(model, inputs)
         with torch.no_grad():
-            eager = model(*inputs)  # warm-up, then the best of a few
-            eager_seconds = min(_eager_seconds(model, inputs) for _ in range(TIMED_RUNS))
+            eager = model(*inputs)  # warm-up, then the median of as many runs as the programs get
+            eager_seconds = statistics.median(_eager_seconds(model, inputs) for _ in range(args.runs))
         print(f"input {list(inputs[0].shape)}, output {list(eager.shape)}, eager forward {eager_seconds * 1e3:,.0f} ms")
 
     with clock.step("1. The lint of the torch.export program, before any guard (the fold off)"):
@@ -131,10 +141,7 @@ def main() -> int:
         print(eg.Report.of(left_out))
         plain_pte = plain.to_executorch().buffer
         plain_convs = eg.delegation_summary(plain).count("convolution")
-        print(f"convs on XNNPACK: {plain_convs[0]} of {plain_convs[1]}; one warm-up run, then one timed run...", flush=True)
-        plain_seconds, plain_outputs = latency(plain_pte, list(inputs), runs=1)
-        plain_error = compare_outputs(eager, plain_outputs, atol=1e-3, rtol=1e-3)[0].max_abs
-        print(f"latency {plain_seconds * 1e3:,.0f} ms, max abs error vs eager {plain_error:.1e}")
+        print(f"convs on XNNPACK: {plain_convs[0]} of {plain_convs[1]}")
 
     with clock.step("3. With export-guards: lower_with_guards (placement, lint, fold, XNNPACK)"):
         guarded = eg.lower_with_guards(program)
@@ -146,12 +153,17 @@ def main() -> int:
         convs = guarded.delegation.count("convolution")  # type: ignore[union-attr]
         print(f"convs on XNNPACK: {convs[0]} of {convs[1]}; wrote {_shown(pte_path)} ({len(guarded_pte):,} bytes)")
 
-    with clock.step(f"4. The guarded program in executorch.runtime (best of {TIMED_RUNS})"):
-        guarded_seconds, guarded_outputs = latency(guarded_pte, list(inputs), runs=TIMED_RUNS)
+    measured = f"median of {args.runs} timed runs each, interleaved, after a warm-up"
+    with clock.step(f"4. Both programs in executorch.runtime ({measured})"):
+        (plain_seconds, guarded_seconds), speedup, (plain_outputs, guarded_outputs) = latencies(
+            [plain_pte, guarded_pte], list(inputs), args.runs
+        )
+        plain_error = compare_outputs(eager, plain_outputs, atol=1e-3, rtol=1e-3)[0].max_abs
         [comparison] = compare_outputs(eager, guarded_outputs, atol=1e-3, rtol=1e-3)
         verdict = "within" if comparison.within else "NOT within"
+        print(f"without export-guards: {plain_seconds * 1e3:,.0f} ms, max abs error vs eager {plain_error:.1e}")
         print(
-            f"latency {guarded_seconds * 1e3:,.0f} ms ({plain_seconds / guarded_seconds:.1f}x faster than without); "
+            f"with export-guards: {guarded_seconds * 1e3:,.0f} ms ({speedup:.1f}x faster, the median of paired ratios); "
             f"max abs error vs eager {comparison.max_abs:.1e}, {verdict} 1e-3"
         )
 
@@ -161,7 +173,7 @@ def main() -> int:
 
     headline = (
         f"With export-guards: {convs[0]} of {convs[1]} convs on XNNPACK (without: {plain_convs[0]}), "
-        f"{plain_seconds / guarded_seconds:.1f}x faster in executorch.runtime, outputs within "
+        f"{speedup:.1f}x faster in executorch.runtime ({measured}), outputs within "
         f"{comparison.max_abs:.1e} of eager, and the written program passes export-guards check"
         + ("." if not check.findings else f" except {len(check.findings)} finding(s).")
     )
@@ -173,11 +185,11 @@ def main() -> int:
         variants=[
             variant(
                 "without export-guards", plain, plain_pte, plain_seconds, plain_error,
-                "spectral_norm convs left on portable kernels; one timed run after a warm-up",
+                f"spectral_norm convs left on portable kernels; {measured}",
             ),
             variant(
                 "with export-guards", guarded.edge, guarded_pte, guarded_seconds, comparison.max_abs,
-                f"weights folded, every conv on XNNPACK; best of {TIMED_RUNS} after a warm-up",
+                f"weights folded, every conv on XNNPACK; {measured}",
             ),
         ],
         lint=[(f.code, f.severity.value, _where(f), f.message) for f in lint],

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from export_guards.analysis.delegation import DelegationSummary, delegation_summary
-    from export_guards.errors import ConstantPlacementError, GuardError, LintError
+    from export_guards.errors import ConstantPlacementError, GuardError, LintError, LoweringFailed
     from export_guards.linter import LintConfig, lint
     from export_guards.passes.defaults import guard_passes
     from export_guards.passes.fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
@@ -50,6 +50,7 @@ _EXPORTS = {
     "LintConfig": "export_guards.linter",
     "LintError": "export_guards.errors",
     "LintPass": "export_guards.passes.lint",
+    "LoweringFailed": "export_guards.errors",
     "PARAMETRIZATION_FOLDED": "export_guards.passes.module_fold",
     "PlacementPolicy": "export_guards.settings",
     "RULES": "export_guards.ruleset",
@@ -90,6 +91,7 @@ __all__ = [
     "LintConfig",
     "LintError",
     "LintPass",
+    "LoweringFailed",
     "PARAMETRIZATION_FOLDED",
     "PlacementPolicy",
     "RULES",

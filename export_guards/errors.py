@@ -6,7 +6,7 @@ from executorch.exir.error import InternalError
 
 from export_guards.report import Report
 
-__all__ = ["ConstantPlacementError", "GuardError", "LintError"]
+__all__ = ["ConstantPlacementError", "GuardError", "LintError", "LoweringFailed"]
 
 
 class GuardError(InternalError):
@@ -23,3 +23,8 @@ class ConstantPlacementError(GuardError):
 
 class LintError(GuardError):
     """The lint found problems at or above its fail level."""
+
+
+class LoweringFailed(GuardError):
+    """ExecuTorch could not lower the program; ``report`` holds what the lint found before,
+    which often says why (a train-mode batch norm, say)."""

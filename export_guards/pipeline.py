@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import final
+from typing import Any, final
 
 import torch
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
@@ -13,17 +13,18 @@ from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
-from export_guards.errors import GuardError
+from export_guards.errors import GuardError, LoweringFailed
 from export_guards.linter import LINT_RULES, lint
 from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.defaults import guard_passes
 from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Report
-from export_guards.ruleset import settle
+from export_guards.ruleset import describe_error, settle
 from export_guards.settings import Backend, PlacementPolicy, Settings
+from export_guards.targets import load_target, step, target_file
 
-__all__ = ["Backend", "GuardedExport", "export_with_guards", "lower_with_guards"]
+__all__ = ["Backend", "GuardedExport", "export_target", "export_with_guards", "lower_with_guards"]
 
 
 @final
@@ -77,6 +78,24 @@ def export_with_guards(
     )
 
 
+def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, config: Settings | None = None) -> GuardedExport:
+    """The guarded export of a model named ``path/to/file.py:factory`` (or
+    ``package.module:factory``), called with ``arguments``, one step at a time.
+
+    Raises:
+        TargetError: the target names no file, module or callable.
+        StepFailed: building the model, ``torch.export`` or lowering failed; the message names
+            the step, the exception and the line of the target's file it went through.
+    """
+    settings = config or Settings()
+    path = target_file(target)
+    model, inputs = load_target(target, arguments)
+    with step("torch.export", path):
+        program = torch.export.export(model, inputs)
+    with step(f"lowering ({settings.backend})", path):
+        return lower_with_guards(program, config=settings)
+
+
 def lower_with_guards(
     program: ExportedProgram,
     *,
@@ -103,6 +122,8 @@ def lower_with_guards(
 
     Raises:
         ValueError: an unknown backend or placement policy.
+        LoweringFailed: ExecuTorch could not lower the program; its ``report`` holds the
+            lint's findings, which often say why.
     """
     given = {"backend": backend, "placement": placement, "fold": fold}
     settings = (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, "lower_with_guards")
@@ -124,8 +145,13 @@ def lower_with_guards(
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         partitioners = [XnnpackPartitioner()]
-    with capture_partitioner_reasons() as reasons:
-        edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
+    try:
+        with capture_partitioner_reasons() as reasons:
+            edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
+    except GuardError:
+        raise
+    except Exception as error:  # keep what the lint found: it often says why, in the user's terms
+        raise LoweringFailed(f"to_edge_transform_and_lower failed: {describe_error(error)}", report) from error
     report += settle((f for guard in passes for found in guard.reports for f in found), settings)
     if partitioners:  # with no partitioner, nothing is meant to be delegated
         report += lint(edge, settings, stage="partitioned", reasons={"forward": reasons})

@@ -4,18 +4,22 @@ compare with eager, in one line. Active whenever export-guards is installed (``p
 Fixtures: ``guarded_export``, ``check_export``, ``assert_delegated``, ``eg_device``.
 Marker: ``@pytest.mark.export_guards(select=..., ignore=..., backend=..., fail_level=...,
 fold=..., placement=...)``. Options: ``--eg-backend``, ``--eg-artifacts DIR``, ``--eg-trapdev``
-(and the ini keys ``export_guards_backend``, ``export_guards_artifacts``).
+(and the ini keys ``export_guards_backend``, ``export_guards_artifacts``). Under pytest-xdist each
+worker gives torch its share of the cores.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, final
+from typing import Any, NoReturn, final
 
 import pytest
 
@@ -41,6 +45,59 @@ def pytest_configure(config: pytest.Config) -> None:
         "export_guards(select=None, ignore=None, backend=None, fail_level=None, fold=None, placement=None): "
         "settings of the export-guards fixtures for this test",
     )
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # a pytest-xdist worker
+        _share_cores(int(workerinput["workercount"]))
+
+
+def _share_cores(workers: int) -> None:
+    """Set torch's thread count to one worker's share of this process's cores.
+
+    By default every worker's torch runs as many threads as there are cores, so ``workers``
+    times too many threads fight for them (measured, ``-n 2`` on 2 cores, tests running a conv
+    net eagerly: 1.6x the wall time and 1.7x the CPU time). An explicit ``OMP_NUM_THREADS`` is
+    the user's choice and is left alone.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(max(1, cores // workers))
+
+
+# pytest (9.2+) also hands its log capture to loggers that do not propagate. torch's
+# structured-trace logger ``torch.__trace`` is one: always at DEBUG, with empty messages meant
+# for tlparse, so every failure report grew ~25 empty "DEBUG torch.__trace" lines (and torch
+# built each trace payload for them). Each test phase detaches from it the handlers it shares
+# with the root logger (pytest's); torch's own ``TORCH_TRACE`` handler stays, and no other
+# logger is touched. ``trylast``: runs inside pytest's logging wrapper, after it attached.
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    __tracebackhide__ = True
+    _detach_torch_trace()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    __tracebackhide__ = True
+    _detach_torch_trace()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    __tracebackhide__ = True
+    _detach_torch_trace()
+    return (yield)
+
+
+def _detach_torch_trace() -> None:
+    trace = logging.Logger.manager.loggerDict.get("torch.__trace")  # never imports torch
+    if isinstance(trace, logging.Logger):
+        for handler in set(trace.handlers) & set(logging.getLogger().handlers):
+            trace.removeHandler(handler)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -104,14 +161,20 @@ def _checked(make: Callable[[], Settings]) -> Settings:
 
 
 @pytest.fixture
-def _eg_artifacts(request: pytest.FixtureRequest) -> Callable[[Any, bytes | None], str]:
-    """``save(result, pte)``: keep a failing check's artifacts where ``--eg-artifacts`` says;
-    returns the sentence that says where."""
+def _eg_fail(request: pytest.FixtureRequest) -> Callable[..., NoReturn]:
+    """``fail(message, export, pte=None)``: fail the test with ``message``, keeping ``export``'s
+    report (and ``pte``: bytes, or a function that makes them) where ``--eg-artifacts`` says,
+    plus the line that says where, or why they could not be kept. Every failure of the
+    fixtures goes through here."""
     config = request.config
     folder = config.getoption("--eg-artifacts") or config.getini("export_guards_artifacts")
     # Relative to where pytest was started, whatever directory a test moves to.
     root = (config.invocation_params.dir / folder) if folder else None
-    return lambda result, pte: _save(root, request.node.nodeid, result, pte)
+
+    def fail(message: str, export: Any, pte: bytes | Callable[[], bytes | None] | None = None) -> NoReturn:
+        pytest.fail(message + _save(root, request.node.nodeid, export, pte), pytrace=False)
+
+    return fail
 
 
 @pytest.fixture
@@ -127,9 +190,7 @@ def guarded_export(export_guards_settings: Settings) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def check_export(
-    export_guards_settings: Settings, _eg_artifacts: Callable[[Any, bytes | None], str]
-) -> Callable[..., ExportCheck]:
+def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoReturn]) -> Callable[..., ExportCheck]:
     """``check_export(model, example_inputs, *, extra_inputs=(), atol=1e-5, rtol=1e-5,
     **settings) -> ExportCheck``: export with the guards, fail on lint findings at the fail
     level, run the ``.pte`` in ``executorch.runtime`` on the example inputs and each set of
@@ -138,6 +199,8 @@ def check_export(
 
     from export_guards.render import render_text
     from export_guards.testing.compare import compare_outputs, run_pte
+
+    _import_runtime()
 
     def check(
         model: Any,
@@ -152,11 +215,10 @@ def check_export(
         result = _export(settings, model, example_inputs)
         failing = result.report.at_least(settings.fail_level)
         if failing or result.edge is None:
-            saved = _eg_artifacts(result, None)
-            pytest.fail(
+            _eg_fail(
                 f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} "
-                f"({settings.backend}):\n{render_text(type(result.report).of(failing))}{saved}",
-                pytrace=False,
+                f"({settings.backend}):\n{render_text(type(result.report).of(failing))}",
+                result,
             )
         pte = result.to_pte()
         comparisons = []
@@ -166,25 +228,25 @@ def check_export(
             try:
                 actual = run_pte(pte, inputs)
             except Exception as error:  # noqa: BLE001 - the runtime refused these inputs
-                saved = _eg_artifacts(result, pte)
-                pytest.fail(
+                _eg_fail(
                     f"export-guards: the .pte could not run the {label}: {type(error).__name__}: "
                     f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}\n"
                     "torch.export fixes shapes (and branches on them) to the example inputs': export "
-                    f"with dynamic_shapes, or give inputs of the exported shapes.{saved}",
-                    pytrace=False,
+                    "with dynamic_shapes, or give inputs of the exported shapes.",
+                    result,
+                    pte,
                 )
             errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
             comparisons.append(errors)
             if not all(e.within for e in errors):
-                saved = _eg_artifacts(result, pte)
                 lines = "\n".join(f"  {e}" for e in errors)
-                pytest.fail(
+                _eg_fail(
                     f"export-guards: the .pte's outputs differ from eager on the {label} "
                     f"(atol={atol}, rtol={rtol}, {settings.backend}):\n{lines}\n"
                     "A common cause: torch.export specialised a branch or a shape on the example "
-                    f"inputs; pass inputs that take the other paths as extra_inputs.{saved}",
-                    pytrace=False,
+                    "inputs; pass inputs that take the other paths as extra_inputs.",
+                    result,
+                    pte,
                 )
         return ExportCheck(result, pte, comparisons)
 
@@ -192,7 +254,7 @@ def check_export(
 
 
 @pytest.fixture
-def assert_delegated() -> Callable[..., None]:
+def assert_delegated(_eg_fail: Callable[..., NoReturn]) -> Callable[..., None]:
     """``assert_delegated(result, *, min_fraction=1.0, portable_allowed=())``: fail unless at
     least ``min_fraction`` of the compute ops are delegated and none of the ops left portable
     is outside ``portable_allowed`` (op names such as ``"convolution"``); the message names
@@ -202,17 +264,20 @@ def assert_delegated() -> Callable[..., None]:
         export = getattr(result, "export", result)
         summary = export.delegation
         if summary is None:
-            pytest.fail("export-guards: the program was not lowered; see its report", pytrace=False)
+            _eg_fail("export-guards: the program was not lowered; see its report", export)
         left = sorted(set(summary.portable) - set(portable_allowed))
         if summary.fraction_delegated < min_fraction or left:
             details = "\n".join(f"  {f.location or '<unknown>'}: {f.message}" for f in export.report.with_code("EG401"))
             counts = ", ".join(f"{op} x{summary.portable[op]}" for op in sorted(summary.portable))
-            pytest.fail(
+            # An ExportCheck has its .pte; a GuardedExport's is made only when it is kept.
+            pte = result.pte if isinstance(result, ExportCheck) else export.to_pte
+            _eg_fail(
                 f"export-guards: {summary.fraction_delegated:.0%} of compute ops delegated "
                 f"(at least {min_fraction:.0%} expected); left in the portable graph: {counts}"
                 + (f" (not allowed: {', '.join(left)})" if left else "")
                 + (f"\n{details}" if details else ""),
-                pytrace=False,
+                export,
+                pte,
             )
 
     return check
@@ -237,19 +302,44 @@ def _export(settings: Settings, model: Any, example_inputs: Sequence[Any]) -> An
     return export_with_guards(model, tuple(example_inputs), config=settings)
 
 
-def _save(root: Path | None, test_name: str, result: Any, pte: bytes | None) -> str:
-    """Keep the failing check's artifacts under ``root``; returns the sentence that says where."""
+def _import_runtime() -> None:
+    """Import ``executorch.runtime`` without the ``ExperimentalWarning`` its bindings give on
+    import: ExecuTorch's note on its own API, nothing a test can act on. Under pytest-xdist it
+    also cost ~5 s a run: the controller rebuilds each worker's warning from its class, so it
+    imported ExecuTorch for it, while every worker waited for its next test."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "This API is experimental", DeprecationWarning, r"executorch\.")
+        import executorch.runtime  # noqa: F401
+
+
+_READABLE = 100  # characters of the sanitised test id in a folder name (file systems allow 255)
+
+
+def _artifact_folder(root: Path, test_name: str) -> Path:
+    """``root/<sanitised test id, at most 100 characters>-<hash of the whole id>``: readable,
+    unique (ids can read alike once sanitised or cut), and short enough for any file system
+    whatever the id's length."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name)[:_READABLE].strip("_.")
+    digest = hashlib.sha1(test_name.encode()).hexdigest()[:8]
+    return root / f"{readable}-{digest}"
+
+
+def _save(root: Path | None, test_name: str, export: Any, pte: bytes | Callable[[], bytes | None] | None) -> str:
+    """Keep the failing check's artifacts under ``root``; returns the line that says where, or
+    why they could not be kept (never an exception: that would hide the test's own failure)."""
     if root is None:
         return "\n(keep the .pte and report of failing checks with --eg-artifacts DIR)"
     from export_guards.render import render_json, render_text
 
-    # Readable, and unique: different node ids can read alike once sanitised.
-    digest = hashlib.sha1(test_name.encode()).hexdigest()[:8]
-    folder = root / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', test_name).strip('_')}-{digest}"
-    shutil.rmtree(folder, ignore_errors=True)  # nothing stale from an earlier run
-    folder.mkdir(parents=True)
-    (folder / "report.txt").write_text(render_text(result.report))
-    (folder / "report.json").write_text(render_json(result.report))
-    if pte is not None:
-        (folder / "model.pte").write_bytes(pte)
+    folder = _artifact_folder(root, test_name)
+    try:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing stale from an earlier run
+        folder.mkdir(parents=True)
+        (folder / "report.txt").write_text(render_text(export.report))
+        (folder / "report.json").write_text(render_json(export.report))
+        data = pte() if callable(pte) else pte
+        if data is not None:
+            (folder / "model.pte").write_bytes(data)
+    except Exception as error:  # noqa: BLE001 - a full disk, a file in the way, a .pte that cannot be made
+        return f"\nexport-guards: the artifacts could not be saved in {folder}: {type(error).__name__}: {error}"
     return f"\nartifacts saved in {folder}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import final
 
 __all__ = ["Finding", "Report", "Severity", "SourceLocation"]
@@ -51,6 +51,9 @@ class Finding:
         location: the user's source line that created the node, if known.
         fix: how to fix it.
         module: the module that created the node, ``"decoder.0 (Conv2d)"``, if known.
+        artifact: the file a program-file finding is about (the ``.pte`` or ``.ptd`` path, as
+            given), if any.
+        region: where in ``artifact``, as ``(byte offset, byte length)``, when known.
     """
 
     code: str
@@ -62,9 +65,16 @@ class Finding:
     location: SourceLocation | None = None
     fix: str | None = None
     module: str | None = None
+    artifact: str | None = None
+    region: tuple[int, int] | None = None
 
     def __str__(self) -> str:
-        where = str(self.location) if self.location else f"<method {self.method}>" if self.method else "<program>"
+        if self.location:
+            where = str(self.location)
+        elif self.artifact:  # a program file: its path, and the byte offset when known
+            where = self.artifact + (f"@{self.region[0]}" if self.region else "")
+        else:
+            where = f"<method {self.method}>" if self.method else "<program>"
         lines = [f"{where}: {self.code} [{self.severity.value}] {self.message}"]
         if self.location and self.location.code:
             lines.append(f"    {self.location.code}")
@@ -100,6 +110,11 @@ class Report:
     def at_least(self, severity: Severity) -> tuple[Finding, ...]:
         """The findings of ``severity`` or worse."""
         return tuple(f for f in self.findings if f.severity.rank >= severity.rank)
+
+    def located_at(self, location: SourceLocation) -> Report:
+        """This report with ``location`` given to every finding that has neither a location nor
+        an artifact: the nearest user code (a command's factory) for what no user frame places."""
+        return Report(tuple(f if f.location or f.artifact else replace(f, location=location) for f in self.findings))
 
     def with_code(self, *codes: str) -> tuple[Finding, ...]:
         """The findings whose code is one of ``codes``."""

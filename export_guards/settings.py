@@ -4,7 +4,7 @@ and the pytest marker and options all make one. Imports neither torch nor ExecuT
 
 from __future__ import annotations
 
-import re
+import difflib
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, final, get_args
 
 from export_guards.report import Severity
+from export_guards.ruleset.catalog import CATALOG, RETIRED
 
 __all__ = ["BACKENDS", "PLACEMENT_POLICIES", "Backend", "PlacementPolicy", "Settings"]
 
@@ -79,6 +80,11 @@ class Settings:
             raise ValueError(f"fold must be true or false, not {self.fold!r}")
         for name, value in normalised.items():
             object.__setattr__(self, name, value)
+        if not any(self.enabled(code) for code in CATALOG):
+            raise ValueError(
+                f"select {list(self.select)} with ignore {list(self.ignore)} reports no code at all: "
+                "a check that selects nothing would always pass"
+            )
 
     def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]") -> Settings:
         """These settings with ``options`` applied (keys as in ``pyproject.toml``; ``fail-level``
@@ -124,7 +130,22 @@ def _codes(value: object, key: str) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{key} must be a list of rule codes or prefixes such as \"EG2\", not {value!r}")
-    return tuple(v.strip().upper() for v in value)
+    codes = tuple(v.strip().upper() for v in value)
+    for code in codes:  # a typo must not turn a rule off, nor select nothing
+        if code in RETIRED:
+            raise ValueError(f"{key} names {code}, which was {RETIRED[code]}: remove it")
+        if not any(known.startswith(code) for known in CATALOG) or not code:
+            raise ValueError(f"{key} names {code!r}, which is no code nor prefix of one{_closest(code)}")
+    return codes
+
+
+def _closest(code: str) -> str:
+    """``; did you mean EG501?``, or how to list the codes when nothing is close."""
+    known = [k[:n] for k in CATALOG for n in range(2, len(k) + 1) if n == len(code)]
+    confused = code.translate(str.maketrans("OIL", "011"))  # letters typed for digits
+    match = confused if confused in known else next(iter(difflib.get_close_matches(code, known, n=1)), None)
+    hint = f"; did you mean {match}?" if match else ""
+    return f"{hint} (`export-guards rules` lists every code)"
 
 
 def _severities(value: object) -> dict[str, Severity]:
@@ -136,8 +157,10 @@ def _severities(value: object) -> dict[str, Severity]:
     severities = {}
     for code, level in value.items():
         normalized = str(code).strip().upper()
-        if not re.fullmatch(r"[A-Z]+\d{3}", normalized):
-            raise ValueError(f"severity keys are rule codes such as EG304, not {code!r}")
+        if normalized in RETIRED:
+            raise ValueError(f"severity names {normalized}, which was {RETIRED[normalized]}: remove it")
+        if normalized not in CATALOG:
+            raise ValueError(f"severity keys are rule codes such as EG304, not {code!r}{_closest(normalized)}")
         severities[normalized] = _severity(level, f"severity.{code}")
     return severities
 

@@ -1,31 +1,82 @@
 """A model named on the command line: ``path/to/file.py:factory`` or ``package.module:factory``,
-where ``factory()`` returns ``(model, example_inputs)``."""
+where ``factory(**arguments)`` returns ``(model, example_inputs)``; and the error that says which
+step of exporting it failed, in the user's terms."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib
 import importlib.util
 import sys
+import traceback
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TargetError", "load_target"]
+__all__ = ["StepFailed", "TargetError", "first_line", "load_target", "parse_arguments", "step", "target_file"]
 
 
 class TargetError(ValueError):
-    """The target cannot be imported or its factory does not return (model, example_inputs)."""
+    """The target is not a factory that can be called: a usage error, said in one line."""
 
 
-def load_target(target: str) -> tuple[Any, tuple[Any, ...]]:
-    """Import the target's module, call its factory, and return ``(model, example_inputs)``.
+class StepFailed(Exception):
+    """A step of the user's job failed (building the model, export, lowering, writing).
+
+    Attributes:
+        step: the step, in the user's terms (``"building the model"``).
+        detail: what failed: the exception, and where in the user's code when known.
+    """
+
+    def __init__(self, step: str, detail: str) -> None:
+        super().__init__(f"{step} failed: {detail}")
+        self.step = step
+        self.detail = detail
+
+
+def parse_arguments(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["size=400", "name=vit"]`` as ``{"size": 400, "name": "vit"}``: each value a Python
+    literal where it parses as one, else the text as given.
 
     Raises:
-        TargetError: saying what is wrong with the target, in one line.
+        TargetError: a pair without ``=`` or with an empty name.
     """
-    return _call_factory(_load_factory(target), target)
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise TargetError(f"--arg takes NAME=VALUE, such as size=400; not {pair!r}")
+        try:
+            arguments[name.strip()] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            arguments[name.strip()] = text
+    return arguments
 
 
-def _load_factory(target: str) -> Any:
+def load_target(target: str, arguments: Mapping[str, Any] | None = None) -> tuple[Any, tuple[Any, ...]]:
+    """Import the target's module, call its factory with ``arguments``, and return
+    ``(model, example_inputs)``.
+
+    Raises:
+        TargetError: the target names no file, module or callable.
+        StepFailed: importing the file or calling the factory raised, or called ``sys.exit``,
+            or the factory returned something else than ``(model, example_inputs)``; the
+            message names the exception and the user's line that raised it.
+    """
+    path, module_part, name = _parse(target)
+    factory = getattr(_import(path, module_part), name, None)
+    if not callable(factory):
+        raise TargetError(f"{module_part} has no callable {name!r}")
+    return _call_factory(factory, target, path, dict(arguments or {}))
+
+
+def target_file(target: str) -> Path | None:
+    """The file a ``path/to/file.py:factory`` target names (``None`` for a module target)."""
+    return _parse(target)[0]
+
+
+def _parse(target: str) -> tuple[Path | None, str, str]:
     module_part, sep, name = target.rpartition(":")
     if not sep or not module_part or not name:
         raise TargetError(f"target {target!r} must be path/to/file.py:factory or package.module:factory")
@@ -33,35 +84,85 @@ def _load_factory(target: str) -> Any:
         path = Path(module_part)
         if not path.is_file():
             raise TargetError(f"no such file: {path}")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
-        sys.modules.setdefault(spec.name, module)  # dataclasses and pickling look their module up
-        try:
-            spec.loader.exec_module(module)
-        except Exception as error:
-            raise TargetError(f"importing {path} failed: {type(error).__name__}: {first_line(error)}") from None
-    else:
-        try:
-            module = importlib.import_module(module_part)
-        except Exception as error:
-            raise TargetError(f"cannot import {module_part!r}: {type(error).__name__}: {first_line(error)}") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise TargetError(f"{module_part} has no callable {name!r}")
-    return factory
+        return path, module_part, name
+    return None, module_part, name
 
 
-def _call_factory(factory: Any, target: str) -> tuple[Any, tuple[Any, ...]]:
+def _import(path: Path | None, module_part: str) -> Any:
+    if path is None:
+        if importlib.util.find_spec(module_part.partition(".")[0]) is None:
+            raise TargetError(f"cannot import {module_part!r}: no such module")
+        with step(f"importing {module_part}", None):
+            return importlib.import_module(module_part)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
+    sys.modules.setdefault(spec.name, module)  # dataclasses and pickling look their module up
+    with step(f"importing {path}", path):
+        spec.loader.exec_module(module)
+    return module
+
+
+def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     import torch
 
-    produced = factory()
-    if not (isinstance(produced, tuple) and len(produced) == 2 and isinstance(produced[0], torch.nn.Module)):
-        raise TargetError(f"{target} must return (model, example_inputs), got {type(produced).__name__}")
+    with step("building the model", path, call=f"{target.rpartition(':')[2]}()"):
+        produced = factory(**arguments)
+    if not (isinstance(produced, tuple) and len(produced) == 2):
+        got = f"a tuple of {len(produced)} items" if isinstance(produced, tuple) else f"a {type(produced).__name__}"
+        raise StepFailed("building the model", f"{target} must return (model, example_inputs); it returned {got}")
     model, inputs = produced
+    if not isinstance(model, torch.nn.Module):
+        raise StepFailed(
+            "building the model", f"{target} must return (model, example_inputs) with an nn.Module first; got a {type(model).__name__}"
+        )
     inputs = inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,)
     return model, inputs
+
+
+@contextlib.contextmanager
+def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
+    """Run one step of the user's job: what it raises, or a ``sys.exit`` in it, becomes a
+    ``StepFailed`` that names the step, the exception and the innermost line of the user's
+    file ``path`` it went through (else the innermost line outside this module)."""
+    try:
+        yield
+    except SystemExit as error:
+        raise StepFailed(step, f"the target called sys.exit({error.code!r})") from None
+    except Exception as error:
+        raised = f"{call + ' raised ' if call else ''}{type(error).__name__}: {first_line(error)}"
+        frame = _user_frame(error, path)
+        where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else ""
+        raise StepFailed(step, raised + where + _found_before(error)) from error
+
+
+def _user_frame(error: BaseException, path: Path | None) -> traceback.FrameSummary | None:
+    """The innermost frame in the user's file ``path`` of ``error``'s traceback, or of the
+    errors it was raised from (torch.export re-raises from its own frames); else the innermost
+    frame of ``error`` outside this module."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for raised in chain if path is not None else []:
+        mine = [f for f in traceback.extract_tb(raised.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+        if mine:
+            return mine[-1]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
+    return frames[-1] if frames else None
+
+
+def _found_before(error: BaseException) -> str:
+    """What a guard had found when the step failed (a ``GuardError``'s report): its errors
+    often say why, in the user's terms."""
+    report = getattr(error, "report", None)
+    errors = getattr(report, "errors", ())
+    if not errors:
+        return ""
+    lines = [f"  {found}" + (f"\n    fix: {found.fix}" if found.fix else "") for found in errors]
+    return "\nfound before it failed:\n" + "\n".join(lines)
 
 
 def first_line(error: BaseException) -> str:

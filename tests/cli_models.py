@@ -46,3 +46,36 @@ def not_a_pair():
 def noisy():
     print("the factory talks on stdout")
     return clean()
+
+
+def sized(size=8, channels=3):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(channels, 4, 3), nn.ReLU()).eval(), (torch.randn(1, channels, size, size),)
+
+
+def raises():
+    weights = {"conv": 3}
+    return weights["linear"], ()  # the user's bug: a KeyError on this line
+
+
+def three():
+    model, inputs = clean()
+    return model, inputs, "extra"
+
+
+def exits():
+    raise SystemExit(3)
+
+
+def native_noise():
+    import os
+
+    os.write(1, b"written to fd 1 by native code\n")  # bypasses sys.stdout, as C code does
+    return clean()
+
+
+def slow():
+    import time
+
+    time.sleep(60)  # long enough to be interrupted
+    return clean()

@@ -21,12 +21,12 @@ def run(*args: str, cwd: Path = TESTS) -> subprocess.CompletedProcess[str]:
 
 def test_clean_model_exits_0_and_writes_the_pte(tmp_path: Path) -> None:
     out = tmp_path / "model.pte"
-    done = run("lint", f"{MODELS}:clean", "--output", str(out))
+    done = run("lint", f"{MODELS}:clean", "--pte", str(out), "-v")
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.stat().st_size > 0 and out.read_bytes()[4:8] == b"ET12"
     assert "EG402 [info] 1 of 1 compute ops delegated (100%) to XnnpackBackend" in done.stdout
     assert "Found 1 finding (1 info)." in done.stdout
-    assert "export-guards: exporting with torch.export..." in done.stderr  # progress on stderr only
+    assert "export-guards: exporting and linting" in done.stderr  # progress on stderr only
     assert "exporting" not in done.stdout
 
 
@@ -61,17 +61,17 @@ def test_json_format_is_stable_and_complete() -> None:
     assert document["version"] == 1
     assert set(document["summary"]) == {"error", "warning", "info"}
     by_code = {f["code"]: f for f in document["findings"]}
-    assert {"EG210", "EG212", "EG401", "EG402"} <= set(by_code)
-    foldable = by_code["EG210"]
+    assert {"EG212", "EG401", "EG402"} <= set(by_code) and "EG210" not in by_code  # one finding per weight
+    foldable = by_code["EG212"]
     assert foldable["severity"] == "warning" and "The fold is off" in foldable["message"]
-    assert foldable["location"]["file"].endswith("container.py") or foldable["location"]["line"] > 0
-    assert set(foldable) == {"code", "severity", "message", "method", "node", "constant", "location", "fix", "module"}
+    assert foldable["location"]["file"].endswith("cli_models.py") and foldable["location"]["line"] > 0  # the factory
+    assert set(foldable) == {"code", "severity", "message", "method", "node", "constant", "location", "fix", "module", "artifact", "region"}
     assert "Expected weight to be a static param" in by_code["EG401"]["message"]
 
     folded = json.loads(run("lint", f"{MODELS}:reparametrized", "--format", "json").stdout)
     folded_codes = {f["code"]: f for f in folded["findings"]}
-    assert folded_codes["EG210"]["severity"] == "info" and "EG401" not in folded_codes
-    assert "EG201" in folded_codes
+    assert "EG210" not in folded_codes and "EG212" not in folded_codes and "EG401" not in folded_codes
+    assert [f["code"] for f in folded["findings"]].count("EG201") == 1  # the fold fixed it: one finding
 
 
 def test_sarif_format_follows_2_1_0() -> None:
@@ -99,7 +99,7 @@ def test_sarif_format_follows_2_1_0() -> None:
         (["lint", f"{MODELS}:nope"], "has no callable 'nope'"),
         (["lint", f"{MODELS}:not_a_pair"], "must return (model, example_inputs)"),
         (["lint", "no_such_package.module:f"], "cannot import 'no_such_package.module'"),
-        (["explain", "EG999"], "no rule 'EG999'"),
+        (["explain", "EG999"], "no code 'EG999'"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
@@ -112,7 +112,8 @@ def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) 
 def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose() -> None:
     done = run("lint", f"{MODELS}:broken")
     assert done.returncode == 2
-    assert "the model failed to export:" in done.stderr and "--verbose" in done.stderr
+    assert "export-guards: torch.export failed:" in done.stderr and "run with -v" in done.stderr
+    assert "cli_models.py:" in done.stderr and "if x.sum() > 0:" in done.stderr  # the user's line
     assert "Traceback" not in done.stderr
     verbose = run("lint", f"{MODELS}:broken", "--verbose")
     assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
@@ -150,4 +151,118 @@ def test_stdout_carries_only_the_report_even_when_the_model_prints(tmp_path: Pat
     assert json.loads(done.stdout)["version"] == 1
     assert "the factory talks on stdout" in done.stderr
     unwritable = run("lint", f"{MODELS}:clean", "--output", str(tmp_path / "missing" / "x.pte"))
-    assert unwritable.returncode == 2 and "cannot write" in unwritable.stderr
+    assert unwritable.returncode == 2 and f"writing {tmp_path / 'missing' / 'x.pte'} failed" in unwritable.stderr
+
+
+def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.pte"
+    empty.write_bytes(b"")
+    for select, hint in (("XYZ999", "no code nor prefix"), ("EG5O1", "did you mean EG501?")):
+        done = run("check", str(empty), "--select", select)
+        assert done.returncode == 2 and hint in done.stderr and done.stdout == ""
+    (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselect = ["XYZ999"]\n')
+    configured = run("check", str(empty), cwd=tmp_path)
+    assert configured.returncode == 2 and "'XYZ999'" in configured.stderr
+    nothing = run("check", str(empty), "--select", "EG3")
+    assert nothing.returncode == 2 and "reports nothing that `check` checks" in nothing.stderr
+    assert run("check", str(empty), "--select", "EG501").returncode == 1  # a real selection: the empty file fails
+
+
+def test_the_program_file_is_written_atomically_or_not_left_stale(tmp_path: Path) -> None:
+    out = tmp_path / "model.pte"
+    out.write_bytes(b"the previous export")
+    done = run("lint", f"{MODELS}:training_mode", "--pte", str(out), "-q")
+    assert done.returncode == 1 and not out.exists()
+    assert f"removed {out}" in done.stderr and "export-guards: exporting" not in done.stderr  # -q: no progress
+    written = run("lint", f"{MODELS}:clean", "--pte", str(out), "--report-file", str(tmp_path / "r.json"), "--output-format", "json")
+    assert written.returncode == 0 and out.read_bytes()[4:8] == b"ET12" and written.stdout == ""
+    assert json.loads((tmp_path / "r.json").read_text())["version"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "r.json"]  # no temporary file left
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    deprecated = run("lint", f"{MODELS}:clean", "--output", str(out))
+    assert deprecated.returncode == 0 and "--output is deprecated: use --pte" in deprecated.stderr
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_ctrl_c_exits_130_in_one_line_and_leaves_no_stale_program(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "model.pte"
+    out.write_bytes(b"the previous export")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "export_guards", "lint", f"{MODELS}:slow", "--pte", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS,
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline()  # the first progress line: the model is being built
+    assert "exporting and linting" in line
+    time.sleep(1)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert stderr.strip().splitlines()[-1] == "export-guards: interrupted" and "Traceback" not in stderr
+    assert not out.exists() and stdout == ""
+
+
+def test_conventional_options(tmp_path: Path) -> None:
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("export-guards ")
+    listed = json.loads(run("rules", "--output-format", "json").stdout)
+    assert {"code", "name", "severity", "stage", "summary", "fix", "url"} <= set(listed[0])
+    assert "EG201" in {r["code"] for r in listed}
+    done = run("lint", f"{MODELS}:training_mode", "--exit-zero", "--statistics")
+    assert done.returncode == 0
+    rows = done.stdout.splitlines()
+    assert any(r.split()[:2] == ["1", "EG301"] and r.endswith("[error]") for r in rows), done.stdout
+    github = run("lint", f"{MODELS}:training_mode", "--output-format", "github")
+    assert github.returncode == 1
+    (dropout,) = [line for line in github.stdout.splitlines() if "EG301" in line]
+    assert dropout.startswith("::error file=") and ",title=EG301 train-mode-dropout::" in dropout
+    assert ",line=" in dropout and "%0AFix: Call model.eval()" in dropout
+    sized = run("lint", f"{MODELS}:sized", "--arg", "size=12", "--arg", "channels=2", "--output-format", "json")
+    assert sized.returncode == 0, sized.stderr[-2000:]
+    bad = run("lint", f"{MODELS}:sized", "--arg", "size")
+    assert bad.returncode == 2 and "--arg takes NAME=VALUE" in bad.stderr
+
+
+def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
+    done = run("lint", f"{MODELS}:native_noise", "--output-format", "json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["version"] == 1  # fd 1 writes went to stderr
+    assert "written to fd 1 by native code" in done.stderr
+    for noise in ("Failed to load", "FutureWarning", "_pytree", "LeafSpec"):
+        assert noise not in done.stderr, done.stderr
+    text = run("lint", f"{MODELS}:reparametrized")
+    infos = [line for line in text.stdout.splitlines() if "[info]" in line]
+    assert infos and all("-v lists them" in line for line in infos)  # one line per code
+    assert len(infos) == len({line.split()[0] for line in infos})
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("raises", "building the model failed: raises() raised KeyError: 'linear'\n  at "),
+        ("three", "it returned a tuple of 3 items"),
+        ("exits", "building the model failed: the target called sys.exit(3)"),
+    ],
+)
+def test_errors_name_the_step_in_the_users_terms(factory: str, message: str) -> None:
+    done = run("lint", f"{MODELS}:{factory}")
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    if factory == "raises":
+        assert 'return weights["linear"], ()' in done.stderr  # the factory's own line
+
+
+def test_reproducible_check_of_a_failing_factory_says_why() -> None:
+    done = run("check", "--reproducible", f"{MODELS}:raises")
+    assert done.returncode == 2
+    assert "raises() raised KeyError: 'linear'" in done.stderr and 'return weights["linear"]' in done.stderr

@@ -151,17 +151,16 @@ def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pyt
             m, x = model()
             check_export(m, x, atol=10)  # dropout is random: only the lint is under test
 
-        class Unused(nn.Linear):
-            def __init__(self):
-                super().__init__(4, 3)
-                self.spare = nn.Parameter(torch.zeros(2))
+        class Double(nn.Module):
+            def forward(self, x):
+                return (x.double() * 2).float()  # float64 in the middle: EG304, a warning
 
         def test_default_fail_level(check_export):
-            check_export(Unused(), (torch.randn(2, 4),))  # EG307 is a warning: passes
+            check_export(Double(), (torch.randn(2, 4),))  # EG304 is a warning: passes
 
         @pytest.mark.export_guards(fail_level="warning")
         def test_marker_fail_level(check_export):
-            check_export(Unused(), (torch.randn(2, 4),))
+            check_export(Double(), (torch.randn(2, 4),))
 
         @pytest.mark.export_guards(colour="red")
         def test_marker_typo(check_export):
@@ -170,7 +169,7 @@ def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pyt
     )
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(passed=3, failed=1, errors=1)
-    outcome.stdout.fnmatch_lines(["*unknown setting(s) colour*", "*EG307 [[]warning[]] parameter 'spare'*"])
+    outcome.stdout.fnmatch_lines(["*unknown setting(s) colour*", "*EG304 [[]warning[]] *produces float64*"])
     with_option = project.runpytest_subprocess("-q", "--eg-backend", "xnnpack", "-k", "ini_backend")
     with_option.assert_outcomes(failed=1)
 
@@ -243,3 +242,113 @@ def test_the_fixtures_read_the_projects_pyproject_settings(project: pytest.Pytes
     typo = project.runpytest_subprocess("-q", "-k", "pyproject")
     typo.assert_outcomes(errors=1)
     typo.stdout.fnmatch_lines(["*backend must be one of xnnpack, portable; not 'vulkan'*pyproject.toml*"])
+
+
+def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_real_failure(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(
+        test_model='''
+        import pytest
+        import torch
+        from torch import nn
+
+        @pytest.mark.parametrize("case", ["long"], ids=["a-very-long-case-name/" * 16])
+        def test_training_mode(check_export, case):
+            check_export(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),))
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
+    outcome.assert_outcomes(failed=1)
+    (kept,) = Path(project.path, "kept").iterdir()
+    readable, digest = kept.name.rsplit("-", 1)
+    assert readable.startswith("test_model.py_test_training_mode_a-very-long-case-name_")
+    assert len(readable) <= 100 and len(digest) == 8
+    assert {p.name for p in kept.iterdir()} == {"report.txt", "report.json"}
+
+    Path(project.path, "blocked").write_text("a file where the artifacts folder should be\n")
+    blocked = project.runpytest_subprocess("-q", "--eg-artifacts", "blocked")
+    blocked.assert_outcomes(failed=1)
+    blocked.stdout.fnmatch_lines(
+        [
+            "*export-guards: 1 finding(s) at or above error (xnnpack):*",
+            "*EG301 [[]error[]] dropout 'dropout' runs in training mode*",
+            "*export-guards: the artifacts could not be saved in *blocked*: *Error: *",
+        ]
+    )
+
+
+def test_assert_delegated_failures_save_the_report_and_the_pte(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import torch
+        from torch import nn
+
+        class Modulated(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.randn(3, 4))
+
+            def forward(self, x):
+                return nn.functional.linear(x, self.w * x.mean())
+
+        def test_guarded_export(guarded_export, assert_delegated):
+            assert_delegated(guarded_export(Modulated(), (torch.randn(2, 4),)))
+
+        def test_export_check(check_export, assert_delegated):
+            assert_delegated(check_export(Modulated(), (torch.randn(2, 4),)))
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
+    outcome.assert_outcomes(failed=2)
+    outcome.stdout.fnmatch_lines(["*left in the portable graph: mm x1*", "artifacts saved in *kept*"])
+    kept = sorted(Path(project.path, "kept").iterdir())
+    names = [p.name.split("-")[0] for p in kept]
+    assert names == ["test_model.py_test_export_check", "test_model.py_test_guarded_export"]
+    for folder in kept:
+        assert {p.name for p in folder.iterdir()} == {"report.txt", "report.json", "model.pte"}
+        assert (folder / "model.pte").read_bytes()[4:8] == b"ET12"
+
+
+def test_failure_reports_carry_no_torch_trace_lines_but_keep_real_log_warnings(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_model='''
+        import logging
+        import torch
+        from torch import nn
+
+        def test_training_mode(check_export):
+            logging.getLogger("my.model").warning("a warning of the model's own")
+            check_export(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),))
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q")
+    outcome.assert_outcomes(failed=1)
+    outcome.stdout.fnmatch_lines(["*EG301*", "*Captured log call*", "WARNING  my.model:*a warning of the model's own"])
+    assert not [line for line in outcome.outlines if "torch.__trace" in line]
+
+
+def test_under_xdist_each_worker_gives_torch_its_share_of_the_cores(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    project.makepyfile(
+        test_model='''
+        import os
+        import torch
+        from torch import nn
+
+        def test_threads():
+            assert os.environ["PYTEST_XDIST_WORKER_COUNT"] == "2"
+            assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
+
+        def test_check_export(check_export):
+            torch.manual_seed(0)
+            check_export(nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval(), (torch.randn(2, 4),))
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q", "-n", "2")
+    outcome.assert_outcomes(passed=2)
+    # ExecuTorch's import-time ExperimentalWarning is not reported: under xdist the controller
+    # imported ExecuTorch to rebuild it while the workers waited.
+    assert not [line for line in outcome.outlines if "ExperimentalWarning" in line]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -19,42 +20,43 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P
 
 
 def _library_roots() -> tuple[str, ...]:
+    """Where code the user did not write lives: torch, ExecuTorch, this package, and every
+    installed package and the standard library (a model from an installed zoo is placed at the
+    user's call, not inside the zoo)."""
     import executorch
 
-    package_dirs = [Path(torch.__file__).parent, Path(executorch.__path__[0]), Path(__file__).parent]
+    package_dirs = [Path(torch.__file__).parent, Path(executorch.__path__[0]), Path(__file__).parent.parent]
+    paths = sysconfig.get_paths()
+    package_dirs += [Path(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths]
     return tuple(f"{d.resolve()}{os.sep}" for d in package_dirs)
 
 
 _LIBRARY_ROOTS = _library_roots()
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
 
 
 def node_location(node: torch.fx.Node) -> SourceLocation | None:
-    """The innermost frame of ``node``'s stack trace that is the user's code.
+    """The innermost frame of ``node``'s stack trace that is the user's code, or None.
 
-    Frames inside torch, executorch and this package, and generated code, are skipped, so a
-    ``Linear`` inside the user's ``forward`` points at the user's call, not at
-    ``torch/nn/modules/linear.py``. When every frame is library code (a bare
-    ``nn.Sequential``, say), the innermost one is used.
+    Frames inside torch, executorch, this package, installed packages and generated code
+    (``<eval_with_key>.N``) are skipped, so a ``Linear`` inside the user's ``forward`` points at
+    the user's call, not at ``torch/nn/modules/linear.py``. When no frame is the user's (a bare
+    ``nn.Sequential``, say), there is no location: the caller places such findings (the
+    command, at the factory).
     """
     trace = node.meta.get("stack_trace")
     if not isinstance(trace, str):
         return None
-    frames = [
-        SourceLocation(m["file"], int(m["line"]), m["code"].strip()) for m in _FRAME.finditer(trace)
-    ]
-    if not frames:
-        return None
-    for frame in reversed(frames):
-        if not _is_library_file(frame.file):
-            return frame
-    return frames[-1]
+    frames = [SourceLocation(m["file"], int(m["line"]), m["code"].strip()) for m in _FRAME.finditer(trace)]
+    return next((frame for frame in reversed(frames) if not _is_library_file(frame.file)), None)
 
 
 @functools.lru_cache(maxsize=1024)
 def _is_library_file(file: str) -> bool:
     if file.startswith("<"):  # generated code (<eval_with_key>.N of a traced submodule)
         return True
-    return str(Path(file).resolve()).startswith(_LIBRARY_ROOTS)
+    path = Path(file).resolve()
+    return str(path).startswith(_LIBRARY_ROOTS) or not _INSTALLED.isdisjoint(path.parts)
 
 
 def node_module(node: torch.fx.Node) -> str | None:

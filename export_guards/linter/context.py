@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -14,6 +15,10 @@ from export_guards.analysis.ops import call_nodes, compute_op_name, static_opera
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
 
 __all__ = ["LintContext"]
+
+# parametrize's state: [module.]parametrizations.NAME.original[N] or .N.<buffer>; spectral_norm's: NAME_orig.
+_PARAMETRIZED = re.compile(r"^(?:(?P<module>.+)\.)?parametrizations\.(?P<name>\w+)\.(?:original\d*|\d+\.\w+)$")
+_SPECTRAL_NORMED = re.compile(r"^(?P<tensor>.+)_orig$")
 
 
 @dataclass
@@ -56,6 +61,50 @@ class LintContext:
             if (node.op == "placeholder" and node.name in inputs) or any(i in reached for i in node.all_input_nodes):
                 reached.add(node)
         return reached
+
+    @functools.cached_property
+    def reparametrized(self) -> dict[str, list[str]]:
+        """Each tensor still computed by a reparametrization (``conv.weight``), and the FQNs of
+        the state it is computed from: ``parametrize``'s ``parametrizations.weight.original*``,
+        hook-based ``spectral_norm``'s ``weight_orig`` / ``_u`` / ``_v``, ``weight_norm``'s
+        ``weight_g`` / ``weight_v``."""
+        names = {c.fqn for c in self.constants.values()}
+        tensors: dict[str, list[str]] = {}
+        for fqn in names:
+            if match := _PARAMETRIZED.match(fqn):
+                tensor = f"{match['module']}.{match['name']}" if match["module"] else match["name"]
+                tensors.setdefault(tensor, []).append(fqn)
+            elif (match := _SPECTRAL_NORMED.match(fqn)) and match["tensor"] + "_u" in names:
+                tensors.setdefault(match["tensor"], []).append(fqn)
+            elif fqn.endswith("_g") and fqn[:-2] + "_v" in names:  # hook-based weight_norm
+                tensors.setdefault(fqn[:-2], []).extend([fqn, fqn[:-2] + "_v"])
+        for tensor, state in tensors.items():
+            for suffix in ("_u", "_v"):  # hook-based spectral_norm keeps u and v beside weight_orig
+                if tensor + suffix in names and tensor + suffix not in state:
+                    state.append(tensor + suffix)
+            state.sort()
+        return dict(sorted(tensors.items()))
+
+    @functools.cached_property
+    def modules_run(self) -> set[str]:
+        """The paths of the modules whose forward made some node of the graph (``""`` for the
+        root), from the nodes' ``nn_module_stack``: a module and every module around it."""
+        ran: set[str] = set()
+        for node in self.call_nodes():
+            for path, _ in (node.meta.get("nn_module_stack") or {}).values():
+                ran.add(path)
+        return ran | {""} if ran else set()
+
+    def sources(self, node: Node) -> set[str]:
+        """The FQNs of the constants ``node`` is computed from."""
+        seen: set[Node] = set()
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current not in seen:
+                seen.add(current)
+                stack.extend(current.all_input_nodes)
+        return {self.constants[n].fqn for n in seen if n in self.constants}
 
     def call_nodes(self) -> list[Node]:
         """The op calls of the graph and of its control-flow branches, in order."""

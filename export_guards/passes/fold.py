@@ -28,7 +28,7 @@ from export_guards.analysis.ops import argument_name, aten_name, is_view
 from export_guards.analysis.programs import ProgramConstant
 from export_guards.analysis.source import node_location, node_site
 from export_guards.passes.result import GuardPassResult
-from export_guards.report import Report
+from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
 __all__ = ["CONSTANT_FOLDED", "FoldConstantsPass", "fold_constants"]
@@ -128,8 +128,8 @@ def _evaluate(plan: FoldPlan) -> dict[Node, torch.Tensor]:
 
 
 def _apply(ep: ExportedProgram, plan: FoldPlan) -> tuple[ExportedProgram, Report]:
-    """A new program with each root replaced by a parameter holding its value, and an EG201
-    finding per root."""
+    """A new program with each root replaced by a parameter holding its value (identical
+    values stored once), and one EG201 finding per new parameter."""
     constants = plan.constants
     values = _evaluate(plan)
     fqn_of = {node: constant.fqn for node, constant in constants.items()}
@@ -137,32 +137,42 @@ def _apply(ep: ExportedProgram, plan: FoldPlan) -> tuple[ExportedProgram, Report
     parameters: dict[str, torch.Tensor] = {}  # the new parameters, by FQN
     stored_as: dict[Node, str] = {}  # root -> the FQN of the parameter that replaces it
     by_layout: dict[tuple[object, ...], list[str]] = {}  # (dtype, shape, stride) -> FQNs
-    findings = []
     for root in plan.roots:
         value = _materialize(values[root], [c.tensor for c in constants.values()])
-        sources, ops = _subgraph(root, plan.foldable, constants)
         key = (value.dtype, tuple(value.shape), value.stride())
         same = next((fqn for fqn in by_layout.get(key, []) if _same_bytes(parameters[fqn], value)), None)
         if same is None:
+            sources, _ = _subgraph(root, plan.foldable, constants)
             source_bytes = {fqn_of[s]: constants[s].tensor.nbytes for s in sources}
-            fqn = _unique(_constant_name(root, plan.foldable, source_bytes), taken)
-            taken.add(fqn)
-            parameters[fqn] = value
-            by_layout.setdefault(key, []).append(fqn)
-            outcome = f"into parameter '{fqn}'"
-        else:
-            fqn = same
-            outcome = f"into parameter '{fqn}' (an identical result, stored once)"
-        stored_as[root] = fqn
-        consumer = next(u for u in root.users if u not in plan.foldable)
-        message = (
-            f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(ops)}) on "
-            f"{', '.join(repr(fqn_of[s]) for s in sources)} {outcome}: "
-            f"{sum(constants[s].tensor.nbytes for s in sources):,} -> {value.nbytes:,} bytes"
-        )
-        shown = consumer if node_location(consumer) or not node_location(root) else root
-        findings.append(finding(CATALOG[CONSTANT_FOLDED], Hit(message, shown, fqn), locate=node_site))
+            same = _unique(_constant_name(root, plan.foldable, source_bytes), taken)
+            taken.add(same)
+            parameters[same] = value
+            by_layout.setdefault(key, []).append(same)
+        stored_as[root] = same
+    findings = [_folded(fqn, [r for r in plan.roots if stored_as[r] == fqn], parameters[fqn], plan) for fqn in parameters]
     return _rebuilt(ep, plan, stored_as, parameters, fqn_of), Report.of(findings)
+
+
+def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) -> Finding:
+    """The EG201 finding for one new parameter, made of ``roots`` (several where identical
+    results are stored once): the ops folded, the constants they read, the bytes."""
+    sources: dict[Node, None] = {}
+    ops: dict[Node, None] = {}
+    for root in roots:
+        root_sources, root_ops = _subgraph(root, plan.foldable, plan.constants)
+        sources.update(dict.fromkeys(root_sources))
+        ops.update(dict.fromkeys(root_ops))
+    before = sum(plan.constants[s].tensor.nbytes for s in sources)
+    shared = f" (one value for {len(roots)} computations)" if len(roots) > 1 else ""
+    message = (
+        f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(list(ops))}) on "
+        f"{', '.join(repr(plan.constants[s].fqn) for s in sources)} into parameter '{fqn}'{shared}: "
+        f"{before:,} -> {value.nbytes:,} bytes"
+    )
+    root = roots[0]
+    consumer = next(u for u in root.users if u not in plan.foldable)
+    shown = consumer if node_location(consumer) or not node_location(root) else root
+    return finding(CATALOG[CONSTANT_FOLDED], Hit(message, shown, fqn), locate=node_site)
 
 
 def _rebuilt(

@@ -67,11 +67,12 @@ def check_pte(
         )
     pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
     ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
-    report = run(PTE_RULES, "pte", PteContext(pte, ptds), config, name=pte.name)
+    artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
+    report = run(PTE_RULES, "pte", PteContext(pte, ptds), config, name=pte.name, artifact=artifact)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
         with _as_file(program) as path:
             smoke = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
-        report += run(PTE_RULES, "runtime", smoke, config, name=pte.name)
+        report += run(PTE_RULES, "runtime", smoke, config, name=pte.name, artifact=artifact)
     return report
 
 

@@ -20,6 +20,8 @@ from typing import final
 __all__ = ["ExportFailed", "ExportPair", "export_twice"]
 
 WORKER = "export_guards.workers.export_once"
+EXPORT_FAILED = "export-guards: export failed: "
+"""What the export child prints on stderr before a failed step's message."""
 
 
 @final
@@ -61,7 +63,17 @@ def export_twice(
             except subprocess.TimeoutExpired:
                 raise ExportFailed(f"exporting {target} took longer than {timeout_s:.0f} s") from None
             if done.returncode != 0 or not output.is_file():
-                lines = done.stderr.strip().splitlines()
-                raise ExportFailed(f"exporting {target} failed: {lines[-1] if lines else f'exit status {done.returncode}'}")
+                raise ExportFailed(f"exporting {target} failed: {_why(done)}")
         names = json.loads(Path(f"{outputs[0]}.names.json").read_text())
         return ExportPair(f"the two exports of {target}", outputs[0].read_bytes(), outputs[1].read_bytes(), names)
+
+
+def _why(done: subprocess.CompletedProcess[str]) -> str:
+    """The child's own account of its failure (a step's message, which may span lines), else
+    its last line of stderr, else its exit status."""
+    stderr = done.stderr.strip()
+    if EXPORT_FAILED in stderr:
+        return stderr.rsplit(EXPORT_FAILED, 1)[1]
+    lines = stderr.splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
+

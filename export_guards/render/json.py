@@ -12,7 +12,7 @@ SCHEMA_VERSION = 1
 
 
 def finding_to_dict(finding: Finding) -> dict[str, object]:
-    location = finding.location
+    location, region = finding.location, finding.region
     return {
         "code": finding.code,
         "severity": finding.severity.value,
@@ -25,6 +25,8 @@ def finding_to_dict(finding: Finding) -> dict[str, object]:
         ),
         "fix": finding.fix,
         "module": finding.module,
+        "artifact": finding.artifact,
+        "region": {"offset": region[0], "length": region[1]} if region else None,
     }
 
 

@@ -1,25 +1,66 @@
-"""SARIF 2.1.0, for code-scanning tools: one run, the rules in ``tool.driver.rules``."""
+"""SARIF 2.1.0 for code scanning: every result located, URIs relative to the project root, and
+fingerprints that hold across runs, working directories and machines."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
-from export_guards.report import Finding, Report, Severity
+from export_guards.report import Finding, Report, Severity, SourceLocation
 from export_guards.ruleset import CATALOG, DOCS_URL
 
-__all__ = ["render_sarif"]
+__all__ = ["FINGERPRINT", "ROOT_ID", "project_root", "render_sarif"]
 
+ROOT_ID = "PROJECTROOT"
+"""The ``uriBaseId`` of every URI inside the project root (``run.originalUriBaseIds``)."""
+
+FINGERPRINT = "exportGuards/v1"
+"""The ``partialFingerprints`` key of a result's stable identity (a new algorithm, a new version)."""
+
+_LINE_HASH = "primaryLocationLineHash"  # the only key GitHub code scanning matches alerts by
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+_PATH = re.compile(r"(?:[\w.~+-]*/)+")  # the folders of anything path-like in a message
+_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|\d+")
 
 
-def render_sarif(report: Report) -> str:
+def project_root(start: Path) -> Path:
+    """The nearest directory at or above ``start`` holding ``pyproject.toml`` or ``.git``; else
+    ``start``'s directory (``start`` itself when it is one)."""
+    start = Path(start).resolve()
+    directory = start if start.is_dir() else start.parent
+    for candidate in (directory, *directory.parents):
+        if (candidate / "pyproject.toml").is_file() or (candidate / ".git").exists():
+            return candidate
+    return directory
+
+
+def render_sarif(report: Report, *, root: Path | None = None) -> str:
+    """One run: every code in ``tool.driver.rules``, one located result per finding.
+
+    Files under ``root`` (default: the project root of the working directory) get URIs relative
+    to it, with ``uriBaseId`` ``PROJECTROOT``; others keep an absolute ``file://`` URI. Each
+    result's ``partialFingerprints`` holds its identity under ``exportGuards/v1`` and, for
+    GitHub, ``primaryLocationLineHash``: independent of absolute paths, line numbers and node
+    numbering, and distinct for distinct results of one run.
+    """
+    root = (root or project_root(Path.cwd())).resolve()
     codes = sorted({f.code for f in report} | set(CATALOG))
     index = {code: i for i, code in enumerate(codes)}
-    rules = [_rule(code) for code in codes]
+    seen: Counter[str] = Counter()
+    results = []
+    for finding in report:
+        physical = _physical(finding, root)
+        identity = _identity(finding, physical["artifactLocation"])
+        seen[identity] += 1  # identical identities (one line, one rule) are told apart in report order
+        results.append(_result(finding, index[finding.code], physical, f"{identity}:{seen[identity]}"))
+    root_uri = root.as_uri()
     document = {
         "$schema": _SCHEMA,
         "version": "2.1.0",
@@ -30,17 +71,23 @@ def render_sarif(report: Report) -> str:
                         "name": "export-guards",
                         "version": _version(),
                         "informationUri": DOCS_URL,
-                        "rules": rules,
+                        "rules": [_rule(code) for code in codes],
                     }
                 },
-                "results": [_result(f, index[f.code]) for f in report],
+                "originalUriBaseIds": {
+                    ROOT_ID: {
+                        "uri": root_uri if root_uri.endswith("/") else root_uri + "/",
+                        "description": {"text": "The project root: relative URIs are relative to it."},
+                    }
+                },
+                "results": results,
             }
         ],
     }
     return json.dumps(document, indent=2) + "\n"
 
 
-def _rule(code: str) -> dict[str, object]:
+def _rule(code: str) -> dict[str, Any]:
     registered = CATALOG.get(code)
     if registered is None:  # a project's own rule, passed to the lint explicitly
         return {"id": code, "name": code.lower(), "shortDescription": {"text": code}}
@@ -53,42 +100,96 @@ def _rule(code: str) -> dict[str, object]:
     }
 
 
-def _result(finding: Finding, rule_index: int) -> dict[str, object]:
-    result: dict[str, object] = {
+def _result(finding: Finding, rule_index: int, physical: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    location: dict[str, Any] = {"physicalLocation": physical}
+    logical = _logical(finding)
+    if logical:
+        location["logicalLocations"] = [logical]
+    result: dict[str, Any] = {
         "ruleId": finding.code,
         "ruleIndex": rule_index,
         "level": _LEVEL[finding.severity],
         "message": {"text": finding.message + (f" Fix: {finding.fix}" if finding.fix else "")},
+        "locations": [location],
+        "partialFingerprints": {FINGERPRINT: fingerprint, _LINE_HASH: fingerprint},
     }
-    if finding.location:
-        result["locations"] = [
-            {
-                "physicalLocation": {
-                    "artifactLocation": {"uri": _uri(finding.location.file)},
-                    "region": {"startLine": finding.location.line},
-                },
-                "logicalLocations": [
-                    {"name": finding.node or "", "kind": "function", "fullyQualifiedName": f"{finding.method}/{finding.node}"}
-                ],
-            }
-        ]
-    else:
-        result["locations"] = []
-    properties = {k: v for k, v in (("method", finding.method), ("node", finding.node), ("constant", finding.constant)) if v}
+    fields = ("method", "node", "constant", "module")
+    properties = {name: getattr(finding, name) for name in fields if getattr(finding, name)}
     if properties:
         result["properties"] = properties
     return result
 
 
-def _uri(file: str) -> str:
-    """A URI reference: relative to the working directory when under it, else ``file://``."""
+def _physical(finding: Finding, root: Path) -> dict[str, Any]:
+    """Where the finding is: the user's source line; else the program file, at its bytes when
+    known; else the project itself, for what no file holds (a ``.pte`` given as bytes, a model
+    built of library modules only linted from Python): code scanning rejects an upload with a
+    result that names no artifact."""
+    source = _source(finding)
+    if source is not None:
+        return {"artifactLocation": _artifact(source.file, root), "region": {"startLine": max(source.line, 1)}}
+    if finding.artifact is not None:
+        physical: dict[str, Any] = {"artifactLocation": _artifact(finding.artifact, root)}
+        if finding.region is not None and min(finding.region) >= 0:
+            physical["region"] = {"byteOffset": finding.region[0], "byteLength": finding.region[1]}
+        return physical
+    return {
+        "artifactLocation": {
+            "uri": ".",
+            "uriBaseId": ROOT_ID,
+            "description": {"text": "No source line or file holds this finding: see its logical location."},
+        }
+    }
+
+
+def _artifact(file: str, root: Path) -> dict[str, Any]:
+    """A URI relative to ``root`` (a relative path is taken from the working directory), or an
+    absolute ``file://`` URI for a file outside it."""
     path = Path(file)
-    if not path.is_absolute():
-        return quote(path.as_posix())
+    path = (path if path.is_absolute() else Path.cwd() / path).resolve()
     try:
-        return quote(path.relative_to(Path.cwd()).as_posix())
+        return {"uri": quote(path.relative_to(root).as_posix()), "uriBaseId": ROOT_ID}
     except ValueError:
-        return path.as_uri()
+        return {"uri": path.as_uri()}
+
+
+def _identity(finding: Finding, artifact: dict[str, Any]) -> str:
+    """What makes a result the same result in another run: never an absolute path, a line
+    number, a byte offset or a node name (tracing numbers them, ``linear_3``)."""
+    uri = str(artifact["uri"])
+    where = uri if "uriBaseId" in artifact else uri.rsplit("/", 1)[-1]  # outside the root: the name
+    source = _source(finding)
+    if source is not None:  # the line's text, not its number: it survives edits above it
+        parts = ["graph", where, source.code.strip(), finding.module or ""]
+    elif finding.artifact is not None:
+        parts = ["file", Path(finding.artifact).name, _normalised(finding.message, finding.artifact)]
+    else:
+        parts = ["none", finding.module or "", _normalised(finding.message)]
+    parts += [finding.code, finding.method or "", finding.constant or ""]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _source(finding: Finding) -> SourceLocation | None:
+    """The finding's source line, unless its file is none (``<stdin>``, ``<doc example>``)."""
+    location = finding.location
+    return location if location is not None and not location.file.startswith("<") else None
+
+
+def _normalised(message: str, artifact: str | None = None) -> str:
+    """``message`` without folders and numbers: the same problem in another run or place."""
+    if artifact:
+        message = message.replace(artifact, Path(artifact).name)
+    return _NUMBER.sub("#", _PATH.sub("", message))
+
+
+def _logical(finding: Finding) -> dict[str, Any] | None:
+    """The method, node or constant, for viewers that show program entities."""
+    name = finding.node or finding.constant or finding.method
+    if name is None:
+        return None
+    if name == finding.method:
+        return {"name": name, "kind": "function"}
+    return {"name": name, "fullyQualifiedName": f"{finding.method}/{name}" if finding.method else name, "kind": "variable"}
 
 
 def _version() -> str:

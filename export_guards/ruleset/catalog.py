@@ -15,7 +15,7 @@ from types import MappingProxyType
 from export_guards.report import Severity
 from export_guards.ruleset.rule import Check, Rule
 
-__all__ = ["CATALOG", "rule"]
+__all__ = ["CATALOG", "RETIRED", "rule"]
 
 _REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
 _NOTHING_TO_DO = "Nothing to do: this reports what a guard did."
@@ -119,8 +119,8 @@ _RULES = (
         "EG302",
         "train-mode-batch-norm",
         Severity.ERROR,
-        "Batch norm runs in training mode: it normalises with the batch's statistics, not the "
-        "learned ones.",
+        "Batch norm runs in training mode: ExecuTorch cannot lower it (it is not core ATen), and "
+        "it would normalise with each batch's statistics, not the learned ones.",
         "Call model.eval() before torch.export.",
         "program",
     ),
@@ -151,19 +151,12 @@ _RULES = (
         "program",
     ),
     Rule(
-        "EG306",
-        "duplicate-constant",
-        Severity.INFO,
-        "The same bytes are stored as several constants (at least 1 KiB wasted).",
-        "Tie the tensors (assign one module's parameter to the other) or build one from the other.",
-        "program",
-    ),
-    Rule(
         "EG307",
-        "unused-constant",
-        Severity.WARNING,
-        "A constant that the graph never reads still ships in the program.",
-        "Delete the unused parameter or buffer from the module, or use it.",
+        "layer-never-runs",
+        Severity.INFO,
+        "A layer whose forward never runs, so the program never reads its parameters: a layer "
+        "built and never called is often a bug (ExecuTorch does not write its parameters).",
+        "If the layer should run, call it in forward; if not, delete it from the module.",
         "program",
     ),
     Rule(
@@ -291,10 +284,30 @@ _RULES = (
         _REEXPORT,
         "pte",
     ),
+    Rule(
+        "EG513",
+        "xnnpack-shared-conv-weights",
+        Severity.WARNING,
+        "Several XNNPACK convolutions read the same filter and bias named data (byte-identical "
+        "weights): ExecuTorch 1.0.0 to 1.2.0 runtimes built with the XNNPACK weights cache crash "
+        "loading the program (SIGSEGV in XNNWeightsCache::look_up_or_insert).",
+        "Ship with an ExecuTorch runtime of 1.3.0 or later (the fix, pytorch/executorch#18295); on "
+        "1.0 to 1.2, build the runtime with EXECUTORCH_XNNPACK_ENABLE_WEIGHT_CACHE=OFF. Re-exporting "
+        "does not help: the keys are hashes of the weights' bytes.",
+        "pte",
+    ),
 )
 
 CATALOG: Mapping[str, Rule] = MappingProxyType({r.code: r for r in _RULES})
 """Every code export-guards can report, by code, in code order (no checks bound)."""
+
+RETIRED: Mapping[str, str] = MappingProxyType(
+    {
+        "EG306": "retired in 0.2: its claim was false, since ExecuTorch stores identical constant data once "
+        "(a copy of a 256x256 Linear gives the same .pte size as a tied one)",
+    }
+)
+"""Codes that export-guards no longer reports, and why: naming one is an error that says so."""
 
 
 def rule(code: str) -> Callable[[Check], Rule]:

@@ -7,17 +7,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, final
+from typing import Any, Protocol, final
 
-from export_guards.report import Finding, Report
+from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.rule import Hit, Rule, Stage
-from export_guards.settings import Settings
 
-__all__ = ["RULE_FAILED", "Locate", "RuleSet", "describe_error", "finding", "run", "settle"]
+__all__ = ["RULE_FAILED", "Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle"]
 
 RULE_FAILED = "EG001"
 """The engine's own code: a rule raised instead of returning its hits."""
+
+class Selection(Protocol):
+    """What the engine asks of the user's settings (``export_guards.settings.Settings``)."""
+
+    def enabled(self, code: str) -> bool: ...
+
+    def ignores(self, code: str) -> bool: ...
+
+    def severity_of(self, code: str, default: Severity) -> Severity: ...
+
 
 Locate = Callable[[Any], Mapping[str, Any]]
 """Where a hit's node is, as ``Finding`` fields (``node``, ``location``, ``module``)."""
@@ -69,11 +78,12 @@ def run(
     rules: RuleSet,
     stage: Stage,
     subject: object,
-    settings: Settings,
+    settings: Selection,
     *,
     name: str,
     method: str | None = None,
     locate: Locate | None = None,
+    artifact: str | None = None,
 ) -> Report:
     """Every enabled rule of ``stage`` in ``rules``, run on ``subject``, as settled findings.
 
@@ -83,6 +93,8 @@ def run(
     Args:
         method: the method findings belong to, unless a hit names its own.
         locate: places a hit's node (graph subjects); hits without a node are not placed.
+        artifact: the file the subject was read from (a ``.pte``), for findings to point at,
+            unless a hit names its own.
     """
     findings: list[Finding] = []
     for rule in rules.stage(stage):
@@ -93,15 +105,17 @@ def run(
             hits = list(rule.check(subject))
         except Exception as error:  # an input the rule did not expect: say so, carry on
             message = f"rule {rule.code} ({rule.name}) failed on {name}: {describe_error(error)}"
-            findings.append(finding(CATALOG[RULE_FAILED], Hit(message), method=method))
+            findings.append(finding(CATALOG[RULE_FAILED], Hit(message), method=method, artifact=artifact))
             continue
-        findings.extend(finding(rule, hit, method=method, locate=locate) for hit in hits)
+        findings.extend(finding(rule, hit, method=method, locate=locate, artifact=artifact) for hit in hits)
     return settle(findings, settings)
 
 
-def finding(rule: Rule, hit: Hit, *, method: str | None = None, locate: Locate | None = None) -> Finding:
+def finding(
+    rule: Rule, hit: Hit, *, method: str | None = None, locate: Locate | None = None, artifact: str | None = None
+) -> Finding:
     """The finding ``hit`` makes for ``rule``, at its default severity (``settle`` applies
-    the user's)."""
+    the user's), in ``artifact`` unless the hit names its own file."""
     place = locate(hit.node) if locate is not None and hit.node is not None else {}
     return Finding(
         code=rule.code,
@@ -110,11 +124,13 @@ def finding(rule: Rule, hit: Hit, *, method: str | None = None, locate: Locate |
         method=hit.method or method,
         constant=hit.constant,
         fix=hit.fix or rule.fix,
+        artifact=hit.artifact or artifact,
+        region=hit.region,
         **place,
     )
 
 
-def settle(findings: Iterable[Finding], settings: Settings) -> Report:
+def settle(findings: Iterable[Finding], settings: Selection) -> Report:
     """``findings`` as the user asked: without the codes not selected or ignored, at the
     severities overridden. A rule's failure (EG001) is reported unless it is ignored by name
     or prefix: selecting some rules must not hide that one of them failed."""

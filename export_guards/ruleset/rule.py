@@ -41,6 +41,9 @@ class Hit:
         fix: overrides the rule's general fix when the hit knows better.
         severity: overrides the rule's default (the user's settings still win).
         method: the method concerned, for subjects that hold every method (a ``.pte`` file).
+        region: the bytes concerned in the file, as ``(offset, length)``, when known.
+        artifact: the file concerned when it is not the subject's own (a ``.ptd`` beside the
+            ``.pte``), as given.
     """
 
     message: str
@@ -49,6 +52,8 @@ class Hit:
     fix: str | None = None
     severity: Severity | None = None
     method: str | None = None
+    region: tuple[int, int] | None = None
+    artifact: str | None = None
 
 
 Check = Callable[[Any], Iterable[Hit]]

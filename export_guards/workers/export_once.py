@@ -14,8 +14,10 @@ from pathlib import Path
 
 import torch
 
-from export_guards.pipeline import lower_with_guards
-from export_guards.targets import load_target
+from export_guards.pipeline import export_target
+from export_guards.pte.reproducible import EXPORT_FAILED
+from export_guards.settings import Settings
+from export_guards.targets import StepFailed, TargetError, step
 
 __all__ = ["constant_names", "export_once"]
 
@@ -38,12 +40,18 @@ def constant_names(tensors: dict[str, object]) -> dict[str, str]:
 
 def export_once(target: str, output: str, backend: str, placement: str, fold: bool) -> int:
     """Export ``target`` with the guarded pipeline to ``output``, and its constants' names
-    beside it; the exit status (a failure raises, and its last line is the parent's message)."""
-    model, inputs = load_target(target)
-    program = torch.export.export(model, inputs)
-    result = lower_with_guards(program, backend=backend, placement=placement, fold=fold)  # type: ignore[arg-type]
-    Path(output).write_bytes(result.to_pte())
-    tensors = {**dict(program.named_parameters()), **dict(program.named_buffers()), **program.constants}
+    beside it; the exit status (2, after ``EXPORT_FAILED`` and the step's message, when a step fails)."""
+    settings = Settings(backend=backend, placement=placement, fold=fold)  # type: ignore[arg-type]
+    try:
+        result = export_target(target, config=settings)
+        with step("writing the program (to_executorch)"):
+            program = result.to_pte()
+    except (StepFailed, TargetError) as error:
+        print(f"{EXPORT_FAILED}{error}", file=sys.stderr)
+        return 2
+    Path(output).write_bytes(program)
+    exported = result.program
+    tensors = {**dict(exported.named_parameters()), **dict(exported.named_buffers()), **exported.constants}
     Path(f"{output}.names.json").write_text(json.dumps(constant_names(tensors)))
     return 0
 

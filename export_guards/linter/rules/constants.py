@@ -1,64 +1,56 @@
-"""EG306, EG307: constants stored twice, and constants never used."""
+"""EG307: a layer whose parameters the program never reads, because it never runs."""
 
 from __future__ import annotations
 
-import hashlib
-from collections import defaultdict
 from collections.abc import Iterator
 
-import torch
-from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
-from export_guards.analysis.programs import ProgramConstant
+from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
 
-_MIN_WASTE = 1024  # duplicates wasting less than this (zero biases, say) are not worth a line
-
-
-@rule("EG306")
-def duplicate_constant(context: LintContext) -> Iterator[Hit]:
-    groups: dict[tuple[object, ...], list[ProgramConstant]] = defaultdict(list)
-    stored: set[tuple[int, int]] = set()  # (storage, offset) already seen: tied tensors are stored once
-    for constant in context.constants.values():
-        tensor = constant.tensor
-        if tensor.device.type != "cpu" or not tensor.numel() or tensor.layout != torch.strided:
-            continue
-        if is_traceable_wrapper_subclass(tensor) or isinstance(tensor, FakeTensor):
-            continue
-        if constant.fqn in context.mutated:  # state (a KV cache, say): equal bytes by chance
-            continue
-        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-        if identity in stored:
-            continue
-        stored.add(identity)
-        groups[(tensor.dtype, tuple(tensor.shape), _digest(tensor))].append(constant)
-    for same in groups.values():
-        wasted = sum(c.tensor.nbytes for c in same[1:])
-        if len(same) > 1 and wasted >= _MIN_WASTE:
-            names = ", ".join(repr(c.fqn) for c in same)
-            yield Hit(
-                f"{names} hold the same {same[0].tensor.nbytes:,} bytes ({wasted:,} bytes stored more than once)",
-                next(iter(same[1].node.users), same[1].node),
-                same[1].fqn,
-            )
-
-
-def _digest(tensor: torch.Tensor) -> bytes:
-    """A hash of the tensor's bytes: constants group by it in one pass, not pair by pair."""
-    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-    return hashlib.blake2b(memoryview(data), digest_size=16).digest()
-
 
 @rule("EG307")
-def unused_constant(context: LintContext) -> Iterator[Hit]:
+def unused_parameter(context: LintContext) -> Iterator[Hit]:
+    # ExecuTorch writes only the constants the graph reads, so an unused parameter costs no
+    # bytes. It is worth a line when its layer never ran: a layer built and never called is
+    # often a bug. A module that ran without reading a parameter (a training-only mask
+    # embedding, the float originals of a PT2E-quantized layer, one name of a tied weight) is
+    # fine, and so are buffers (an eval-mode BatchNorm never reads num_batches_tracked).
+    ran = context.modules_run
+    if not ran:  # no module metadata: nothing can tell a layer that ran from one that did not
+        return
+    read = {_storage(c.tensor) for c in context.constants.values() if c.node.users}
+    unused: dict[str, list[ProgramConstant]] = {}
     for constant in context.constants.values():
-        if constant.fqn in context.mutated:  # written (a mutation output), so used
+        if constant.kind is not ConstantKind.PARAMETER or constant.node.users or constant.fqn in context.mutated:
             continue
-        if constant.node.op == "placeholder" and not constant.node.users:
-            yield Hit(
-                f"{constant.kind.value} '{constant.fqn}' ({constant.tensor.nbytes:,} bytes) is never used",
-                constant.node,
-                constant.fqn,
-            )
+        owner = _owner(constant.fqn)
+        if owner in ran or _storage(constant.tensor) in read:
+            continue
+        unused.setdefault(owner, []).append(constant)
+    for owner, parameters in unused.items():  # one finding per layer
+        names = ", ".join(repr(p.fqn) for p in parameters)
+        nbytes = sum(p.tensor.nbytes for p in parameters)
+        yield Hit(
+            f"layer '{owner}' never runs: its parameter{'s' if len(parameters) > 1 else ''} {names} "
+            f"({nbytes:,} bytes) {'are' if len(parameters) > 1 else 'is'} never read. ExecuTorch does not write "
+            "them into the .pte, but a layer built and never called is often a bug",
+            parameters[0].node,
+            owner,
+        )
+
+
+def _owner(fqn: str) -> str:
+    """The module that holds the parameter ``fqn``; for a parametrization's state
+    (``conv.parametrizations.weight.original0``), the parametrized module (``conv``)."""
+    if fqn.startswith("parametrizations."):
+        return ""
+    return fqn.split(".parametrizations.")[0] if ".parametrizations." in fqn else fqn.rpartition(".")[0]
+
+
+def _storage(tensor: object) -> object:
+    """What identifies a tensor's bytes: its storage's address (views and ties share it)."""
+    try:
+        return tensor.untyped_storage().data_ptr()  # type: ignore[attr-defined]
+    except (RuntimeError, NotImplementedError, AttributeError):  # no storage (fake, meta, subclass)
+        return id(tensor)

@@ -16,7 +16,17 @@ def _training_ops(context: LintContext, kind: str) -> Iterator[Hit]:
             continue
         if kind == "norm" and argument(node, "running_mean") is None:
             continue  # track_running_stats=False: batch statistics are its eval behaviour too
-        yield Hit(f"{name} '{node.name}' runs in training mode", node)
+        consequence = _CONSEQUENCE.get(kind, "")
+        yield Hit(f"{name} '{node.name}' runs in training mode{consequence}", node)
+
+
+_CONSEQUENCE = {
+    "dropout": ": the program drops activations at random",
+    "norm": (
+        ": ExecuTorch cannot lower it (to_edge rejects the functional batch norm, which is not "
+        "core ATen), and it would normalise with each batch's statistics"
+    ),
+}
 
 
 @rule("EG301")

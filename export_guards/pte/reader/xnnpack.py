@@ -1,5 +1,6 @@
 """What an XNNPACK delegate's payload says about its constant data: which tensors, how many
-bytes each needs, and where they are (inline in the payload, or named data by key)."""
+bytes each needs, and where they are (inline in the payload, or named data by key); and which
+named data each convolution reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XN
 
 from export_guards.pte.reader.flatc import DecodeError, generated_reader
 
-__all__ = ["BACKEND_ID", "XnnConstant", "XnnPayload", "read_payload"]
+__all__ = ["BACKEND_ID", "XnnConstant", "XnnConv", "XnnPayload", "read_payload"]
 
 BACKEND_ID = "XnnpackBackend"
 NO_OFFSET = 2**64 - 1  # a constant held as named data has this offset
@@ -51,13 +52,26 @@ class XnnConstant:
 
 @final
 @dataclass(frozen=True)
+class XnnConv:
+    """A 2-d convolution node: its kind (``XNNConv2d``, ``XNNDepthwiseConv2d``) and the
+    named-data keys of its filter and bias (``""`` when inline or absent)."""
+
+    kind: str
+    filter_key: str
+    bias_key: str
+
+
+@final
+@dataclass(frozen=True)
 class XnnPayload:
-    """A decoded payload: its constants, and the bounds of its inline constant data."""
+    """A decoded payload: its constants, its convolutions, and the bounds of its inline
+    constant data."""
 
     constants: tuple[XnnConstant, ...]
     constant_data_offset: int
     constant_data_size: int
     size: int
+    convs: tuple[XnnConv, ...] = ()
 
 
 def read_payload(data: bytes) -> XnnPayload:
@@ -81,7 +95,8 @@ def read_payload(data: bytes) -> XnnPayload:
     else:  # an old payload: the graph alone
         graph, constant_data = data, (len(data), 0)
     try:
-        return XnnPayload(_constants(graph), *constant_data, len(data))
+        constants = _constants(graph)
+        return XnnPayload(constants, *constant_data, len(data), _convs(graph, constants))
     except DecodeError:
         raise
     except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
@@ -121,3 +136,20 @@ def _constants(graph: bytes) -> tuple[XnnConstant, ...]:
             XnnConstant(tensor.IdOut(), dims, datatype, nbytes, key.decode() if key else "", entry.Offset(), entry.Size())
         )
     return tuple(constants)
+
+
+def _convs(graph: bytes, constants: tuple[XnnConstant, ...]) -> tuple[XnnConv, ...]:
+    schema = generated_reader("executorch.backends.xnnpack.serialization", "schema.fbs")
+    kinds = {schema.XNodeUnion.XNNConv2d: "XNNConv2d", schema.XNodeUnion.XNNDepthwiseConv2d: "XNNDepthwiseConv2d"}
+    key_of = {c.value_id: c.named_key for c in constants}
+    root = schema.XNNGraph.GetRootAs(graph, 0)
+    convs = []
+    for i in range(root.XnodesLength()):
+        node = root.Xnodes(i)
+        kind, table = node.XnodeUnionType(), node.XnodeUnion()
+        if kind not in kinds or table is None:
+            continue
+        conv = schema._XNNNodeConv()
+        conv.Init(table.Bytes, table.Pos)
+        convs.append(XnnConv(kinds[kind], key_of.get(conv.FilterId(), ""), key_of.get(conv.BiasId(), "")))
+    return tuple(convs)

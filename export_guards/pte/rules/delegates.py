@@ -1,4 +1,5 @@
-"""EG506-EG508: delegate payloads, the named data they use, and the external tensors."""
+"""EG506-EG508, EG513: delegate payloads, the named data they use, the external tensors, and
+convolutions that share their weights' named data."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 from executorch.exir.schema import Tensor, TensorDataLocation
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.pte.reader.xnnpack import NO_OFFSET, XnnPayload
@@ -20,21 +22,30 @@ def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
     if program is None:
         return
     for delegate in context.pte.delegates:
+        region = _processed(context.pte, delegate)
         if delegate.data is None:
-            yield Hit(f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file", method=delegate.method)
+            yield Hit(f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file", method=delegate.method, region=region)
         elif not delegate.data:
-            yield Hit(f"{delegate}: its processed data ({delegate.where}) is empty", method=delegate.method)
+            yield Hit(f"{delegate}: its processed data ({delegate.where}) is empty", method=delegate.method, region=region)
     for delegate, payload in context.xnnpack_payloads:
+        region = _processed(context.pte, delegate)
         if isinstance(payload, DecodeError):
-            yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {payload}", method=delegate.method)
+            yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {payload}", method=delegate.method, region=region)
         else:
-            yield from _inline_constants_out_of_bounds(payload, str(delegate), delegate.method)
+            yield from _inline_constants_out_of_bounds(payload, str(delegate), delegate.method, region)
 
 
-def _inline_constants_out_of_bounds(payload: XnnPayload, delegate: str, method: str) -> Iterator[Hit]:
+def _processed(pte: PteFile, delegate: Delegate) -> tuple[int, int] | None:
+    """The bytes of a delegate's processed data when it is a segment (inline data lies inside
+    the flatbuffer, at an offset the reader does not know)."""
+    region = next((r for r in pte.segments if r.what == delegate.where), None)
+    return (region.start, region.size) if region is not None else None
+
+
+def _inline_constants_out_of_bounds(payload: XnnPayload, delegate: str, method: str, region: tuple[int, int] | None) -> Iterator[Hit]:
     end = payload.constant_data_offset + payload.constant_data_size
     if end > payload.size:
-        yield Hit(f"{delegate}: its constant data ends at byte {end} of a {payload.size}-byte payload", method=method)
+        yield Hit(f"{delegate}: its constant data ends at byte {end} of a {payload.size}-byte payload", method=method, region=region)
     for constant in payload.constants:
         if constant.named_key or constant.offset == NO_OFFSET:
             continue
@@ -43,12 +54,14 @@ def _inline_constants_out_of_bounds(payload: XnnPayload, delegate: str, method: 
                 f"{delegate}: constant value {constant.value_id} is at {constant.offset}+{constant.size} "
                 f"of {payload.constant_data_size} bytes of constant data",
                 method=method,
+                region=region,
             )
         elif constant.nbytes is not None and constant.size < constant.nbytes:
             yield Hit(
                 f"{delegate}: constant value {constant.value_id} ({constant.datatype}{list(constant.dims)}) "
                 f"needs {constant.nbytes} bytes but has {constant.size}",
                 method=method,
+                region=region,
             )
 
 
@@ -60,20 +73,23 @@ def named_data_invalid(context: PteContext) -> Iterator[Hit]:
     entries = [(e.key, context.pte.segment(e.segment_index), f"segment {e.segment_index}") for e in program.named_data or []]
     yield from _entries_invalid(context.pte.name, entries)
     for ptd in context.data_files:
-        yield from _entries_invalid(ptd.name, [(key, region, region.what if region else "a missing segment") for key, region in ptd.entries])
+        entries = [(key, region, region.what if region else "a missing segment") for key, region in ptd.entries]
+        yield from _entries_invalid(ptd.name, entries, artifact=ptd.name)
 
 
-def _entries_invalid(file: str, entries: list) -> Iterator[Hit]:
+def _entries_invalid(file: str, entries: list, artifact: str | None = None) -> Iterator[Hit]:
+    """``artifact``: the ``.ptd`` that holds the entries (None: the program itself)."""
     for key, count in Counter(key for key, _, _ in entries).items():
         if count > 1:
-            yield Hit(f"named data key '{key}' appears {count} times in {file}: a reader takes only one", constant=key)
+            yield Hit(f"named data key '{key}' appears {count} times in {file}: a reader takes only one", constant=key, artifact=artifact)
     for key, region, where in entries:
+        place = (region.start, region.size) if region is not None else None
         if not key:
-            yield Hit(f"{file} has named data with an empty key ({where})")
+            yield Hit(f"{file} has named data with an empty key ({where})", region=place, artifact=artifact)
         elif region is None:
-            yield Hit(f"named data '{key}' of {file} is in {where}, which does not exist", constant=key)
+            yield Hit(f"named data '{key}' of {file} is in {where}, which does not exist", constant=key, artifact=artifact)
         elif region.size == 0:
-            yield Hit(f"named data '{key}' of {file} is empty ({where})", constant=key)
+            yield Hit(f"named data '{key}' of {file} is empty ({where})", constant=key, region=place, artifact=artifact)
 
 
 @rule("EG508")
@@ -121,3 +137,33 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
 
 def _missing(context: PteContext) -> str:
     return "which no given data file holds" if context.data_files else "which needs a .ptd file; none was given"
+
+
+@rule("EG513")
+def xnnpack_shared_conv_weights(context: PteContext) -> Iterator[Hit]:
+    # XNNPACK's weights cache (on in the Android and Apple builds) names a conv's packed weights
+    # by its filter's and bias's named-data keys, which are SHA-256 hashes of their bytes. In
+    # ExecuTorch 1.0 to 1.2, the second conv with a name already cached makes XNNPACK call
+    # look_up_or_insert with a null pointer, and the cache memcmp()s it: SIGSEGV at load.
+    # Fully-connected, transposed and depthwise-with-a-dwconv-kernel paths never make that call.
+    uses: dict[tuple[str, str], list[tuple[Delegate, str]]] = {}
+    for delegate, payload in context.xnnpack_payloads:
+        if isinstance(payload, DecodeError):
+            continue  # EG506 reports it
+        for conv in payload.convs:
+            if conv.filter_key:
+                uses.setdefault((conv.filter_key, conv.bias_key), []).append((delegate, conv.kind))
+    for (filter_key, bias_key), convs in uses.items():
+        if len(convs) < 2:
+            continue
+        where = ", ".join(dict.fromkeys(str(delegate) for delegate, _ in convs))
+        certain = any(kind == "XNNConv2d" for _, kind in convs[1:])  # a depthwise conv may take the dwconv path
+        bias = f" and bias '{bias_key[:12]}…'" if bias_key else " (no bias)"
+        yield Hit(
+            f"{len(convs)} convolutions in {where} read filter '{filter_key[:12]}…'{bias}: ExecuTorch 1.0.0 "
+            f"to 1.2.0 runtimes with the XNNPACK weights cache (the official Android AAR and iOS frameworks) "
+            f"{'crash' if certain else 'may crash'} with SIGSEGV in XNNWeightsCache::look_up_or_insert when "
+            "they load this program; 1.3.0 and later load it",
+            method=convs[0][0].method,
+            constant=filter_key,
+        )

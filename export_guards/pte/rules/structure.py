@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from executorch.exir._serialize._program import _ExtendedHeader
 from executorch.exir.schema import AllocationDetails, ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile
+from export_guards.pte.reader.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile, Region
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
@@ -23,27 +23,30 @@ def pte_header(context: PteContext) -> Iterator[Hit]:
         yield Hit(f"{pte.name} is {pte.size} bytes long: too short to be an ExecuTorch program")
         return
     if pte.identifier != FILE_IDENTIFIER:
+        identifier = (4, 4)  # the flatbuffer's file identifier
         if pte.identifier[:2] == b"ET" and pte.identifier[2:].isdigit():
             yield Hit(
                 f"{pte.name} has schema version {pte.identifier.decode()}; this ExecuTorch reads "
                 f"{FILE_IDENTIFIER.decode()}",
                 fix="Export and run with the same ExecuTorch version.",
+                region=identifier,
             )
         else:
-            yield Hit(f"{pte.name} is not an ExecuTorch program: bytes 4-8 are {pte.identifier!r}, expected {FILE_IDENTIFIER!r}")
+            yield Hit(f"{pte.name} is not an ExecuTorch program: bytes 4-8 are {pte.identifier!r}, expected {FILE_IDENTIFIER!r}", region=identifier)
         return
     header = pte.header
     if header is None:
         return  # a program without segments: the flatbuffer is the whole file
+    fields = (8, _ExtendedHeader.EXPECTED_LENGTH)  # the extended header, whose fields are wrong
     if not header.is_valid():
-        yield Hit(f"the extended header's length is {header.length}; it must be at least {_ExtendedHeader.MINIMUM_LENGTH}")
+        yield Hit(f"the extended header's length is {header.length}; it must be at least {_ExtendedHeader.MINIMUM_LENGTH}", region=fields)
     if not 8 + header.length <= header.program_size <= pte.size:
-        yield Hit(f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)")
+        yield Hit(f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)", region=fields)
     base, data_size = header.segment_base_offset, header.segment_data_size
     if base and base < header.program_size:
-        yield Hit(f"the segments start at {base}, inside the program flatbuffer (which ends at {header.program_size})")
+        yield Hit(f"the segments start at {base}, inside the program flatbuffer (which ends at {header.program_size})", region=fields)
     if base > pte.size or base + data_size > pte.size:
-        yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated")
+        yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated", region=fields)
 
 
 @rule("EG502")
@@ -51,10 +54,11 @@ def pte_unparsable(context: PteContext) -> Iterator[Hit]:
     pte = context.pte
     if pte.size < 8 or pte.identifier != FILE_IDENTIFIER or not 8 <= pte.program_size <= pte.size:
         return  # EG501 says why
+    flatbuffer = (0, pte.program_size)
     if pte.program is None:
-        yield from (Hit(problem) for problem in pte.problems)
+        yield from (Hit(problem, region=flatbuffer) for problem in pte.problems)
     elif not pte.program.execution_plan:
-        yield Hit("the program has no method")
+        yield Hit("the program has no method", region=flatbuffer)
 
 
 @rule("EG503")
@@ -70,19 +74,22 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
     for region in pte.segments:
         what = f"{region.what} ({holds.get(region.what, 'unused')})"
         if not pte.in_file(region):
-            yield Hit(f"{what} spans bytes {region.start}-{region.end}, past the end of the file ({pte.size} bytes)")
+            yield Hit(f"{what} spans bytes {region.start}-{region.end}, past the end of the file ({pte.size} bytes)", region=_bytes(region))
         elif pte.header and pte.header.segment_data_size and region.end > declared_end:
-            yield Hit(f"{what} ends at byte {region.end}, past the segment data the header declares (to {declared_end})")
+            yield Hit(f"{what} ends at byte {region.end}, past the segment data the header declares (to {declared_end})", region=_bytes(region))
     for table in pte.subsegment_tables:
         if table.segment is None:
             yield Hit(f"the {table.name} is in segment {table.table.segment_index}, of {len(pte.segments)}")
             continue
         offsets = list(table.table.offsets)
         if any(b < a for a, b in itertools.pairwise(offsets)):
-            yield Hit(f"the {table.name}'s offsets are not increasing: {offsets[:8]}")
+            yield Hit(f"the {table.name}'s offsets are not increasing: {offsets[:8]}", region=_bytes(table.segment))
         beyond = [(i, o) for i, o in enumerate(offsets) if not 0 <= o <= table.segment.size]
         for i, offset in beyond[:5]:
-            yield Hit(f"buffer {i} of the {table.name} starts at {offset}, outside its {table.segment.size}-byte {table.segment.what}")
+            yield Hit(
+                f"buffer {i} of the {table.name} starts at {offset}, outside its {table.segment.size}-byte {table.segment.what}",
+                region=_bytes(table.segment),
+            )
 
 
 @rule("EG504")
@@ -93,11 +100,17 @@ def misaligned_data(context: PteContext) -> Iterator[Hit]:
     holds = pte.contents
     for region in pte.segments:
         if region.size and region.start % MIN_ALIGNMENT:
-            yield Hit(f"{region.what} ({holds.get(region.what, 'unused')}) starts at byte {region.start}, not a multiple of {MIN_ALIGNMENT}")
+            yield Hit(
+                f"{region.what} ({holds.get(region.what, 'unused')}) starts at byte {region.start}, not a multiple of {MIN_ALIGNMENT}",
+                region=_bytes(region),
+            )
     if pte.constant_table is not None:  # mutable data is copied out, so only constants are read in place
         misaligned = [(i, o) for i, o in enumerate(pte.constant_table.table.offsets) if o % MIN_ALIGNMENT]
         for i, offset in misaligned[:5]:
-            yield Hit(f"buffer {i} of the constant segment is at offset {offset} of its segment, not a multiple of {MIN_ALIGNMENT}")
+            yield Hit(
+                f"buffer {i} of the constant segment is at offset {offset} of its segment, not a multiple of {MIN_ALIGNMENT}",
+                region=_bytes(pte.constant_table.buffer(i)),
+            )
 
 
 @rule("EG505")
@@ -118,24 +131,29 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
             nbytes = tensor_nbytes(tensor)
             info = tensor.extra_tensor_info
             if nbytes is None:
-                problems: Iterable[tuple[str, Severity | None]] = [("has an unknown dtype or a negative size", None)]
+                problems: list[tuple[str, Severity | None, tuple[int, int] | None]] = [
+                    ("has an unknown dtype or a negative size", None, None)
+                ]
             elif info is not None and info.location == TensorDataLocation.EXTERNAL:
                 continue  # its data is named data in a .ptd file: EG508 checks it
             elif tensor.allocation_info is not None:
-                problems = _slot_problems(tensor, nbytes, arenas)
+                problems = [(p, s, None) for p, s in _slot_problems(tensor, nbytes, arenas)]  # an arena: memory, not file bytes
                 if tensor.data_buffer_idx > 0:  # a mutable buffer's initial value, copied in at load
-                    problems = [*problems, *_initial_value_problems(pte, tensor, nbytes)]
+                    initial = _bytes(_initial_value(pte, tensor))
+                    problems += [(p, s, initial) for p, s in _initial_value_problems(pte, tensor, nbytes)]
             elif tensor.data_buffer_idx > 0:
-                problems = _constant_problems(pte, tensor, nbytes, alignment)
+                buffer = _bytes(pte.constant_table.buffer(tensor.data_buffer_idx)) if pte.constant_table else None
+                problems = [(p, s, buffer) for p, s in _constant_problems(pte, tensor, nbytes, alignment)]
             elif nbytes and index not in inputs_and_outputs and tensor.shape_dynamism != TensorShapeDynamism.DYNAMIC_UNBOUND:
                 problems = [(
                     "has no data: no constant buffer, no memory plan slot, no external data, and it is "
                     "not an input or output: the runtime would use a null pointer",
                     None,
+                    None,
                 )]  # fmt: skip
             else:
                 continue
-            yield from (Hit(f"{where} {problem}", method=plan.name, severity=severity) for problem, severity in problems)
+            yield from (Hit(f"{where} {problem}", method=plan.name, severity=severity, region=region) for problem, severity, region in problems)
         yield from _oversized_arenas(plan)
 
 
@@ -174,6 +192,18 @@ def _constant_problems(pte: PteFile, tensor: Tensor, nbytes: int, alignment: int
             "match the data written",
             Severity.WARNING,
         )
+
+
+def _initial_value(pte: PteFile, tensor: Tensor) -> Region | None:
+    """Where a mutable buffer's initial value is in the file, when its table and index exist."""
+    info = tensor.extra_tensor_info
+    segment = info.mutable_data_segments_idx if info is not None else 0
+    return pte.mutable_tables[segment].buffer(tensor.data_buffer_idx) if 0 <= segment < len(pte.mutable_tables) else None
+
+
+def _bytes(region: Region | None) -> tuple[int, int] | None:
+    """A region as a finding's ``(offset, length)``."""
+    return (region.start, region.size) if region is not None else None
 
 
 def _initial_value_problems(pte: PteFile, tensor: Tensor, nbytes: int) -> Iterator[tuple[str, Severity | None]]:

@@ -1,0 +1,31 @@
+"""Counts per code, for ``--statistics``: what a large report is made of, at a glance."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from export_guards.report import Report
+from export_guards.ruleset import CATALOG
+
+__all__ = ["render_statistics"]
+
+
+def render_statistics(report: Report, output_format: str = "text") -> str:
+    """One row per code, most frequent first: count, code, name, severity (the highest a
+    finding of it has); JSON as ``{"statistics": [{"code", "name", "severity", "count"}]}``."""
+    counts = Counter(f.code for f in report)
+    worst = {}
+    for finding in report:
+        if finding.code not in worst or finding.severity.rank > worst[finding.code].rank:
+            worst[finding.code] = finding.severity
+    rows = [
+        {"code": code, "name": CATALOG[code].name if code in CATALOG else "", "severity": worst[code].value, "count": count}
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    if output_format == "json":
+        return json.dumps({"statistics": rows}, indent=2) + "\n"
+    width = max((len(r["name"]) for r in rows), default=0)
+    lines = [f"{r['count']:6d}  {r['code']}  {r['name']:<{width}}  [{r['severity']}]" for r in rows]
+    lines.append(f"Found {len(report)} finding{'s' if len(report) != 1 else ''}.")
+    return "\n".join(lines) + "\n"

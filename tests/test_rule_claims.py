@@ -1,0 +1,159 @@
+"""What each rule's message claims is true of what ExecuTorch writes and runs: for each, a model
+that triggers it shows the claimed cost in a real export (what XNNPACK takes, what the runtime
+computes), and the rule's fix applied to it clears both the finding and the cost."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.runtime import Runtime
+from torch import nn
+
+import export_guards as eg
+
+
+def run_pte(model: nn.Module, inputs: tuple[torch.Tensor, ...], times: int = 1) -> list[list[torch.Tensor]]:
+    """Export ``model`` (portable kernels) and run its program ``times`` times in one loaded method."""
+    pte = to_edge_transform_and_lower(torch.export.export(model, inputs)).to_executorch().buffer
+    method = Runtime.get().load_program(pte).load_method("forward")
+    return [list(method.execute(list(inputs))) for _ in range(times)]
+
+
+def codes(model: nn.Module, *inputs: torch.Tensor) -> set[str]:
+    return {f.code for f in eg.lint(torch.export.export(model, inputs))}
+
+
+def test_eg211_an_input_dependent_weight_is_not_delegated_and_the_fix_is() -> None:
+    class Modulated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.linear(x, self.w * x.mean())
+
+    class Fixed(Modulated):  # the fix: the same result with a static weight
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.linear(x, self.w) * x.mean()
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 4),)
+    trigger, fixed = Modulated(), Fixed()
+    fixed.load_state_dict(trigger.state_dict())
+    assert "EG211" in codes(trigger, *inputs)
+    assert eg.export_with_guards(trigger, inputs).delegation.count("linear", "mm", "addmm") == (0, 1)
+    assert "EG211" not in codes(fixed, *inputs)
+    assert eg.export_with_guards(fixed, inputs).delegation.count("linear", "mm", "addmm") == (1, 1)
+    torch.testing.assert_close(fixed(*inputs), trigger(*inputs))
+
+
+def test_eg301_train_mode_dropout_drops_at_random_in_the_program() -> None:
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)), torch.randn(4, 8)
+    assert "EG301" in codes(model.train(), x)
+    first, second = (out[0] for out in run_pte(model.train(), (x,), times=2))
+    assert not torch.equal(first, second)  # the claim: the program drops activations at random
+    assert "EG301" not in codes(model.eval(), x)  # the fix: model.eval()
+    first, second = (out[0] for out in run_pte(model.eval(), (x,), times=2))
+    assert torch.equal(first, second) and torch.allclose(first, model.eval()(x), atol=1e-6)
+
+
+def test_eg302_train_mode_batch_norm_cannot_be_lowered_and_the_fix_can() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    image = (torch.randn(2, 3, 8, 8),)
+    assert "EG302" in codes(model.train(), *image)
+    with pytest.raises(eg.LoweringFailed, match="not in Core ATen") as raised:  # the claim
+        eg.export_with_guards(model.train(), image)
+    assert [f.code for f in raised.value.report.errors] == ["EG302"]  # and the lint said why, first
+    assert "EG302" not in codes(model.eval(), *image)  # the fix: model.eval()
+    (evaluated,) = run_pte(model.eval(), image)[0]
+    torch.testing.assert_close(evaluated, model.eval()(*image), atol=1e-5, rtol=1e-5)
+
+
+def test_eg303_a_random_op_makes_outputs_differ_from_run_to_run() -> None:
+    class Noisy(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + 0.01 * torch.randn(x.shape)
+
+    class Fixed(nn.Module):  # the fix: the caller passes the noise in
+        def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            return x + 0.01 * noise
+
+    x, noise = torch.randn(2, 4), torch.randn(2, 4)
+    assert "EG303" in codes(Noisy(), x)
+    first, second = (out[0] for out in run_pte(Noisy(), (x,), times=2))
+    assert not torch.equal(first, second)
+    assert "EG303" not in codes(Fixed(), x, noise)
+    first, second = (out[0] for out in run_pte(Fixed(), (x, noise), times=2))
+    assert torch.equal(first, second)
+
+
+def test_eg304_float64_is_not_delegated_and_float32_is() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    double = (torch.randn(2, 4, dtype=torch.float64),)
+    assert "EG304" in codes(model.double(), *double)
+    assert eg.export_with_guards(model.double(), double).delegation.count("linear", "mm", "addmm") == (0, 1)
+    assert "EG304" not in codes(model.float(), double[0].float())  # the fix: model.float()
+    assert eg.export_with_guards(model.float(), (double[0].float(),)).delegation.count("linear", "mm", "addmm") == (1, 1)
+
+
+def test_eg305_a_parameter_written_in_place_loses_its_writes_in_the_program() -> None:
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = nn.Parameter(torch.zeros(1), requires_grad=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.count.add_(1)
+            return x + self.count
+
+    class Fixed(nn.Module):  # the fix: state is a buffer
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.count.add_(1)
+            return x + self.count
+
+    x = torch.zeros(3)
+    assert "EG305" in codes(Counter(), x)
+    eager = Counter()
+    expected = [eager(x) for _ in range(3)]  # 1, 2, 3
+    runs = [out[0] for out in run_pte(Counter(), (x,), times=3)]
+    assert not all(torch.equal(a, b) for a, b in zip(runs, expected))  # the claim: the writes are lost
+    assert "EG305" not in codes(Fixed(), x)
+    runs = [out[0] for out in run_pte(Fixed(), (x,), times=3)]
+    assert all(torch.equal(a, b) for a, b in zip(runs, expected))
+
+
+def _quantized(model: nn.Module, image: tuple[torch.Tensor, ...], *, fold_quantize: bool) -> nn.Module:
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(model, image).module(), quantizer)
+    prepared(*image)
+    return convert_pt2e(prepared, fold_quantize=fold_quantize)
+
+
+def test_eg401_a_weight_quantized_in_the_graph_is_explained_and_its_fix_works() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Conv2d(3, 8, 3)), nn.ReLU()).eval()
+    image = (torch.randn(1, 3, 16, 16),)
+    result = eg.export_with_guards(_quantized(model, image, fold_quantize=False), image)
+    (left_out,) = result.report.with_code("EG401")
+    assert "quantized by an op in the graph" in left_out.message and "fold_quantize=True" in left_out.fix
+    assert result.delegation.count("convolution") == (0, 1)  # the claim: XNNPACK refuses it
+    for fixed in (  # the fix, both halves of it
+        _quantized(model, image, fold_quantize=True),
+        _quantized(eg.fold_parametrizations(model)[0], image, fold_quantize=True),
+    ):
+        result = eg.export_with_guards(fixed, image)
+        assert not result.report.with_code("EG401") and result.delegation.count("convolution") == (1, 1)
