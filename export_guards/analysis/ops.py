@@ -4,7 +4,7 @@ op sets the guards care about, the arguments a node passes, views and in-place w
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.fx import Node
@@ -12,6 +12,7 @@ from torch.fx import Node
 __all__ = [
     "COMPUTE_OPS",
     "MATMULS",
+    "ancestors",
     "argument",
     "argument_name",
     "aten_name",
@@ -112,6 +113,18 @@ def is_written(node: Node) -> bool:
             if schema_argument.alias_info.is_write or is_written(user):  # else ``user`` is a view of ``node``
                 return True
     return False
+
+
+def ancestors(node: Node, through: Callable[[Node], bool] = lambda _: True) -> set[Node]:
+    """``node`` and the nodes it is computed from, following only inputs that ``through`` accepts."""
+    seen: set[Node] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(i for i in current.all_input_nodes if through(i))
+    return seen
 
 
 def call_nodes(root: torch.fx.GraphModule) -> list[tuple[torch.fx.GraphModule, Node]]:

@@ -11,7 +11,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from export_guards.analysis.fold_plan import plan_fold
-from export_guards.analysis.ops import call_nodes, compute_op_name, static_operand
+from export_guards.analysis.ops import ancestors, call_nodes, compute_op_name, static_operand
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
 
 __all__ = ["LintContext"]
@@ -97,14 +97,7 @@ class LintContext:
 
     def sources(self, node: Node) -> set[str]:
         """The FQNs of the constants ``node`` is computed from."""
-        seen: set[Node] = set()
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            if current not in seen:
-                seen.add(current)
-                stack.extend(current.all_input_nodes)
-        return {self.constants[n].fqn for n in seen if n in self.constants}
+        return {self.constants[n].fqn for n in ancestors(node) if n in self.constants}
 
     def call_nodes(self) -> list[Node]:
         """The op calls of the graph and of its control-flow branches, in order."""

@@ -24,7 +24,7 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 from torch.fx import Node
 
 from export_guards.analysis.fold_plan import FoldPlan, plan_fold
-from export_guards.analysis.ops import argument_name, aten_name, is_view
+from export_guards.analysis.ops import ancestors, argument_name, aten_name, is_view
 from export_guards.analysis.programs import ProgramConstant
 from export_guards.analysis.source import node_location, node_site
 from export_guards.passes.result import GuardPassResult
@@ -294,13 +294,7 @@ def _subgraph(
     root: Node, foldable: frozenset[Node], constants: Mapping[Node, ProgramConstant]
 ) -> tuple[list[Node], list[Node]]:
     """The constants that ``root`` is computed from, and the folded ops, in graph order."""
-    seen: set[Node] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(i for i in node.all_input_nodes if i in foldable or i in constants)
+    seen = ancestors(root, lambda i: i in foldable or i in constants)
     ordered = [n for n in root.graph.nodes if n in seen]
     return [n for n in ordered if n in constants], [n for n in ordered if n in foldable]
 
