@@ -131,7 +131,7 @@ def _lint(args: argparse.Namespace) -> int:
     except TargetError as error:
         raise UsageError(str(error)) from None
     pte_path = _pte_path(args)
-    with _outputs(pte_path, args.report_file, quiet=args.quiet) as written:
+    with _outputs(pte_path, args.report_file) as written:
         _quiet_libraries(args.verbose)
         with _stdout_to_stderr():  # stdout carries only the report, whatever the model prints
             from export_guards.pipeline import export_target
@@ -164,7 +164,7 @@ def _check(args: argparse.Namespace) -> int:
     _check_report_options(args)
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = _settings(args, stages + (("reproducible",) if args.reproducible else ()))
-    with _outputs(None, args.report_file, quiet=args.quiet) as written:
+    with _outputs(None, args.report_file) as written:
         _quiet_libraries(args.verbose)
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
@@ -327,7 +327,7 @@ def _exit(args: argparse.Namespace, failed: bool) -> int:
 
 
 @contextlib.contextmanager
-def _outputs(*paths: Path | None, quiet: bool) -> Iterator[set[Path]]:
+def _outputs(*paths: Path | None) -> Iterator[set[Path]]:
     """The files this run promises: what it does not write (findings at the fail level, a
     failed step, Ctrl-C) must not stay there to be taken for its result, as make's
     ``.DELETE_ON_ERROR`` deletes a failed target. Yields the set of paths written."""
