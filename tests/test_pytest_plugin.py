@@ -32,6 +32,15 @@ class ShapeBranch(nn.Module):
     def forward(self, x):
         return x.sum(dim=0) if x.shape[0] > 1 else x[0] * 2
 
+class Modulated(nn.Module):
+    """A linear whose weight depends on the input: XNNPACK leaves it (an mm) out."""
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x):
+        return nn.functional.linear(x, self.w * x.mean())
+
 def image(seed=0):
     return (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed)),)
 '''
@@ -198,13 +207,7 @@ def test_assert_delegated_uses_exact_op_names_and_class_markers_merge(project: p
         import torch
         from torch import nn
 
-        class Modulated(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.w = nn.Parameter(torch.randn(3, 4))
-
-            def forward(self, x):
-                return nn.functional.linear(x, self.w * x.mean())
+        from models import Modulated
 
         def test_addmm_does_not_allow_mm(guarded_export, assert_delegated):
             result = guarded_export(Modulated(), (torch.randn(2, 4),))
@@ -284,13 +287,7 @@ def test_assert_delegated_failures_save_the_report_and_the_pte(project: pytest.P
         import torch
         from torch import nn
 
-        class Modulated(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.w = nn.Parameter(torch.randn(3, 4))
-
-            def forward(self, x):
-                return nn.functional.linear(x, self.w * x.mean())
+        from models import Modulated
 
         def test_guarded_export(guarded_export, assert_delegated):
             assert_delegated(guarded_export(Modulated(), (torch.randn(2, 4),)))
