@@ -14,9 +14,11 @@ if TYPE_CHECKING:
     from export_guards.errors import ConstantPlacementError, GuardError, LintError, LoweringFailed
     from export_guards.linter import LintConfig, lint
     from export_guards.passes.defaults import guard_passes
+    from export_guards.passes.emit import EmitPlacementPass, emit_passes
     from export_guards.passes.fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
     from export_guards.passes.lint import LintPass
     from export_guards.passes.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
+    from export_guards.passes.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
     from export_guards.passes.placement import (
         CONSTANT_COPIED,
         CONSTANT_ON_DEVICE,
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
         check_constant_placement,
         guard_constant_placement,
     )
-    from export_guards.passes.result import GuardPassResult
+    from export_guards.passes.result import GuardGraphPassResult, GuardPassResult
     from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
     from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
     from export_guards.report import Finding, Report, Severity, SourceLocation
@@ -40,12 +42,16 @@ _EXPORTS = {
     "CONSTANT_WITHOUT_DATA": "export_guards.passes.placement",
     "ConstantPlacementError": "export_guards.errors",
     "ConstantPlacementPass": "export_guards.passes.placement",
+    "DEVICE_BACKENDS": "export_guards.passes.partitioner",
+    "EmitPlacementPass": "export_guards.passes.emit",
     "DelegationSummary": "export_guards.analysis.delegation",
     "ExportFailed": "export_guards.pte.check",
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.passes.fold",
     "GuardError": "export_guards.errors",
+    "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",
+    "GuardedPartitioner": "export_guards.passes.partitioner",
     "GuardedExport": "export_guards.pipeline",
     "LintConfig": "export_guards.linter",
     "LintError": "export_guards.errors",
@@ -66,8 +72,10 @@ _EXPORTS = {
     "delegation_summary": "export_guards.analysis.delegation",
     "export_with_guards": "export_guards.pipeline",
     "fold_constants": "export_guards.passes.fold",
+    "emit_passes": "export_guards.passes.emit",
     "fold_parametrizations": "export_guards.passes.module_fold",
     "guard_constant_placement": "export_guards.passes.placement",
+    "guard_partitioners": "export_guards.passes.partitioner",
     "guard_passes": "export_guards.passes.defaults",
     "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",
@@ -81,13 +89,17 @@ __all__ = [
     "CONSTANT_WITHOUT_DATA",
     "ConstantPlacementError",
     "ConstantPlacementPass",
+    "DEVICE_BACKENDS",
     "DelegationSummary",
+    "EmitPlacementPass",
     "ExportFailed",
     "Finding",
     "FoldConstantsPass",
     "GuardError",
+    "GuardGraphPassResult",
     "GuardPassResult",
     "GuardedExport",
+    "GuardedPartitioner",
     "LintConfig",
     "LintError",
     "LintPass",
@@ -106,9 +118,11 @@ __all__ = [
     "compare_pte",
     "delegation_summary",
     "export_with_guards",
+    "emit_passes",
     "fold_constants",
     "fold_parametrizations",
     "guard_constant_placement",
+    "guard_partitioners",
     "guard_passes",
     "lint",
     "lower_with_guards",

@@ -7,21 +7,24 @@ from dataclasses import dataclass
 from typing import Any, final
 
 import torch
-from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.backend.partitioner import Partitioner
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
-from export_guards.errors import GuardError, LoweringFailed
+from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
 from export_guards.linter import LINT_RULES, lint
-from export_guards.linter.rules.placement import PLACEMENT_RULES
+from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, PLACEMENT_RULES
 from export_guards.passes.defaults import guard_passes
+from export_guards.passes.emit import emit_passes
+from export_guards.passes.partitioner import guard_partitioners
 from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Report
 from export_guards.ruleset import describe_error, settle
-from export_guards.settings import Backend, PlacementPolicy, Settings
+from export_guards.settings import DEVICE_MEMORY_BACKENDS, Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
 __all__ = ["Backend", "GuardedExport", "export_target", "export_with_guards", "lower_with_guards"]
@@ -49,14 +52,15 @@ class GuardedExport:
         return delegation_summary(self.edge) if self.edge is not None else None
 
     def to_pte(self) -> bytes:
-        """The ``.pte`` bytes (``to_executorch()``).
+        """The ``.pte`` bytes (``to_executorch()``, with :func:`emit_passes` guarding the
+        emitter's reads).
 
         Raises:
             GuardError: the export stopped before lowering; ``report`` says why.
         """
         if self.edge is None:
             raise GuardError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
-        return self.edge.to_executorch().buffer
+        return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
 
 
 def export_with_guards(
@@ -112,11 +116,16 @@ def lower_with_guards(
     1. ``placement="copy"`` copies device constants to the host (EG103 findings).
     2. The program-stage lint (EG1xx-EG3xx). A constant the host cannot read (EG101 / EG102)
        stops here, whatever the settings select (lowering would crash): the report says
-       why, and ``edge`` is ``None``.
+       why, and ``edge`` is ``None``. With ``"cuda"``, whose backend holds device constants
+       on purpose, a device constant stops the export only where a host reader would read
+       it: the guarded partitioner says so after it decides.
     3. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
-       partitioner, recording the partitioner's reason for each node it leaves out.
-    4. The partitioned-stage lint (EG4xx; not for ``"portable"``, which delegates nothing)
-       and the fold's findings (EG201).
+       partitioner (guarded: :func:`guard_partitioners`), recording the partitioner's reason
+       for each node it leaves out.
+    4. The partitioned-stage lint (EG4xx; for ``"xnnpack"``, whose decisions those rules
+       explain) and the fold's findings (EG201).
+
+    ``GuardedExport.to_pte`` emits with :func:`emit_passes` as well.
 
     The lint does not raise: compare ``report`` with a fail level, as the command line does.
 
@@ -134,28 +143,41 @@ def lower_with_guards(
             program, report = copied.exported_program, settle(copied.report, settings)
         except GuardError:
             pass  # constants without data: reported below
+    partitioners = guard_partitioners(_partitioners(settings.backend))
     unreadable = check_constant_placement(program)
+    if settings.backend in DEVICE_MEMORY_BACKENDS:  # the guarded partitioners check device constants
+        unreadable = Report.of(f for f in unreadable if f.code != CONSTANT_ON_DEVICE)
     report += lint(program, settings, rules=LINT_RULES.without(PLACEMENT_RULES))  # that fact once, above
     if unreadable:  # say why the export stopped, whatever the settings select
         return GuardedExport(program, None, report + unreadable)
 
-    passes = [_recorded(guard) for guard in guard_passes(fold=settings.fold)]
-    partitioners = []
-    if settings.backend == "xnnpack":
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-        partitioners = [XnnpackPartitioner()]
+    passes = [_recorded(guard) for guard in guard_passes(fold=settings.fold, partitioner=partitioners or None)]
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
+    except ConstantPlacementError as error:  # a partition would have read device memory
+        return GuardedExport(program, None, report + error.report)
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
         raise LoweringFailed(f"to_edge_transform_and_lower failed: {describe_error(error)}", report) from error
     report += settle((f for guard in passes for found in guard.reports for f in found), settings)
-    if partitioners:  # with no partitioner, nothing is meant to be delegated
+    if settings.backend == "xnnpack":  # the partitioned-stage rules speak of XNNPACK's decisions
         report += lint(edge, settings, stage="partitioned", reasons={"forward": reasons})
     return GuardedExport(program, edge, report)
+
+
+def _partitioners(backend: Backend) -> list[Partitioner]:
+    """The partitioners of ``backend``, imported only when asked for."""
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        return [XnnpackPartitioner()]
+    if backend == "cuda":
+        from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+
+        return [CudaPartitioner([])]
+    return []
 
 
 class _Recorded(ExportedProgramPassBase):

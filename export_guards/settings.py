@@ -14,11 +14,15 @@ from typing import Any, Literal, final, get_args
 from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, RETIRED
 
-__all__ = ["BACKENDS", "PLACEMENT_POLICIES", "Backend", "PlacementPolicy", "Settings"]
+__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "PLACEMENT_POLICIES", "Backend", "PlacementPolicy", "Settings"]
 
-Backend = Literal["xnnpack", "portable"]
-"""``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing."""
+Backend = Literal["xnnpack", "portable", "cuda"]
+"""``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
+``"cuda"`` lowers with ExecuTorch's ``CudaPartitioner`` (AOTInductor; needs a CUDA machine),
+which holds device constants on purpose."""
 BACKENDS: tuple[str, ...] = get_args(Backend)
+DEVICE_MEMORY_BACKENDS: tuple[str, ...] = ("cuda",)
+"""The backends whose partitioner reads device constants from the device itself."""
 
 PlacementPolicy = Literal["error", "copy"]
 """``"error"`` raises on a misplaced constant; ``"copy"`` copies constants to the host."""

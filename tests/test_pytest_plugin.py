@@ -244,7 +244,7 @@ def test_the_fixtures_read_the_projects_pyproject_settings(project: pytest.Pytes
     project.makefile(".toml", pyproject='[tool.export-guards]\nbackend = "vulkan"\n')
     typo = project.runpytest_subprocess("-q", "-k", "pyproject")
     typo.assert_outcomes(errors=1)
-    typo.stdout.fnmatch_lines(["*backend must be one of xnnpack, portable; not 'vulkan'*pyproject.toml*"])
+    typo.stdout.fnmatch_lines(["*backend must be one of xnnpack, portable, cuda; not 'vulkan'*pyproject.toml*"])
 
 
 def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_real_failure(

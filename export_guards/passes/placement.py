@@ -21,10 +21,15 @@ from export_guards.analysis.source import node_site
 from export_guards.analysis.storage import describe, first_user, unreadable_constants
 from export_guards.errors import ConstantPlacementError
 from export_guards.linter import lint, lint_method
-from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, CONSTANT_WITHOUT_DATA, PLACEMENT_RULES
+from export_guards.linter.rules.placement import (
+    CONSTANT_ON_DEVICE,
+    CONSTANT_WITHOUT_DATA,
+    PLACEMENT_RULES,
+    constant_on_device,
+)
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
-from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.ruleset import CATALOG, Hit, RuleSet, finding
 from export_guards.settings import PlacementPolicy
 
 __all__ = [
@@ -34,7 +39,10 @@ __all__ = [
     "ConstantPlacementPass",
     "PlacementPolicy",
     "check_constant_placement",
+    "check_policy",
+    "copy_findings",
     "guard_constant_placement",
+    "placement_error",
 ]
 
 CONSTANT_COPIED = "EG103"
@@ -91,7 +99,7 @@ def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P
         TypeError: ``program`` is none of the accepted forms.
         ValueError: ``policy`` is not ``"error"`` or ``"copy"``.
     """
-    _check_policy(policy)
+    check_policy(policy)
     methods = methods_of(program)
     report = check_constant_placement(program)
     if not report.errors:
@@ -118,35 +126,52 @@ class ConstantPlacementPass(ExportedProgramPassBase):
     Args:
         policy: ``"error"`` or ``"copy"``, as for :func:`guard_constant_placement`.
         method: the method name to put in findings, when known.
+        defer_device_constants: leave constants in device memory (EG101) to the partitioners
+            of :func:`~export_guards.guard_partitioners`, which see, once each partitioner
+            has decided, whether a backend that handles device memory itself (the CUDA
+            backend) or a host reader will read them. Constants without data (EG102) are an
+            error either way.
 
     The pass never modifies its input, and keeps nothing between calls: the result's
     ``report`` holds the ``EG103`` copies of that call.
     """
 
-    def __init__(self, policy: PlacementPolicy = "error", method: str | None = None) -> None:
-        _check_policy(policy)
+    def __init__(
+        self, policy: PlacementPolicy = "error", method: str | None = None, *, defer_device_constants: bool = False
+    ) -> None:
+        check_policy(policy)
         self.policy: PlacementPolicy = policy
         self.method = method
+        self.defer_device_constants = defer_device_constants
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
-        report = lint_method(exported_program, self.method, rules=PLACEMENT_RULES)
+        rules = PLACEMENT_RULES.without(RuleSet.of(constant_on_device)) if self.defer_device_constants else PLACEMENT_RULES
+        report = lint_method(exported_program, self.method, rules=rules)
         if not report.errors:
             return GuardPassResult(exported_program, False)
         _raise_unless_copyable(report, self.policy, {self.method: exported_program})
         moved = _copied_to_host(self.method, exported_program)
-        copies = [
-            finding(
-                CATALOG[CONSTANT_COPIED],
-                Hit(f"copied {describe(constant)} from {constant.tensor.device} to host memory", first_user(constant.node), constant.fqn),
-                method=self.method,
-                locate=node_site,
-            )
-            for constant, _ in unreadable_constants(self.method, exported_program)
-        ]
-        return GuardPassResult(moved, True, Report.of(copies))
+        return GuardPassResult(moved, True, copy_findings(self.method, exported_program))
 
 
-def _check_policy(policy: str) -> None:
+def copy_findings(method: str | None, ep: ExportedProgram) -> Report:
+    """One ``EG103`` finding for each constant of ``ep`` in device memory, which the copy
+    policy copies to the host."""
+    copies = [
+        finding(
+            CATALOG[CONSTANT_COPIED],
+            Hit(f"copied {describe(constant)} from {constant.tensor.device} to host memory", first_user(constant.node), constant.fqn),
+            method=method,
+            locate=node_site,
+        )
+        for constant, problem in unreadable_constants(method, ep)
+        if problem.on_device
+    ]
+    return Report.of(copies)
+
+
+def check_policy(policy: str) -> None:
+    """Raise ``ValueError`` unless ``policy`` is a placement policy."""
     if policy not in get_args(PlacementPolicy):
         raise ValueError(f"placement policy must be 'error' or 'copy', not {policy!r}")
 
@@ -156,8 +181,14 @@ def _raise_unless_copyable(report: Report, policy: PlacementPolicy, methods: Map
     if policy == "copy" and not any(f.code == CONSTANT_WITHOUT_DATA for f in errors):
         if not any(methods[f.method].dialect == "EDGE" for f in errors):
             return
-        raise ConstantPlacementError(_message(errors, advice=_FIX_AFTER_EDGE), report)
-    raise ConstantPlacementError(_message(errors, advice=None), report)
+        raise placement_error(report, advice=_FIX_AFTER_EDGE)
+    raise placement_error(report)
+
+
+def placement_error(report: Report, advice: str | None = None) -> ConstantPlacementError:
+    """The error for ``report``'s misplaced constants: one line per constant (its node,
+    method and source line), then ``advice`` or each finding's fix."""
+    return ConstantPlacementError(_message(report.errors, advice), report)
 
 
 def _message(errors: tuple[Finding, ...], advice: str | None) -> str:
@@ -194,5 +225,5 @@ def _copied_to_host(method: str | None, ep: ExportedProgram) -> ExportedProgram:
     moved = move_to_device_pass(program, "cpu")
     left = lint_method(moved, method, rules=PLACEMENT_RULES)
     if left:  # e.g. a tensor held as a graph attribute, which the library pass does not move
-        raise ConstantPlacementError(_message(left.errors, advice=CATALOG[CONSTANT_ON_DEVICE].fix), left)
+        raise placement_error(left, advice=CATALOG[CONSTANT_ON_DEVICE].fix)
     return moved

@@ -39,7 +39,9 @@ _RULES = (
         "reading it.",
         "move the model and its example inputs to the CPU before torch.export (model.to('cpu')), "
         "or apply guard_constant_placement(exported_program, policy='copy') to the torch.export "
-        "program before to_edge / to_edge_transform_and_lower",
+        "program before to_edge / to_edge_transform_and_lower. If a backend that reads device "
+        "memory itself (the CUDA backend) takes these constants, guard the partitioners instead: "
+        "partitioner=guard_partitioners([...]) with guard_passes(partitioner=partitioner)",
         "program",
     ),
     Rule(

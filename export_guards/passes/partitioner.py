@@ -1,0 +1,176 @@
+"""The placement guard at partitioning: after a partitioner decides, before any preprocess reads.
+
+Only there is it known who reads a constant from host memory. A constant that a partitioner
+tags into one of its partitions is read by that backend's ``preprocess``: from the host by
+XNNPACK, Vulkan, CoreML, QNN and the like, from its own device by the CUDA (AOTInductor)
+backends, which move the program to their device themselves. A constant that no partition
+takes stays in the top-level program, whose constants the emitter copies from host memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, overload
+
+import torch
+from executorch.exir.backend.partitioner import Partitioner, PartitionResult
+from torch.export import ExportedProgram
+
+from export_guards.analysis.programs import ProgramConstant, iter_constants
+from export_guards.analysis.source import node_site
+from export_guards.analysis.storage import describe, first_user
+from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE
+from export_guards.passes.placement import placement_error
+from export_guards.report import Report
+from export_guards.ruleset import CATALOG, Hit, finding
+
+__all__ = ["DEVICE_BACKENDS", "GuardedPartitioner", "guard_partitioners"]
+
+DEVICE_BACKENDS: tuple[str, ...] = ("CudaBackend", "MetalBackend")
+"""Backends (``DelegationSpec.backend_id``) that read device constants from their own device:
+the AOTInductor backends, whose ``preprocess`` moves the program to the device it compiles for."""
+
+_FIX = (
+    "move the model to the CPU before torch.export, or copy the constants to the host on the "
+    "torch.export program (guard_constant_placement(program, policy='copy'), or "
+    "lower_with_guards(..., placement='copy'))"
+)
+_FIX_BACKEND = (
+    _FIX + ", or, if {backend} reads device memory itself, declare it: "
+    "guard_partitioners(partitioners, device_backends=DEVICE_BACKENDS + ('{backend}',))"
+)
+_FIX_EMITTER = _FIX + ", or have to_executorch copy them: ExecutorchBackendConfig(passes=emit_passes('copy'))"
+
+
+class GuardedPartitioner(Partitioner):
+    """A partitioner whose decision is checked before its backend's ``preprocess`` runs.
+
+    Each constant in device memory that it tags for a backend not in ``device_backends``
+    raises :class:`~export_guards.ConstantPlacementError` (``EG101``: the constant, its
+    device, the backend that would read it and the user's source line) instead of crashing
+    in that backend's ``preprocess``. With ``last=True`` (the last partitioner of a method),
+    a device constant that no partition took raises too: the emitter would read it.
+
+    Everything else (``ops_to_not_decompose``, the pre-decomposition transform, the spec,
+    any other attribute) is the wrapped partitioner's own. The program is not modified.
+
+    Args:
+        partitioner: the partitioner to guard.
+        device_backends: the backend ids trusted to read device constants.
+        last: whether no partitioner runs after this one on the same method.
+    """
+
+    def __init__(self, partitioner: Partitioner, device_backends: Iterable[str] = DEVICE_BACKENDS, *, last: bool = True) -> None:
+        if isinstance(partitioner, GuardedPartitioner):
+            partitioner = partitioner.partitioner
+        if not isinstance(partitioner, Partitioner):
+            raise TypeError(f"guard_partitioners takes ExecuTorch Partitioner instances, not {type(partitioner).__name__}")
+        super().__init__()  # the spec is read from the wrapped one: some never set theirs
+        self.partitioner = partitioner
+        self.device_backends = frozenset(device_backends)
+        self.last = last
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        result = self.partitioner.partition(exported_program)
+        report = _host_reads_of_device_memory(result, self.device_backends, self.last)
+        if report:
+            raise placement_error(report)
+        return result
+
+    @property
+    def spec(self) -> Mapping[str | int | float | bool, object]:
+        return self.partitioner.spec
+
+    def ops_to_not_decompose(self, ep: ExportedProgram) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
+        return self.partitioner.ops_to_not_decompose(ep)
+
+    def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        return self.partitioner.transform_for_pre_decomposition(exported_program)
+
+    def __getattr__(self, name: str) -> Any:  # only for names this class does not have
+        try:
+            wrapped = self.__dict__["partitioner"]
+        except KeyError:  # not initialised yet (copy, unpickling)
+            raise AttributeError(name) from None
+        return getattr(wrapped, name)
+
+    def __repr__(self) -> str:
+        return f"GuardedPartitioner({self.partitioner!r})"
+
+
+@overload
+def guard_partitioners(partitioners: Sequence[Partitioner], *, device_backends: Iterable[str] = ...) -> list[GuardedPartitioner]: ...
+@overload
+def guard_partitioners(
+    partitioners: Mapping[str, Sequence[Partitioner]], *, device_backends: Iterable[str] = ...
+) -> dict[str, list[GuardedPartitioner]]: ...
+def guard_partitioners(
+    partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
+    *,
+    device_backends: Iterable[str] = DEVICE_BACKENDS,
+) -> list[GuardedPartitioner] | dict[str, list[GuardedPartitioner]]:
+    """``partitioners`` (a list, or a dict of method name to list, as
+    ``to_edge_transform_and_lower`` takes them), each wrapped in a :class:`GuardedPartitioner`;
+    the last of each list also checks what no partition took.
+
+    Pair them with ``guard_passes(partitioner=...)``, which then leaves device constants to
+    them::
+
+        partitioner = eg.guard_partitioners([CudaPartitioner(specs)])
+        to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+
+    Args:
+        partitioners: ExecuTorch partitioners, in the order they will run.
+        device_backends: backend ids trusted to read device constants themselves;
+            :data:`DEVICE_BACKENDS` by default. Add your own backend's id to trust it.
+
+    Raises:
+        TypeError: an element is not an ExecuTorch ``Partitioner``, or a backend id is not a string.
+    """
+    trusted = (device_backends,) if isinstance(device_backends, str) else tuple(device_backends)
+    if isinstance(device_backends, str) or not all(isinstance(b, str) for b in trusted):
+        raise TypeError(f"device_backends must be backend id strings such as 'CudaBackend', not {device_backends!r}")
+    if isinstance(partitioners, Mapping):
+        return {name: _guarded(list(parts), trusted) for name, parts in partitioners.items()}
+    return _guarded(list(partitioners), trusted)
+
+
+def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...]) -> list[GuardedPartitioner]:
+    return [GuardedPartitioner(p, trusted, last=i == len(partitioners) - 1) for i, p in enumerate(partitioners)]
+
+
+def _host_reads_of_device_memory(result: PartitionResult, trusted: frozenset[str], last: bool) -> Report:
+    """An ``EG101`` error for each device constant that a host reader will read: a backend
+    not in ``trusted`` whose partition holds it, or (when ``last``) the emitter."""
+    backends = {tag: spec.backend_id for tag, spec in result.partition_tags.items()}
+    hits = []
+    for constant in iter_constants(None, result.tagged_exported_program):
+        # ExecuTorch partitions a copy whose constants are fake tensors on the real ones' devices.
+        device = constant.tensor.device
+        if device.type in ("cpu", "meta") or constant.tensor.numel() == 0:
+            continue  # constants without data are the transform-stage guard's to stop
+        reader = _reader(constant, backends, last)
+        if reader is not None and reader not in trusted:
+            message = f"{describe(constant)} is on {device}, not in host (CPU) memory; {_reads(reader)}"
+            hit = Hit(message, first_user(constant.node), constant.fqn, fix=_fix(reader))
+            hits.append(finding(CATALOG[CONSTANT_ON_DEVICE], hit, locate=node_site))
+    return Report.of(hits)
+
+
+def _reader(constant: ProgramConstant, backends: Mapping[str, str], last: bool) -> str | None:
+    """The backend id whose preprocess will read ``constant``, ``"emitter"`` when it stays in
+    the top-level program and no partitioner comes after, ``None`` when a later one decides."""
+    tag = constant.node.meta.get("delegation_tag")
+    if tag is not None and tag in backends:
+        return backends[tag]
+    return "emitter" if last else None
+
+
+def _fix(reader: str) -> str:
+    return _FIX_EMITTER if reader == "emitter" else _FIX_BACKEND.format(backend=reader)
+
+
+def _reads(reader: str) -> str:
+    if reader == "emitter":
+        return "no partition takes it, so the emitter will copy it from host memory"
+    return f"{reader}'s preprocess will read it from host memory"
