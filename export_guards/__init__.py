@@ -28,8 +28,9 @@ if TYPE_CHECKING:
         guard_constant_placement,
     )
     from export_guards.passes.result import GuardGraphPassResult, GuardPassResult
-    from export_guards.pipeline import GuardedExport, export_with_guards, lower_with_guards
+    from export_guards.pipeline import GuardedExport, export_with_guards, export_with_recipe, lower_with_guards
     from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
+    from export_guards.recipes import guard_recipe, recipe_names, recipe_report
     from export_guards.report import Finding, Report, Severity, SourceLocation
     from export_guards.ruleset import CATALOG as RULES
     from export_guards.ruleset import Rule
@@ -71,14 +72,18 @@ _EXPORTS = {
     "compare_pte": "export_guards.pte.check",
     "delegation_summary": "export_guards.analysis.delegation",
     "export_with_guards": "export_guards.pipeline",
+    "export_with_recipe": "export_guards.pipeline",
     "fold_constants": "export_guards.passes.fold",
     "emit_passes": "export_guards.passes.emit",
     "fold_parametrizations": "export_guards.passes.module_fold",
     "guard_constant_placement": "export_guards.passes.placement",
     "guard_partitioners": "export_guards.passes.partitioner",
     "guard_passes": "export_guards.passes.defaults",
+    "guard_recipe": "export_guards.recipes",
     "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",
+    "recipe_names": "export_guards.recipes",
+    "recipe_report": "export_guards.recipes",
 }
 _RENAMED = {"RULES": "CATALOG"}  # public name -> the name in its module
 
@@ -118,14 +123,18 @@ __all__ = [
     "compare_pte",
     "delegation_summary",
     "export_with_guards",
+    "export_with_recipe",
     "emit_passes",
     "fold_constants",
     "fold_parametrizations",
     "guard_constant_placement",
     "guard_partitioners",
     "guard_passes",
+    "guard_recipe",
     "lint",
     "lower_with_guards",
+    "recipe_names",
+    "recipe_report",
 ]
 
 

@@ -103,7 +103,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
-    command.add_argument("--backend", choices=BACKENDS, help=f"partitioner to lower with (default xnnpack){suffix}")
+    lowering = command.add_mutually_exclusive_group()
+    lowering.add_argument("--backend", choices=BACKENDS, help=f"partitioner to lower with (default xnnpack){suffix}")
+    lowering.add_argument("--recipe", metavar="NAME", help=f"export with this ExecuTorch recipe instead (xnnpack_fp32, xnnpack_pt2e_int8_static_per_channel, ...){suffix}")
     command.add_argument("--placement", choices=PLACEMENT_POLICIES, help=f"device constants: report them, or copy them to the host (default error){suffix}")
     command.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help=f"fold constant-only weights (default on){suffix}")
 
@@ -136,8 +138,9 @@ def _lint(args: argparse.Namespace) -> int:
         with _stdout_to_stderr():  # stdout carries only the report, whatever the model prints
             from export_guards.pipeline import export_target
 
+            _check_recipe(settings)
             fold = "on" if settings.fold else "off"
-            _progress(args, f"exporting and linting {args.target} ({settings.backend}, placement={settings.placement}, fold={fold})")
+            _progress(args, f"exporting and linting {args.target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
             try:
                 result = export_target(args.target, arguments, config=settings)
             except TargetError as error:
@@ -176,10 +179,16 @@ def _check(args: argparse.Namespace) -> int:
             except (OSError, ValueError) as error:  # a path that is not a file; --runtime with two --data
                 raise UsageError(str(error)) from None
         if args.reproducible is not None:
-            _progress(args, f"exporting {args.reproducible} twice, in separate processes ({settings.backend})")
+            _check_recipe(settings)
+            _progress(args, f"exporting {args.reproducible} twice, in separate processes ({settings.recipe or settings.backend})")
             try:
                 report += check_reproducible(
-                    args.reproducible, backend=settings.backend, placement=settings.placement, fold=settings.fold, config=settings
+                    args.reproducible,
+                    backend=settings.backend,
+                    placement=settings.placement,
+                    fold=settings.fold,
+                    recipe=settings.recipe,
+                    config=settings,
                 )
             except ExportFailed as error:
                 raise StepFailed("the reproducibility check", str(error)) from None
@@ -246,6 +255,7 @@ def _settings(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings:
         "backend": args.backend,
         "placement": args.placement,
         "fold": args.fold,
+        "recipe": getattr(args, "recipe", None),
     }
     try:
         settings = Settings.from_pyproject(path) if path.is_file() else Settings()
@@ -258,6 +268,18 @@ def _settings(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings:
             f"`{args.command}` checks; `export-guards rules` lists which codes each command reports"
         )
     return settings
+
+
+def _check_recipe(settings: Settings) -> None:
+    """A recipe name that this ExecuTorch does not offer is a usage error, before any export."""
+    if settings.recipe is None:
+        return
+    from export_guards.recipes import recipe_type
+
+    try:
+        recipe_type(settings.recipe)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _arguments(pairs: list[str]) -> dict[str, Any]:

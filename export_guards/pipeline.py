@@ -9,7 +9,7 @@ from typing import Any, final
 import torch
 from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.export import ExportRecipe
 from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
@@ -19,15 +19,17 @@ from export_guards.linter import LINT_RULES, lint
 from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, PLACEMENT_RULES
 from export_guards.passes.defaults import guard_passes
 from export_guards.passes.emit import emit_passes
+from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.partitioner import guard_partitioners
 from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement
-from export_guards.passes.result import GuardPassResult
+from export_guards.passes.result import recorded
+from export_guards.recipes import guard_recipe, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report
 from export_guards.ruleset import describe_error, settle
 from export_guards.settings import DEVICE_MEMORY_BACKENDS, Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
-__all__ = ["Backend", "GuardedExport", "export_target", "export_with_guards", "lower_with_guards"]
+__all__ = ["Backend", "GuardedExport", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
 
 @final
@@ -40,11 +42,13 @@ class GuardedExport:
         edge: the lowered program, or ``None`` when a constant the host cannot read stopped
             the export before lowering (lowering would have crashed).
         report: every finding: placement, lint before and after partitioning, folds.
+        pte: the written program, when the export already wrote it (a recipe's session does).
     """
 
     program: ExportedProgram
     edge: EdgeProgramManager | None
     report: Report
+    pte: bytes | None = None
 
     @property
     def delegation(self) -> DelegationSummary | None:
@@ -60,6 +64,8 @@ class GuardedExport:
         """
         if self.edge is None:
             raise GuardError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
+        if self.pte is not None:
+            return self.pte
         return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
 
 
@@ -72,7 +78,11 @@ def export_with_guards(
     fold: bool | None = None,
     config: Settings | None = None,
 ) -> GuardedExport:
-    """``torch.export`` ``model`` on ``example_inputs``, then :func:`lower_with_guards`."""
+    """``torch.export`` ``model`` on ``example_inputs``, then :func:`lower_with_guards`; or,
+    when ``config`` names a recipe, :func:`export_with_recipe`."""
+    if config is not None and config.recipe is not None:
+        given = {"placement": placement, "fold": fold}
+        return export_with_recipe(model, example_inputs, config.recipe, config=config.updated({k: v for k, v in given.items() if v is not None}))
     return lower_with_guards(
         torch.export.export(model, tuple(example_inputs)),
         backend=backend,
@@ -94,10 +104,62 @@ def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, co
     settings = config or Settings()
     path = target_file(target)
     model, inputs = load_target(target, arguments)
+    if settings.recipe is not None:
+        with step(f"exporting with the recipe {settings.recipe}", path):
+            return export_with_recipe(model, inputs, settings.recipe, config=settings)
     with step("torch.export", path):
         program = torch.export.export(model, inputs)
     with step(f"lowering ({settings.backend})", path):
         return lower_with_guards(program, config=settings)
+
+
+def export_with_recipe(
+    model: torch.nn.Module, example_inputs: Sequence[object], recipe: ExportRecipe | str, *, config: Settings | None = None
+) -> GuardedExport:
+    """Export ``model`` with ExecuTorch's recipe API and the guards (:func:`guard_recipe`).
+
+    ``recipe`` is an ``ExportRecipe`` or a recipe name (``"xnnpack_fp32"``). ``config``'s
+    placement and fold apply; its backend does not (the recipe names its partitioners). The
+    ``example_inputs`` also calibrate a recipe that quantizes statically. Before a recipe that
+    quantizes modules (torchao), a copy of ``model`` has its reparametrized weights folded
+    (EG202), so that they are quantized too; ``model`` is left as it was. As with
+    :func:`lower_with_guards`, a constant that a host reader would read from device memory
+    stops the export with ``edge=None`` and the findings, instead of raising.
+
+    Raises:
+        ValueError: an unknown recipe name.
+        LoweringFailed: the recipe's export failed; its ``report`` holds what the lint of the
+            torch.export program found, when it got that far.
+    """
+    from executorch.export import ExportSession
+
+    settings = config or Settings()
+    chosen = recipe_named(recipe) if isinstance(recipe, str) else recipe
+    folded = Report()
+    if quantizes_modules(chosen) and settings.fold:  # torchao cannot quantize a reparametrized module: fold it first
+        model, folded = fold_parametrizations(model)
+        folded = settle(folded, settings)
+    guarded = guard_recipe(chosen, fold=settings.fold, placement=settings.placement)
+    session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded)
+    try:
+        session.export()
+    except ConstantPlacementError as error:
+        return GuardedExport(session.get_exported_program(), None, folded + settle(error.report, settings))
+    except GuardError:
+        raise
+    except Exception as error:  # keep what the lint found: it often says why
+        found = _program_lint(session, settings)
+        raise LoweringFailed(f"the recipe's export failed: {describe_error(error)}", found) from error
+    report = folded + recipe_report(session, settings)
+    return GuardedExport(session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer())
+
+
+def _program_lint(session: Any, settings: Settings) -> Report:
+    """The program-stage lint of a session's torch.export programs, if it made them."""
+    try:
+        return lint(session.get_exported_program(), settings, rules=LINT_RULES.without(PLACEMENT_RULES))
+    except (RuntimeError, KeyError):
+        return Report()
 
 
 def lower_with_guards(
@@ -151,7 +213,7 @@ def lower_with_guards(
     if unreadable:  # say why the export stopped, whatever the settings select
         return GuardedExport(program, None, report + unreadable)
 
-    passes = [_recorded(guard) for guard in guard_passes(fold=settings.fold, partitioner=partitioners or None)]
+    passes = [recorded(guard) for guard in guard_passes(fold=settings.fold, partitioner=partitioners or None)]
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
@@ -178,24 +240,3 @@ def _partitioners(backend: Backend) -> list[Partitioner]:
 
         return [CudaPartitioner([])]
     return []
-
-
-class _Recorded(ExportedProgramPassBase):
-    """A guard pass inside ``transform_passes``, which keep only the program of each result:
-    this one keeps, for this one export, the report of each call."""
-
-    def __init__(self, guard: ExportedProgramPassBase) -> None:
-        self.guard = guard
-        self.reports: list[Report] = []
-
-    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        result = self.guard(exported_program)
-        if isinstance(result, GuardPassResult):
-            self.reports.append(result.report)
-        return result
-
-
-def _recorded(guard: ExportedProgramPassBase) -> _Recorded:
-    """``guard``, recorded; named as ``guard``'s class, by which ExecuTorch's pass manager
-    names a pass that fails."""
-    return type(type(guard).__name__, (_Recorded,), {})(guard)

@@ -43,6 +43,9 @@ class Settings:
         backend: the partitioner a guarded export lowers with (``BACKENDS``).
         placement: what a guarded export does with device constants (``PLACEMENT_POLICIES``).
         fold: whether a guarded export folds constant-only computations.
+        recipe: an ExecuTorch recipe (``executorch.export``) to export with instead of
+            ``backend``, by name (``"xnnpack_fp32"``; ``export_guards.recipes.recipe_names()``
+            lists them); the name is checked when the recipe is made.
     """
 
     select: tuple[str, ...] = ("EG",)
@@ -52,6 +55,7 @@ class Settings:
     backend: Backend = "xnnpack"
     placement: PlacementPolicy = "error"
     fold: bool = True
+    recipe: str | None = None
 
     def enabled(self, code: str) -> bool:
         """Whether findings of ``code`` are reported: the longest matching prefix decides."""
@@ -82,6 +86,8 @@ class Settings:
         }
         if not isinstance(self.fold, bool):
             raise ValueError(f"fold must be true or false, not {self.fold!r}")
+        if self.recipe is not None and (not isinstance(self.recipe, str) or not self.recipe.strip()):
+            raise ValueError(f"recipe must be a recipe name such as 'xnnpack_fp32', not {self.recipe!r}")
         for name, value in normalised.items():
             object.__setattr__(self, name, value)
         if not any(self.enabled(code) for code in CATALOG):
@@ -92,7 +98,8 @@ class Settings:
 
     def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]") -> Settings:
         """These settings with ``options`` applied (keys as in ``pyproject.toml``; ``fail-level``
-        and ``fail_level`` alike), each value checked.
+        and ``fail_level`` alike), each value checked. A ``backend`` in ``options`` (without a
+        ``recipe``) drops the recipe these settings had: the later choice wins.
 
         Raises:
             ValueError: an unknown key or a bad value, naming the key, what is accepted, and
@@ -103,8 +110,11 @@ class Settings:
         if unknown:
             accepted = ", ".join(sorted(k.replace("_", "-") for k in known))
             raise ValueError(f"unknown setting(s) {', '.join(unknown)} in {where}; accepted: {accepted}")
+        changes = {key.replace("-", "_"): value for key, value in options.items()}
+        if "backend" in changes and "recipe" not in changes:  # a backend given here wins over an inherited recipe
+            changes["recipe"] = None
         try:
-            return replace(self, **{key.replace("-", "_"): value for key, value in options.items()})
+            return replace(self, **changes)
         except ValueError as error:
             raise ValueError(f"{error} (in {where})") from None
 

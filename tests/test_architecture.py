@@ -28,6 +28,7 @@ LAYERS = [
     {"analysis"},
     {"linter", "pte"},
     {"passes"},
+    {"recipes"},
     {"pipeline"},
     {"testing"},
     {"cli", "pytest_plugin", "workers"},

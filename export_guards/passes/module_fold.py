@@ -20,7 +20,7 @@ from torch.nn.utils.weight_norm import WeightNorm
 from export_guards.report import Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["PARAMETRIZATION_FOLDED", "fold_parametrizations"]
+__all__ = ["PARAMETRIZATION_FOLDED", "fold_parametrizations", "is_reparametrized"]
 
 PARAMETRIZATION_FOLDED = "EG202"
 """Rule code (info): a module-level fold replaced a reparametrized weight by a plain parameter."""
@@ -54,6 +54,12 @@ def fold_parametrizations(model: nn.Module, *, inplace: bool = False) -> tuple[n
             message = f"folded {api} of '{fqn}' into a plain parameter ({before:,} bytes of state -> {after:,} bytes)"
             findings.append(finding(CATALOG[PARAMETRIZATION_FOLDED], Hit(message, constant=fqn)))
     return folded, Report.of(findings)
+
+
+def is_reparametrized(module: nn.Module) -> bool:
+    """Whether ``module`` recomputes one of its own tensors at every forward (hook-based
+    spectral / weight norm, or a ``torch.nn.utils.parametrize`` parametrization)."""
+    return next(_reparametrizations(module), None) is not None
 
 
 def _deepcopy(model: nn.Module) -> nn.Module:

@@ -94,18 +94,20 @@ def check_reproducible(
     backend: str = "xnnpack",
     placement: str = "error",
     fold: bool = True,
+    recipe: str | None = None,
     config: Settings | None = None,
     timeout_s: float = 900.0,
 ) -> Report:
-    """Export ``target`` (``path/to/file.py:factory``) twice with the guarded pipeline, each in
-    a fresh process, and report every difference in the program's terms (EG510), then check
-    the first program's structure.
+    """Export ``target`` (``path/to/file.py:factory``) twice with the guarded pipeline (with
+    ``backend``, or with the ExecuTorch recipe named ``recipe``), each in a fresh process, and
+    report every difference in the program's terms (EG510), then check the first program's
+    structure.
 
     Raises:
         ExportFailed: an export failed or ran past ``timeout_s``, saying how.
     """
     config = config or Settings()
-    pair = export_twice(target, backend=backend, placement=placement, fold=fold, timeout_s=timeout_s)
+    pair = export_twice(target, backend=backend, placement=placement, fold=fold, recipe=recipe, timeout_s=timeout_s)
     return run(PTE_RULES, "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
 
 

@@ -47,7 +47,13 @@ class ExportFailed(Exception):
 
 
 def export_twice(
-    target: str, *, backend: str = "xnnpack", placement: str = "error", fold: bool = True, timeout_s: float = 900.0
+    target: str,
+    *,
+    backend: str = "xnnpack",
+    placement: str = "error",
+    fold: bool = True,
+    recipe: str | None = None,
+    timeout_s: float = 900.0,
 ) -> ExportPair:
     """Export ``target`` twice, each in its own process, with the guarded pipeline.
 
@@ -57,7 +63,7 @@ def export_twice(
     with tempfile.TemporaryDirectory(prefix="export-guards-") as scratch:
         outputs = [Path(scratch) / f"export{i}.pte" for i in (1, 2)]
         for output in outputs:
-            command = [sys.executable, "-m", WORKER, target, str(output), backend, placement, str(fold)]
+            command = [sys.executable, "-m", WORKER, target, str(output), backend, placement, str(fold), recipe or ""]
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:

@@ -38,10 +38,11 @@ def constant_names(tensors: dict[str, object]) -> dict[str, str]:
     return names
 
 
-def export_once(target: str, output: str, backend: str, placement: str, fold: bool) -> int:
-    """Export ``target`` with the guarded pipeline to ``output``, and its constants' names
-    beside it; the exit status (2, after ``EXPORT_FAILED`` and the step's message, when a step fails)."""
-    settings = Settings(backend=backend, placement=placement, fold=fold)  # type: ignore[arg-type]
+def export_once(target: str, output: str, backend: str, placement: str, fold: bool, recipe: str | None = None) -> int:
+    """Export ``target`` with the guarded pipeline (or the recipe named ``recipe``) to
+    ``output``, and its constants' names beside it; the exit status (2, after
+    ``EXPORT_FAILED`` and the step's message, when a step fails)."""
+    settings = Settings(backend=backend, placement=placement, fold=fold, recipe=recipe)  # type: ignore[arg-type]
     try:
         result = export_target(target, config=settings)
         with step("writing the program (to_executorch)"):
@@ -57,5 +58,5 @@ def export_once(target: str, output: str, backend: str, placement: str, fold: bo
 
 
 if __name__ == "__main__":
-    target_, output_, backend_, placement_, fold_ = sys.argv[1:6]
-    sys.exit(export_once(target_, output_, backend_, placement_, fold_ == "True"))
+    target_, output_, backend_, placement_, fold_, recipe_ = sys.argv[1:7]
+    sys.exit(export_once(target_, output_, backend_, placement_, fold_ == "True", recipe_ or None))

@@ -1,0 +1,206 @@
+"""The guards in ExecuTorch's recipe API: every recipe type this ExecuTorch offers that lowers
+here, on the reparametrized decoder and a transformer block, stock against guarded."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.export import ExportRecipe, export
+from torch import nn
+
+import export_guards as eg
+from export_guards.recipes import recipe_named
+from export_guards.testing.compare import run_pte
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+import decoder  # noqa: E402 - examples/decoder.py
+
+XNNPACK_RECIPES = [name for name in eg.recipe_names() if name.startswith("xnnpack_")]
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm attention and MLP, sinusoidal positions, a weight-normed output projection.
+    Attention is written with ``bmm``: the stock XNNPACK FP32 recipe fails on the
+    decomposition of ``scaled_dot_product_attention`` (its ``ConvertToLinearPass`` meets a 3-D
+    ``linear``), with or without the guards."""
+
+    def __init__(self, width: int = 32, heads: int = 4, length: int = 16) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        position = torch.arange(length).unsqueeze(1)
+        frequency = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
+        table = torch.zeros(length, width)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+        self.register_buffer("positions", table)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.positions
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (t.reshape(batch * self.heads, length, width // self.heads) for t in (q, k, v))
+        weights = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(width // self.heads), dim=-1)
+        attended = torch.bmm(weights, v).reshape(batch, self.heads, length, -1).transpose(1, 2).reshape(batch, length, width)
+        x = x + self.proj(attended)
+        return x + self.mlp(self.norm2(x))
+
+
+def transformer_block() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return TransformerBlock().eval(), (torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(2)),)
+
+
+MODELS = {"decoder": lambda: decoder.model("mixed"), "transformer": transformer_block}
+
+
+def error_against_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], pte: bytes) -> float:
+    with torch.no_grad():
+        expected = model(*inputs)
+    (actual,) = run_pte(pte, inputs)
+    return (actual - expected).abs().max().item()
+
+
+def delegated(session) -> int:
+    """Convs and matrix products inside a delegate."""
+    return eg.delegation_summary(session.get_edge_program_manager()).count("convolution", "linear", "addmm", "mm", "bmm")[0]
+
+
+@pytest.mark.parametrize("name", XNNPACK_RECIPES)
+@pytest.mark.parametrize("model_name", MODELS)
+def test_every_xnnpack_recipe_guarded_delegates_at_least_as_much_runs_and_matches(name: str, model_name: str) -> None:
+    model, inputs = MODELS[model_name]()
+    try:
+        stock = export(model, [inputs], recipe_named(name))
+    except KeyError as error:  # torchao cannot quantize a reparametrized layer: the stock recipe fails
+        assert "torchao" in name and "already exists" in str(error)
+        stock = export(eg.fold_parametrizations(model)[0], [inputs], recipe_named(name))  # the same model, folded by hand
+    model, inputs = MODELS[model_name]()  # a fresh model: some recipes transform the one they are given
+    guarded = export(model, [inputs], eg.guard_recipe(recipe_named(name)))
+
+    assert delegated(guarded) >= delegated(stock)
+    stock_error = error_against_eager(model, inputs, stock.get_pte_buffer())
+    guarded_error = error_against_eager(model, inputs, guarded.get_pte_buffer())
+    # The recipe's own tolerance: the stock program's error on the same input (quantized
+    # recipes are approximate by design), and float rounding for the float ones.
+    assert guarded_error <= max(1.25 * stock_error, 1e-4), (guarded_error, stock_error)
+    assert not eg.check_pte(guarded.get_pte_buffer()).errors
+    report = eg.recipe_report(guarded)
+    assert not report.errors, report
+
+
+def test_the_fp32_recipe_leaves_reparametrized_convs_portable_and_the_guarded_one_delegates_them() -> None:
+    model, inputs = decoder.model("mixed")
+    stock = export(model, [inputs], recipe_named("xnnpack_fp32"))
+    guarded = export(model, [inputs], eg.guard_recipe(recipe_named("xnnpack_fp32")))
+
+    assert eg.delegation_summary(stock.get_edge_program_manager()).count("convolution") == (0, 9)
+    assert eg.delegation_summary(guarded.get_edge_program_manager()).count("convolution") == (9, 9)
+    assert len(guarded.get_pte_buffer()) < len(stock.get_pte_buffer())
+    folds = eg.recipe_report(guarded).with_code(eg.CONSTANT_FOLDED)
+    assert {f.constant for f in folds} >= {"stem.0.weight", "head.weight"}, "each folded weight is reported once"
+    assert len({f.constant for f in folds}) == len(folds)
+
+
+def test_the_callers_recipe_is_left_as_it_was() -> None:
+    recipe = recipe_named("xnnpack_fp32")
+    partitioners = list(recipe.lowering_recipe.partitioners)
+    passes = list(recipe.executorch_backend_config.passes)
+
+    guarded = eg.guard_recipe(recipe)
+    assert recipe.lowering_recipe.partitioners == partitioners
+    assert recipe.lowering_recipe.edge_transform_passes is None
+    assert list(recipe.executorch_backend_config.passes) == passes
+    assert all(isinstance(p, eg.GuardedPartitioner) for p in guarded.lowering_recipe.partitioners)
+    assert isinstance(guarded.executorch_backend_config.passes[-1], eg.EmitPlacementPass)
+    assert isinstance(guarded, ExportRecipe)
+
+
+def test_a_multi_method_recipe_export_is_guarded_per_method() -> None:
+    forward, forward_inputs = decoder.model("mixed")
+    other, other_inputs = transformer_block()
+    session = export(
+        {"forward": forward, "other": other},
+        {"forward": [forward_inputs], "other": [other_inputs]},
+        eg.guard_recipe(recipe_named("xnnpack_fp32")),
+    )
+    pte = session.get_pte_buffer()
+    for method, model, inputs in (("forward", forward, forward_inputs), ("other", other, other_inputs)):
+        with torch.no_grad():
+            torch.testing.assert_close(run_pte(pte, inputs, method)[0], model(*inputs), atol=1e-4, rtol=1e-4)
+    assert {f.method for f in eg.recipe_report(session).with_code(eg.CONSTANT_FOLDED)} == {"forward", "other"}
+
+
+def test_device_constants_are_stopped_or_copied_in_a_recipe_export(trapdev: torch.device) -> None:
+    model, inputs = transformer_block()
+    on_device = model.to(trapdev)
+    stopped = eg.export_with_recipe(on_device, [x.to(trapdev) for x in inputs], "xnnpack_fp32")
+    assert stopped.edge is None
+    assert {f.code for f in stopped.report.errors} == {eg.CONSTANT_ON_DEVICE}
+    readers = {f.constant: f.message.rsplit("; ", 1)[-1] for f in stopped.report.errors}
+    assert readers["qkv.weight"] == "XnnpackBackend's preprocess will read it from host memory"
+    assert readers["norm1.weight"].startswith("no partition takes it, so the emitter will copy it")
+
+    copied = eg.export_with_recipe(on_device, [x.to(trapdev) for x in inputs], "xnnpack_fp32", config=eg.Settings(placement="copy"))
+    with torch.no_grad():
+        expected = on_device(*(x.to(trapdev) for x in inputs)).cpu()
+    torch.testing.assert_close(run_pte(copied.to_pte(), inputs)[0], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_recipe_of_another_backend_that_lowers_here() -> None:
+    pytest.importorskip("coremltools", reason="the CoreML recipes need coremltools")
+    if "coreml_fp32" not in eg.recipe_names():
+        pytest.skip("this ExecuTorch offers no CoreML recipe")
+    model, inputs = decoder.model("mixed")
+    stock = export(model, [inputs], recipe_named("coreml_fp32"))
+    guarded = export(model, [inputs], eg.guard_recipe(recipe_named("coreml_fp32")))
+
+    assert eg.delegation_summary(guarded.get_edge_program_manager()).backends.keys() == {"CoreMLBackend"}
+    assert not eg.delegation_summary(guarded.get_edge_program_manager()).portable
+    assert len(guarded.get_pte_buffer()) <= len(stock.get_pte_buffer())
+    assert not eg.check_pte(guarded.get_pte_buffer()).errors
+    assert eg.recipe_report(guarded).with_code(eg.CONSTANT_FOLDED)
+
+
+def test_the_fixture_takes_a_recipe_by_name(check_export, assert_delegated) -> None:
+    model, inputs = decoder.model("mixed")
+    result = check_export(model, inputs, recipe="xnnpack_fp32", atol=1e-4, rtol=1e-4)
+    assert_delegated(result)
+
+
+def test_the_command_takes_a_recipe_by_name(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "export_guards", *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    out = tmp_path / "decoder.pte"
+    done = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_pt2e_int8_static_per_channel", "--pte", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "xnnpack_pt2e_int8_static_per_channel" in done.stderr
+    assert out.read_bytes()[4:8] == b"ET12"
+
+    typo = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_fp33")
+    assert typo.returncode == 2 and "did you mean xnnpack_fp32" in typo.stderr, typo.stderr
+    both = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_fp32", "--backend", "portable")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_bad_input_is_explained() -> None:
+    with pytest.raises(TypeError, match="ExportRecipe"):
+        eg.guard_recipe("xnnpack_fp32")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="did you mean xnnpack_fp32"):
+        recipe_named("xnnpack_fp33")
+    with pytest.raises(ValueError, match="recipe name"):
+        eg.Settings(recipe="")
+    assert eg.Settings(recipe="xnnpack_fp32").updated({"backend": "portable"}).recipe is None, "the later choice wins"
+    assert eg.Settings(backend="portable").updated({"recipe": "xnnpack_fp32"}).recipe == "xnnpack_fp32"
+    with pytest.raises(ValueError, match="guarded recipe"):
+        model, inputs = transformer_block()
+        eg.recipe_report(export(model, [inputs], recipe_named("xnnpack_fp32")))
