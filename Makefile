@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench bench-placement bench-fold bench-lint bench-check bench-cli clean
+.PHONY: demo test bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-cli clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,7 @@ test: $(INSTALLED)
 bench: $(INSTALLED)
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/fold.py
+	$(PY) benchmarks/fold_vs_peer.py
 	$(PY) benchmarks/lint.py
 	$(PY) benchmarks/pte_check.py
 	$(PY) benchmarks/cli_startup.py
@@ -30,6 +31,9 @@ bench-placement: $(INSTALLED)
 
 bench-fold: $(INSTALLED)
 	$(PY) benchmarks/fold.py
+
+bench-fold-peer: $(INSTALLED)
+	$(PY) benchmarks/fold_vs_peer.py
 
 bench-lint: $(INSTALLED)
 	$(PY) benchmarks/lint.py

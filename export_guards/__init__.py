@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from export_guards.linter import LintConfig, lint
     from export_guards.passes.defaults import guard_passes
     from export_guards.passes.emit import EmitPlacementPass, emit_passes
-    from export_guards.passes.fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants
+    from export_guards.passes.fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants, fold_non_core_constants
     from export_guards.passes.lint import LintPass
     from export_guards.passes.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
     from export_guards.passes.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
@@ -74,6 +74,7 @@ _EXPORTS = {
     "export_with_guards": "export_guards.pipeline",
     "export_with_recipe": "export_guards.pipeline",
     "fold_constants": "export_guards.passes.fold",
+    "fold_non_core_constants": "export_guards.passes.fold",
     "emit_passes": "export_guards.passes.emit",
     "fold_parametrizations": "export_guards.passes.module_fold",
     "guard_constant_placement": "export_guards.passes.placement",
@@ -126,6 +127,7 @@ __all__ = [
     "export_with_recipe",
     "emit_passes",
     "fold_constants",
+    "fold_non_core_constants",
     "fold_parametrizations",
     "guard_constant_placement",
     "guard_partitioners",

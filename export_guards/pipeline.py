@@ -19,6 +19,7 @@ from export_guards.linter import LINT_RULES, lint
 from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, PLACEMENT_RULES
 from export_guards.passes.defaults import guard_passes
 from export_guards.passes.emit import emit_passes
+from export_guards.passes.fold import fold_non_core_constants
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.partitioner import guard_partitioners
 from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement
@@ -38,7 +39,8 @@ class GuardedExport:
     """The outcome of a guarded export.
 
     Attributes:
-        program: the torch.export program (on the host when the copy policy moved it).
+        program: the torch.export program (on the host when the copy policy moved it; folded
+            when it held weight math outside core ATen, which ``to_edge`` rejects).
         edge: the lowered program, or ``None`` when a constant the host cannot read stopped
             the export before lowering (lowering would have crashed).
         report: every finding: placement, lint before and after partitioning, folds.
@@ -181,10 +183,13 @@ def lower_with_guards(
        why, and ``edge`` is ``None``. With ``"cuda"``, whose backend holds device constants
        on purpose, a device constant stops the export only where a host reader would read
        it: the guarded partitioner says so after it decides.
-    3. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
+    3. With the fold on, constant-only computations that use ops outside core ATen (which
+       ``to_edge`` rejects: ``orthogonal``'s matrix exponential, say) are folded on the
+       torch.export program first (:func:`fold_non_core_constants`).
+    4. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
        partitioner (guarded: :func:`guard_partitioners`), recording the partitioner's reason
        for each node it leaves out.
-    4. The partitioned-stage lint (EG4xx; for ``"xnnpack"``, whose decisions those rules
+    5. The partitioned-stage lint (EG4xx; for ``"xnnpack"``, whose decisions those rules
        explain) and the fold's findings (EG201).
 
     ``GuardedExport.to_pte`` emits with :func:`emit_passes` as well.
@@ -213,6 +218,9 @@ def lower_with_guards(
     if unreadable:  # say why the export stopped, whatever the settings select
         return GuardedExport(program, None, report + unreadable)
 
+    if settings.fold:  # what to_edge would reject (non-core ATen weight math) is folded before it
+        program, early = fold_non_core_constants(program)
+        report += settle(early, settings)
     passes = [recorded(guard) for guard in guard_passes(fold=settings.fold, partitioner=partitioners or None)]
     try:
         with capture_partitioner_reasons() as reasons:

@@ -21,11 +21,12 @@ from export_guards.linter import LINT_RULES, lint
 from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.defaults import guard_passes
 from export_guards.passes.emit import emit_passes
+from export_guards.passes.fold import fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
 from export_guards.passes.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
 from export_guards.passes.placement import check_policy, guard_constant_placement
 from export_guards.passes.result import Recorded, recorded
-from export_guards.report import Report
+from export_guards.report import Finding, Report
 from export_guards.ruleset import settle
 from export_guards.settings import PlacementPolicy, Settings
 
@@ -53,6 +54,8 @@ def guard_recipe(
 
     - With ``placement="copy"``, the torch.export program's device constants are copied to
       the host first (an ``aten_transform_passes`` entry: the one place where that is exact).
+    - With the fold on, constant-only computations that use ops outside core ATen, which
+      ``to_edge`` rejects, are folded on the torch.export program (:func:`fold_non_core_constants`).
     - Every method's edge transform passes start with :func:`guard_passes` (placement, then
       the fold unless ``fold=False``), the recipe's own passes after them.
     - The recipe's partitioners are guarded (:func:`guard_partitioners`), so a constant in
@@ -74,7 +77,7 @@ def guard_recipe(
     if not isinstance(recipe, ExportRecipe):
         raise TypeError(f"guard_recipe takes an executorch.export.ExportRecipe, not {type(recipe).__name__}")
     check_policy(placement)
-    copies = [_copy_to_host] if placement == "copy" else []
+    early = [*([_copy_to_host] if placement == "copy" else []), *([_FoldNonCore(max_growth)] if fold else [])]
     lowering = recipe.lowering_recipe or LoweringRecipe()
     partitioners = guard_partitioners(lowering.partitioners, device_backends=device_backends) if lowering.partitioners else None
     guards = _RecipeGuards(fold, max_growth, partitioners)
@@ -82,7 +85,7 @@ def guard_recipe(
     return dataclasses.replace(
         recipe,
         quantization_recipe=_sparing_reparametrized(recipe.quantization_recipe),
-        aten_transform_passes=[*(recipe.aten_transform_passes or []), *copies],
+        aten_transform_passes=[*(recipe.aten_transform_passes or []), *early],
         lowering_recipe=dataclasses.replace(
             lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])]
         ),
@@ -103,23 +106,14 @@ def recipe_report(session: ExportSession, config: Settings | None = None) -> Rep
     artifact = session.get_stage_artifacts().get(StageType.TORCH_EXPORT)
     programs: dict[str, ExportedProgram] = dict(artifact.data) if artifact is not None and artifact.data else {}
     records = {name: _RECORDS.get(program) for name, program in programs.items()}
+    early = [f for program in programs.values() for f in _EARLY_FOLDS.get(program, ())]
     if not programs or not any(records.values()):
         raise ValueError(
             "recipe_report needs a session exported with a guarded recipe: "
             "executorch.export.export(model, [inputs], guard_recipe(recipe))"
         )
     report = lint(programs, settings, rules=LINT_RULES.without(PLACEMENT_RULES))  # placement stopped the export or was fine
-    report += settle(
-        (
-            f if f.method else dataclasses.replace(f, method=name)  # the passes see one method, not its name
-            for name, record in records.items()
-            if record
-            for guard in record.passes
-            for found in guard.reports
-            for f in found
-        ),
-        settings,
-    )
+    report += settle([*early, *(f for record in records.values() if record for f in record.findings())], settings)
     if any(record and record.xnnpack for record in records.values()):  # the partitioned-stage rules speak of XNNPACK
         report += lint(session.get_edge_program_manager(), settings, stage="partitioned")
     return report
@@ -172,8 +166,13 @@ def _recipe_types() -> dict[str, RecipeType]:
 class _Record:
     """The guard passes made for one method of one export, and whether XNNPACK lowers it."""
 
+    method: str
     passes: list[Recorded]
     xnnpack: bool
+
+    def findings(self) -> list[Finding]:
+        """What the passes found, each naming the method."""
+        return _in_method((f for guard in self.passes for found in guard.reports for f in found), self.method)
 
 
 # What each guarded export recorded, by the torch.export program it lowered: kept as long as
@@ -193,7 +192,7 @@ class _RecipeGuards:
     def __call__(self, method: str, program: ExportedProgram) -> list[Recorded]:
         own = self.partitioners.get(method) if isinstance(self.partitioners, Mapping) else self.partitioners
         passes = [recorded(guard) for guard in guard_passes(fold=self.fold, max_growth=self.max_growth, partitioner=own or None)]
-        _RECORDS[program] = _Record(passes, any(_is_xnnpack(p.partitioner) for p in own or ()))
+        _RECORDS[program] = _Record(method, passes, any(_is_xnnpack(p.partitioner) for p in own or ()))
         return passes
 
 
@@ -227,6 +226,29 @@ class _SkipReparametrized:
         from torchao.quantization.quant_api import _is_linear
 
         return _is_linear(module, fqn)
+
+
+# The findings of the fold made before to_edge, by the program it made.
+_EARLY_FOLDS: weakref.WeakKeyDictionary[ExportedProgram, Report] = weakref.WeakKeyDictionary()
+
+
+@final
+@dataclass(frozen=True)
+class _FoldNonCore:
+    """A recipe's ``aten_transform_passes`` entry: :func:`fold_non_core_constants`."""
+
+    max_growth: float
+
+    def __call__(self, method: str, program: ExportedProgram) -> ExportedProgram:
+        folded, report = fold_non_core_constants(program, max_growth=self.max_growth)
+        if report:
+            _EARLY_FOLDS[folded] = Report.of(_in_method(report, method))
+        return folded
+
+
+def _in_method(findings: Iterable[Finding], method: str) -> list[Finding]:
+    """``findings``, each naming ``method`` (a pass sees a program, not its method's name)."""
+    return [f if f.method else dataclasses.replace(f, method=method) for f in findings]
 
 
 def _copy_to_host(method: str, program: ExportedProgram) -> ExportedProgram:

@@ -31,7 +31,7 @@ from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["CONSTANT_FOLDED", "FoldConstantsPass", "fold_constants"]
+__all__ = ["CONSTANT_FOLDED", "FoldConstantsPass", "fold_constants", "fold_non_core_constants"]
 
 CONSTANT_FOLDED = "EG201"
 """Rule code (info): a computation on constants was folded into one static constant."""
@@ -52,6 +52,28 @@ def fold_constants(
     """
     result = FoldConstantsPass(max_growth=max_growth)(program)
     return result.exported_program, result.report
+
+
+def fold_non_core_constants(program: ExportedProgram, *, max_growth: float = 2.0) -> tuple[ExportedProgram, Report]:
+    """Fold ``program`` now if one of its constant-only computations uses an op outside core
+    ATen, which ``to_edge`` decomposes or, when no decomposition exists, rejects
+    (``orthogonal``'s ``linalg_matrix_exp``, ``linalg_householder_product``, ``linalg_solve``;
+    hand-written weight math); otherwise return ``program`` unchanged, for the fold in
+    ``transform_passes`` to do.
+
+    Apply it to the torch.export program, before ``to_edge`` / ``to_edge_transform_and_lower``.
+    """
+    plan = plan_fold(program, max_growth=max_growth)
+    if not any(_outside_core_aten(node.target) for node in plan.foldable):
+        return program, Report()
+    return fold_constants(program, max_growth=max_growth)
+
+
+def _outside_core_aten(target: object) -> bool:
+    """An op that ``to_edge`` must decompose or reject. Which one it does is known only after
+    its decompositions; folding either here computes with the op eager runs. Ops without
+    results (graph asserts, which ``to_edge`` drops) do not count."""
+    return isinstance(target, torch._ops.OpOverload) and bool(target._schema.returns) and torch.Tag.core not in target.tags
 
 
 class FoldConstantsPass(ExportedProgramPassBase):

@@ -1,0 +1,212 @@
+"""The fold against the peer a user would pick instead: ExecuTorch's ``constant_prop_pass``.
+
+Run: ``make bench-fold-peer`` (or ``.venv/bin/python benchmarks/fold_vs_peer.py [--runs N]``).
+
+For each model (the decoder's reparametrization variants, the segmentation example, a
+weight-normed vocoder, a transformer block with sinusoidal positions), lowered to XNNPACK in
+one process, four ways: stock; stock with ``constant_prop_pass`` as a transform pass (the
+one-line alternative); ``guard_passes()``; and ``guard_passes`` with no growth limit (what the
+default ``max_growth=2`` declines to fold, and what that costs). Reported per model: convs and
+matrix products delegated, ``.pte`` bytes, runtime latency (the programs' forwards interleaved
+run by run; the median of paired per-run ratios guard / peer; stock, which recomputes the
+weights on portable kernels, a few runs apart), and the time of the pass itself
+(the fold against ``constant_prop_pass``, each inside ``to_edge_transform_and_lower``, best of
+the rounds). Targets: delegation >= the peer's; latency ratio <= 1.02; ``.pte`` <= the peer's;
+fold time <= the peer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.passes.constant_prop_pass import constant_prop_pass
+from executorch.runtime import Runtime
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import decoder  # noqa: E402
+import segmentation  # noqa: E402
+
+import export_guards as eg  # noqa: E402
+
+WAYS = ("stock", "peer", "guard", "guard, no growth limit")
+
+
+class ConstantPropagation(ExportedProgramPassBase):
+    """``constant_prop_pass`` as a transform pass, as a user would write it."""
+
+    def call(self, exported_program: torch.export.ExportedProgram) -> ExportedProgramPassResult:
+        return ExportedProgramPassResult(constant_prop_pass(exported_program), True)
+
+
+class Timed(ExportedProgramPassBase):
+    """A pass whose own time (process CPU seconds) is kept in ``seconds``."""
+
+    def __init__(self, inner: ExportedProgramPassBase) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def call(self, exported_program: torch.export.ExportedProgram) -> ExportedProgramPassResult:
+        start = time.process_time()
+        result = self.inner(exported_program)
+        self.seconds += time.process_time() - start
+        return result
+
+
+def passes(way: str) -> list[ExportedProgramPassBase]:
+    if way == "peer":
+        return [ConstantPropagation()]
+    if way == "guard":
+        return eg.guard_passes()
+    if way == "guard, no growth limit":
+        return eg.guard_passes(max_growth=math.inf)
+    return []
+
+
+class Vocoder(nn.Module):
+    """HiFi-GAN-like: weight-normed 1-D convs and transposed convs, leaky ReLU, residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        wn = nn.utils.parametrizations.weight_norm
+        self.pre = wn(nn.Conv1d(80, 128, 7, padding=3))
+        self.up = nn.ModuleList([wn(nn.ConvTranspose1d(128, 64, 16, stride=8, padding=4)), wn(nn.ConvTranspose1d(64, 32, 4, stride=2, padding=1))])
+        self.res = nn.ModuleList([wn(nn.Conv1d(64, 64, 3, padding=1)), wn(nn.Conv1d(32, 32, 3, padding=1))])
+        self.post = wn(nn.Conv1d(32, 1, 7, padding=3))
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        x = self.pre(mel)
+        for up, res in zip(self.up, self.res):
+            x = up(nn.functional.leaky_relu(x, 0.1))
+            x = x + res(nn.functional.leaky_relu(x, 0.1))
+        return torch.tanh(self.post(nn.functional.leaky_relu(x, 0.1)))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm attention (bmm) and MLP with sinusoidal positions and a weight-normed projection."""
+
+    def __init__(self, width: int = 128, heads: int = 4, length: int = 64) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        position = torch.arange(length).unsqueeze(1)
+        frequency = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
+        table = torch.zeros(length, width)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+        self.register_buffer("positions", table)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.positions
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = (t.reshape(batch * self.heads, length, -1) for t in (q, k, v))
+        weights = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(width // self.heads), dim=-1)
+        attended = torch.bmm(weights, v).reshape(batch, self.heads, length, -1).transpose(1, 2).reshape(batch, length, width)
+        x = x + self.proj(attended)
+        return x + self.mlp(self.norm2(x))
+
+
+def seeded(factory: Callable[[], nn.Module]) -> nn.Module:
+    torch.manual_seed(0)
+    return factory().eval()
+
+
+MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
+    **{f"decoder ({api})": (lambda api=api: decoder.model(api)) for api in ("spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed")},
+    "segmentation (224 px)": lambda: (segmentation.segmentation_model(224), (segmentation.example_input(224),)),
+    "vocoder (weight norm)": lambda: (seeded(Vocoder), (torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(0)),)),
+    "transformer block": lambda: (seeded(TransformerBlock), (torch.randn(1, 64, 128, generator=torch.Generator().manual_seed(0)),)),
+}
+
+
+def lower(program: torch.export.ExportedProgram, way: str) -> tuple[bytes, tuple[int, int], float]:
+    """The ``.pte``, (delegated, total) convs and matrix products, and the pass's own seconds."""
+    timed = [Timed(p) for p in passes(way)]
+    edge = to_edge_transform_and_lower(program, transform_passes=timed or None, partitioner=[XnnpackPartitioner()])
+    counted = eg.delegation_summary(edge).count("convolution", "linear", "addmm", "mm")
+    return edge.to_executorch().buffer, counted, sum(t.seconds for t in timed)
+
+
+def paired_latency(methods: dict[str, object], inputs: list[torch.Tensor], runs: int) -> dict[str, list[float]]:
+    """Seconds per forward of each method, interleaved run by run (rotating who goes first)."""
+    for method in methods.values():
+        method.execute(inputs)
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    names = list(methods)
+    for index in range(runs):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            methods[name].execute(inputs)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100, help="interleaved timed forwards per program (default 100)")
+    parser.add_argument("--stock-runs", type=int, default=3, help="timed forwards of the slow stock program (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="lowerings per way, for the pass time (default 3)")
+    parser.add_argument("--only", help="run only the models whose name contains this")
+    args = parser.parse_args()
+    runtime = Runtime.get()
+    met = True
+    print("| model | way | convs + matmuls delegated | .pte bytes | latency / peer (median of pairs) | pass time | targets met |")
+    print("|---|---|---|---|---|---|---|")
+    for label, make in MODELS.items():
+        if args.only and args.only not in label:
+            continue
+        model, inputs = make()
+        program = torch.export.export(model, inputs)
+        results = {}
+        for way in WAYS:
+            seconds = []
+            for _ in range(args.rounds if way in ("peer", "guard") else 1):
+                gc.collect()
+                pte, counted, spent = lower(program, way)
+                seconds.append(spent)
+            results[way] = (pte, counted, min(seconds))
+        methods = {way: runtime.load_program(results[way][0]).load_method("forward") for way in WAYS if way != "stock"}
+        times = paired_latency(methods, list(inputs), args.runs)
+        # Stock recomputes the weights on portable kernels (100x slower and more): timed apart,
+        # a few runs, paired with the peer's median.
+        stock = paired_latency({"stock": runtime.load_program(results["stock"][0]).load_method("forward")}, list(inputs), args.stock_runs)
+        times["stock"] = stock["stock"]
+        peer_pte, peer_count, peer_time = results["peer"]
+        for way in WAYS:
+            pte, counted, spent = results[way]
+            ratio = median_ratio(times[way], times["peer"]) if way != "stock" else statistics.median(times["stock"]) / statistics.median(times["peer"])
+            verdict = "-"
+            if way == "guard":
+                checks = [counted[0] >= peer_count[0], ratio <= 1.02, len(pte) <= len(peer_pte), spent <= peer_time]
+                verdict = "yes" if all(checks) else "NO: " + ", ".join(
+                    name for name, ok in zip(("delegation", "latency", "bytes", "pass time"), checks) if not ok
+                )
+                met = met and all(checks)
+            print(
+                f"| {label} | {way} | {counted[0]} / {counted[1]} | {len(pte):,} | {ratio:.3f} "
+                f"({statistics.median(times[way]) * 1e3:.2f} ms) | {spent * 1e3:.0f} ms | {verdict} |"
+            )
+        sys.stdout.flush()
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""Dynamic shapes (``torch.export.Dim``): the fold, the lint, lowering and the runtime at two
+sizes; nothing that depends on a symbolic size is folded."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+import export_guards as eg
+from export_guards.testing.compare import run_pte
+
+
+class ImageNet(nn.Module):
+    """Weight-normed and spectral-normed convs over a batch of images of any size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.utils.parametrizations.weight_norm(nn.Conv2d(3, 8, 3, padding=1))
+        self.body = nn.utils.parametrizations.spectral_norm(nn.Conv2d(8, 8, 3, padding=1))
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.body(torch.relu(self.stem(x)))))
+
+
+class Vocoder(nn.Module):
+    """Weight-normed 1-D convs over audio of any length, as in HiFi-GAN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 16, 7, padding=3))
+        self.res = nn.utils.parametrizations.weight_norm(nn.Conv1d(16, 16, 3, padding=1))
+        self.post = nn.utils.parametrizations.weight_norm(nn.Conv1d(16, 1, 7, padding=3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.leaky_relu(self.pre(x), 0.1)
+        h = h + self.res(nn.functional.leaky_relu(h, 0.1))
+        return torch.tanh(self.post(h))
+
+
+class Positions(nn.Module):
+    """Sinusoidal positions sliced to the sequence length: the slice depends on a symbolic
+    size and must stay in the graph; the weight-normed projection is folded."""
+
+    def __init__(self, width: int = 16, longest: int = 64) -> None:
+        super().__init__()
+        position = torch.arange(longest).unsqueeze(1)
+        frequency = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
+        table = torch.zeros(longest, width)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+        self.register_buffer("table", table)
+        self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x + self.table[: x.shape[1]])
+
+
+batch = Dim("batch", min=1, max=4)
+CASES = {
+    "image": (ImageNet, (2, 3, 16, 24), {"x": {0: batch, 2: Dim("height", min=8, max=64), 3: Dim("width", min=8, max=64)}}, [(1, 3, 32, 16), (3, 3, 12, 40)]),
+    # Time only: XNNPACK lowers a 1-D conv through a reshape, which takes one dynamic dimension.
+    "audio": (Vocoder, (1, 4, 100), {"x": {2: Dim("time", min=16, max=400)}}, [(1, 4, 37), (1, 4, 321)]),
+    "sequence": (Positions, (2, 10, 16), {"x": {0: batch, 1: Dim("length", min=2, max=64)}}, [(1, 3, 16), (4, 64, 16)]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_dynamic_model_folds_lints_lowers_and_runs_at_other_sizes(case: str) -> None:
+    factory, shape, dynamic, other_shapes = CASES[case]
+    torch.manual_seed(0)
+    model = factory().eval()
+    program = torch.export.export(model, (torch.randn(shape),), dynamic_shapes=dynamic)
+
+    guarded = eg.lower_with_guards(program)
+    assert guarded.edge is not None and not guarded.report.errors, guarded.report
+    assert guarded.report.with_code(eg.CONSTANT_FOLDED), "the reparametrized weights are folded"
+    summary = guarded.delegation
+    assert summary.portable.keys().isdisjoint({"convolution", "linear", "addmm", "mm"}), summary
+    pte = guarded.to_pte()
+    assert not eg.check_pte(pte).errors
+    for size in other_shapes:
+        x = torch.randn(size, generator=torch.Generator().manual_seed(sum(size)))
+        with torch.no_grad():
+            torch.testing.assert_close(run_pte(pte, (x,))[0], model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_what_depends_on_a_symbolic_size_is_not_folded() -> None:
+    torch.manual_seed(0)
+    program = torch.export.export(Positions().eval(), (torch.randn(2, 10, 16),), dynamic_shapes=CASES["sequence"][2])
+    folded, report = eg.fold_constants(program)
+    assert {f.constant for f in report} == {"proj.weight"}
+    assert "table" in folded.state_dict, "the table is sliced by the input's length at run time"
+    slices = [n for n in folded.graph.nodes if n.op == "call_function" and "slice" in str(n.target)]
+    assert slices, "the slice by the symbolic length stays in the graph"
