@@ -37,6 +37,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import decoder  # noqa: E402
 import segmentation  # noqa: E402
+import transformer  # noqa: E402
 
 import export_guards as eg  # noqa: E402
 
@@ -92,33 +93,6 @@ class Vocoder(nn.Module):
         return torch.tanh(self.post(nn.functional.leaky_relu(x, 0.1)))
 
 
-class TransformerBlock(nn.Module):
-    """Pre-norm attention (bmm) and MLP with sinusoidal positions and a weight-normed projection."""
-
-    def __init__(self, width: int = 128, heads: int = 4, length: int = 64) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-        position = torch.arange(length).unsqueeze(1)
-        frequency = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
-        table = torch.zeros(length, width)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
-        self.register_buffer("positions", table)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.positions
-        batch, length, width = x.shape
-        q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        q, k, v = (t.reshape(batch * self.heads, length, -1) for t in (q, k, v))
-        weights = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(width // self.heads), dim=-1)
-        attended = torch.bmm(weights, v).reshape(batch, self.heads, length, -1).transpose(1, 2).reshape(batch, length, width)
-        x = x + self.proj(attended)
-        return x + self.mlp(self.norm2(x))
-
-
 def seeded(factory: Callable[[], nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     return factory().eval()
@@ -128,7 +102,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     **{f"decoder ({api})": (lambda api=api: decoder.model(api)) for api in ("spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed")},
     "segmentation (224 px)": lambda: (segmentation.segmentation_model(224), (segmentation.example_input(224),)),
     "vocoder (weight norm)": lambda: (seeded(Vocoder), (torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(0)),)),
-    "transformer block": lambda: (seeded(TransformerBlock), (torch.randn(1, 64, 128, generator=torch.Generator().manual_seed(0)),)),
+    "transformer block": lambda: transformer.model(width=128, length=64, batch=1),
 }
 
 

@@ -3,7 +3,8 @@ sizes; nothing that depends on a symbolic size is folded."""
 
 from __future__ import annotations
 
-import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,9 @@ from torch.export import Dim
 
 import export_guards as eg
 from export_guards.testing.compare import run_pte
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from transformer import sinusoidal_positions  # noqa: E402 - examples/transformer.py
 
 
 class ImageNet(nn.Module):
@@ -48,11 +52,7 @@ class Positions(nn.Module):
 
     def __init__(self, width: int = 16, longest: int = 64) -> None:
         super().__init__()
-        position = torch.arange(longest).unsqueeze(1)
-        frequency = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
-        table = torch.zeros(longest, width)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
-        self.register_buffer("table", table)
+        self.register_buffer("table", sinusoidal_positions(longest, width))
         self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

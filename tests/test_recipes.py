@@ -3,7 +3,6 @@ here, on the reparametrized decoder and a transformer block, stock against guard
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -20,43 +19,12 @@ from export_guards.testing.compare import run_pte
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 import decoder  # noqa: E402 - examples/decoder.py
+import transformer  # noqa: E402 - examples/transformer.py
 
 XNNPACK_RECIPES = [name for name in eg.recipe_names() if name.startswith("xnnpack_")]
 
 
-class TransformerBlock(nn.Module):
-    """Pre-norm attention and MLP, sinusoidal positions, a weight-normed output projection.
-    Attention is written with ``bmm``: the stock XNNPACK FP32 recipe fails on the
-    decomposition of ``scaled_dot_product_attention`` (its ``ConvertToLinearPass`` meets a 3-D
-    ``linear``), with or without the guards."""
-
-    def __init__(self, width: int = 32, heads: int = 4, length: int = 16) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-        position = torch.arange(length).unsqueeze(1)
-        frequency = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
-        table = torch.zeros(length, width)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
-        self.register_buffer("positions", table)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.positions
-        batch, length, width = x.shape
-        q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
-        q, k, v = (t.reshape(batch * self.heads, length, width // self.heads) for t in (q, k, v))
-        weights = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(width // self.heads), dim=-1)
-        attended = torch.bmm(weights, v).reshape(batch, self.heads, length, -1).transpose(1, 2).reshape(batch, length, width)
-        x = x + self.proj(attended)
-        return x + self.mlp(self.norm2(x))
-
-
-def transformer_block() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    torch.manual_seed(0)
-    return TransformerBlock().eval(), (torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(2)),)
+transformer_block = transformer.model
 
 
 MODELS = {"decoder": lambda: decoder.model("mixed"), "transformer": transformer_block}
