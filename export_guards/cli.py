@@ -35,7 +35,7 @@ __all__ = ["main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 REPORT_FORMATS = ("text", "json", "sarif", "github")
-_LIBRARIES = ("torch", "torchao", "executorch")  # whose warnings and logs are not the user's
+_LIBRARIES = ("torch", "torchao", "executorch", "coremltools")  # whose warnings and logs are not the user's (coremltools: imported by the CoreML recipes)
 
 
 class UsageError(Exception):

@@ -156,6 +156,7 @@ def test_the_command_takes_a_recipe_by_name(tmp_path: Path) -> None:
 
     typo = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_fp33")
     assert typo.returncode == 2 and "did you mean xnnpack_fp32" in typo.stderr, typo.stderr
+    assert "coremltools" not in typo.stderr, "looking the recipes up says nothing of the libraries it imports"
     both = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_fp32", "--backend", "portable")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
