@@ -3,10 +3,14 @@
 Run: ``make bench-fold-peer`` (or ``.venv/bin/python benchmarks/fold_vs_peer.py [--runs N]``).
 
 For each model (the decoder's reparametrization variants, the segmentation example, a
-weight-normed vocoder, a transformer block with sinusoidal positions), lowered to XNNPACK in
-one process, four ways: stock; stock with ``constant_prop_pass`` as a transform pass (the
-one-line alternative); ``guard_passes()``; and ``guard_passes`` with no growth limit (what the
-default ``max_growth=2`` declines to fold, and what that costs). Reported per model: convs and
+weight-normed vocoder, the same vocoder quantized with PT2E and ``fold_quantize=False`` (its
+weights quantized by ops in the graph), a transformer block with sinusoidal positions),
+lowered to XNNPACK in one process, five ways: stock; stock with ``constant_prop_pass`` as a
+transform pass (the one-line alternative); ``guard_passes()``; ``guard_passes`` with no growth
+limit (what the default ``max_growth=2`` declines to fold, and what that costs); and
+``fold_non_core_constants`` before ``to_edge`` plus ``guard_passes()``, which is what
+``lower_with_guards`` does. Each program first runs once in a child process
+(``smoke_test``); one that fails or crashes there is reported so and not timed. Reported per model: convs and
 matrix products delegated, ``.pte`` bytes, runtime latency (the programs' forwards interleaved
 run by run; the median of paired per-run ratios guard / peer; stock, which recomputes the
 weights on portable kernels, a few runs apart), and the time of the pass itself
@@ -22,10 +26,12 @@ import gc
 import math
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import executorch.kernels.quantized  # noqa: F401 - portable quantize kernels, so that programs that keep them emit
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
@@ -40,8 +46,9 @@ import segmentation  # noqa: E402
 import transformer  # noqa: E402
 
 import export_guards as eg  # noqa: E402
+from export_guards.pte.smoke import smoke_test  # noqa: E402
 
-WAYS = ("stock", "peer", "guard", "guard, no growth limit")
+WAYS = ("stock", "peer", "guard", "guard, no growth limit", "guard, folded before to_edge")
 
 
 class ConstantPropagation(ExportedProgramPassBase):
@@ -67,7 +74,7 @@ class Timed(ExportedProgramPassBase):
 def passes(way: str) -> list[ExportedProgramPassBase]:
     if way == "peer":
         return [ConstantPropagation()]
-    if way == "guard":
+    if way in ("guard", "guard, folded before to_edge"):
         return eg.guard_passes()
     if way == "guard, no growth limit":
         return eg.guard_passes(max_growth=math.inf)
@@ -98,17 +105,35 @@ def seeded(factory: Callable[[], nn.Module]) -> nn.Module:
     return factory().eval()
 
 
+MEL = (torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(0)),)
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     **{f"decoder ({api})": (lambda api=api: decoder.model(api)) for api in ("spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed")},
     "segmentation (224 px)": lambda: (segmentation.segmentation_model(224), (segmentation.example_input(224),)),
-    "vocoder (weight norm)": lambda: (seeded(Vocoder), (torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(0)),)),
+    "vocoder (weight norm)": lambda: (seeded(Vocoder), MEL),
+    "vocoder (weight norm, PT2E int8, quantized in the graph)": lambda: (pt2e_in_graph(seeded(Vocoder), MEL), MEL),
     "transformer block": lambda: transformer.model(width=128, length=64, batch=1),
 }
+
+
+def pt2e_in_graph(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> nn.Module:
+    """``model`` quantized for XNNPACK (int8, per channel) with ``convert_pt2e(...,
+    fold_quantize=False)``: its float weights are quantized by ops in the graph."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
+    prepared(*inputs)
+    return convert_pt2e(prepared, fold_quantize=False)
 
 
 def lower(program: torch.export.ExportedProgram, way: str) -> tuple[bytes, tuple[int, int], float]:
     """The ``.pte``, (delegated, total) convs and matrix products, and the pass's own seconds."""
     timed = [Timed(p) for p in passes(way)]
+    if way == "guard, folded before to_edge":
+        start = time.process_time()
+        program, _ = eg.fold_non_core_constants(program)
+        timed[0].seconds += time.process_time() - start
     edge = to_edge_transform_and_lower(program, transform_passes=timed or None, partitioner=[XnnpackPartitioner()])
     counted = eg.delegation_summary(edge).count("convolution", "linear", "addmm", "mm")
     return edge.to_executorch().buffer, counted, sum(t.seconds for t in timed)
@@ -127,6 +152,19 @@ def paired_latency(methods: dict[str, object], inputs: list[torch.Tensor], runs:
             methods[name].execute(inputs)
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def does_not_run(pte: bytes) -> str | None:
+    """Why the program fails or crashes when the runtime runs it once (in a child process), if it does."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.pte"
+        path.write_bytes(pte)
+        run = smoke_test(path)
+    if run.signal or run.timed_out:
+        return f"the runtime died ({run.signal or 'timed out'}) at {run.last_step}"
+    if run.failure is None:
+        return None
+    return run.stderr.splitlines()[0] if run.stderr else run.failure  # the runtime's own line says most
 
 
 def median_ratio(a: list[float], b: list[float]) -> float:
@@ -157,27 +195,38 @@ def main() -> int:
                 pte, counted, spent = lower(program, way)
                 seconds.append(spent)
             results[way] = (pte, counted, min(seconds))
-        methods = {way: runtime.load_program(results[way][0]).load_method("forward") for way in WAYS if way != "stock"}
+        broken = {way: why for way in WAYS if (why := does_not_run(results[way][0]))}
+        runnable = [way for way in WAYS if way not in broken]
+        methods = {way: runtime.load_program(results[way][0]).load_method("forward") for way in runnable if way != "stock"}
         times = paired_latency(methods, list(inputs), args.runs)
-        # Stock recomputes the weights on portable kernels (100x slower and more): timed apart,
-        # a few runs, paired with the peer's median.
-        stock = paired_latency({"stock": runtime.load_program(results["stock"][0]).load_method("forward")}, list(inputs), args.stock_runs)
-        times["stock"] = stock["stock"]
+        if "stock" in runnable:
+            # Stock recomputes the weights on portable kernels (100x slower and more): timed
+            # apart, a few runs, paired with the baseline's median.
+            stock = paired_latency({"stock": runtime.load_program(results["stock"][0]).load_method("forward")}, list(inputs), args.stock_runs)
+            times["stock"] = stock["stock"]
+        # The latency baseline is the peer's program, or the guarded one where the peer's does not run.
+        baseline = "peer" if "peer" in runnable else "guard"
         peer_pte, peer_count, peer_time = results["peer"]
         for way in WAYS:
             pte, counted, spent = results[way]
-            ratio = median_ratio(times[way], times["peer"]) if way != "stock" else statistics.median(times["stock"]) / statistics.median(times["peer"])
+            if way in broken:
+                latency = f"does not run: {broken[way]}"
+            else:
+                ratio = median_ratio(times[way], times[baseline]) if way != "stock" else statistics.median(times["stock"]) / statistics.median(times[baseline])
+                latency = f"{ratio:.3f} ({statistics.median(times[way]) * 1e3:.2f} ms)"
             verdict = "-"
             if way == "guard":
-                checks = [counted[0] >= peer_count[0], ratio <= 1.02, len(pte) <= len(peer_pte), spent <= peer_time]
+                checks = [
+                    counted[0] >= peer_count[0],
+                    way not in broken and (baseline == "guard" or ratio <= 1.02),
+                    len(pte) <= len(peer_pte),
+                    spent <= peer_time,
+                ]
                 verdict = "yes" if all(checks) else "NO: " + ", ".join(
                     name for name, ok in zip(("delegation", "latency", "bytes", "pass time"), checks) if not ok
                 )
                 met = met and all(checks)
-            print(
-                f"| {label} | {way} | {counted[0]} / {counted[1]} | {len(pte):,} | {ratio:.3f} "
-                f"({statistics.median(times[way]) * 1e3:.2f} ms) | {spent * 1e3:.0f} ms | {verdict} |"
-            )
+            print(f"| {label} | {way} | {counted[0]} / {counted[1]} | {len(pte):,} | {latency} | {spent * 1e3:.0f} ms | {verdict} |")
         sys.stdout.flush()
     return 0 if met else 1
 

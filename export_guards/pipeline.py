@@ -184,8 +184,8 @@ def lower_with_guards(
        on purpose, a device constant stops the export only where a host reader would read
        it: the guarded partitioner says so after it decides.
     3. With the fold on, constant-only computations that use ops outside core ATen (which
-       ``to_edge`` rejects: ``orthogonal``'s matrix exponential, say) are folded on the
-       torch.export program first (:func:`fold_non_core_constants`).
+       ``to_edge`` rejects: ``orthogonal``'s matrix exponential, say), or quantize weights,
+       are folded on the torch.export program first (:func:`fold_non_core_constants`).
     4. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
        partitioner (guarded: :func:`guard_partitioners`), recording the partitioner's reason
        for each node it leaves out.

@@ -145,15 +145,38 @@ def _quantized(model: nn.Module, image: tuple[torch.Tensor, ...], *, fold_quanti
 
 def test_eg401_a_weight_quantized_in_the_graph_is_explained_and_its_fix_works() -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Conv2d(3, 8, 3)), nn.ReLU()).eval()
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).eval()
     image = (torch.randn(1, 3, 16, 16),)
-    result = eg.export_with_guards(_quantized(model, image, fold_quantize=False), image)
+    in_graph = _quantized(model, image, fold_quantize=False)  # a float weight, quantized by an op
+    result = eg.export_with_guards(in_graph, image, fold=False)
     (left_out,) = result.report.with_code("EG401")
     assert "quantized by an op in the graph" in left_out.message and "fold_quantize=True" in left_out.fix
     assert result.delegation.count("convolution") == (0, 1)  # the claim: XNNPACK refuses it
-    for fixed in (  # the fix, both halves of it
-        _quantized(model, image, fold_quantize=True),
-        _quantized(eg.fold_parametrizations(model)[0], image, fold_quantize=True),
+    for fixed, fold in (  # the fix, each way it names
+        (in_graph, True),  # export-guards' fold
+        (_quantized(model, image, fold_quantize=True), False),  # convert_pt2e's
     ):
-        result = eg.export_with_guards(fixed, image)
+        result = eg.export_with_guards(fixed, image, fold=fold)
         assert not result.report.with_code("EG401") and result.delegation.count("convolution") == (1, 1)
+
+
+def test_eg401_a_quantized_linear_decomposed_before_the_fold_is_explained_and_its_fix_works() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(8, 4))).eval()
+    features = (torch.randn(2, 8),)
+    program = torch.export.export(_quantized(model, features, fold_quantize=False), features)
+    with capture_partitioner_reasons() as reasons:  # the pass-list form, without the line before to_edge
+        edge = to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()])
+    (left_out,) = eg.lint(edge, stage="partitioned", reasons={"forward": reasons}).with_code("EG401")
+    assert "Expected weight to be a static param" in left_out.message and "fold_non_core_constants" in left_out.fix
+    assert eg.delegation_summary(edge).count("addmm") == (0, 1)  # the claim
+
+    folded, _ = eg.fold_non_core_constants(program)  # the fix
+    edge = to_edge_transform_and_lower(folded, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()])
+    assert not eg.lint(edge, stage="partitioned").with_code("EG401")
+    assert eg.delegation_summary(edge).count("linear", "addmm") == (1, 1)

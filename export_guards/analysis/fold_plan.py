@@ -19,8 +19,13 @@ from export_guards.analysis.storage import storage_problem
 
 __all__ = ["FoldPlan", "plan_fold"]
 
-# Quantize / dequantize must stay in the graph: delegates match them as patterns.
-_KEEP_NAMESPACES = frozenset({"quantized_decomposed", "torchao", "quantized", "quant"})
+# Quantization ops stay in the graph (delegates match dequantize as a pattern), except a
+# quantize of a constant: that is the integer weight a delegate expects in front of its
+# dequantize, which is what convert_pt2e's default fold_quantize=True stores too.
+_QUANTIZATION_NAMESPACES = frozenset({"quantized_decomposed", "torchao", "quantized", "quant"})
+_FOLDABLE_QUANTIZE = frozenset(
+    {"quantize_per_tensor", "quantize_per_channel", "quantize_per_channel_group", "quantize_affine"}
+)
 _SMALL_BYTES = 4096
 
 
@@ -48,7 +53,8 @@ def plan_fold(program: ExportedProgram, *, max_growth: float = 2.0) -> FoldPlan:
 
     A node is folded when all of its inputs are constants or folded nodes and its op is a
     pure ATen / edge op: no mutation, no random op (``nondeterministic_seeded``), no
-    quantize / dequantize, no delegate call, no control flow; and when its result is at most
+    dequantize (a delegate matches it), no delegate call, no control flow, and of the
+    quantization ops only a quantize (of constants alone, like every fold: an integer weight); and when its result is at most
     ``max_growth`` times the bytes of its tensor inputs (or at most 4 KiB), so that
     ``expand`` / ``repeat`` / ``full`` do not bloat the ``.pte``.
     """
@@ -150,7 +156,9 @@ def _is_pure(target: object) -> bool:
     op = aten_overload(target)
     if op is None:
         return False
-    if op.namespace in _KEEP_NAMESPACES or torch.Tag.nondeterministic_seeded in op.tags:
+    if op.namespace in _QUANTIZATION_NAMESPACES:
+        return aten_name(op) in _FOLDABLE_QUANTIZE
+    if torch.Tag.nondeterministic_seeded in op.tags:
         return False
     schema = op._schema
     if schema.is_mutable:

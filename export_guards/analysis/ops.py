@@ -3,6 +3,7 @@ op sets the guards care about, the arguments a node passes, views and in-place w
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator
 
@@ -106,6 +107,9 @@ def is_written(node: Node) -> bool:
             if is_written(user):
                 return True
             continue
+        op = aten_overload(user.target)
+        if op is None or not _aliases_an_argument(op):  # most ops: nothing to read in their arguments
+            continue
         for schema_argument, value in schema_arguments(user):
             passed = value is node or (isinstance(value, (list, tuple)) and any(v is node for v in value))
             if not passed or schema_argument.alias_info is None:
@@ -113,6 +117,11 @@ def is_written(node: Node) -> bool:
             if schema_argument.alias_info.is_write or is_written(user):  # else ``user`` is a view of ``node``
                 return True
     return False
+
+
+@functools.cache
+def _aliases_an_argument(op: torch._ops.OpOverload) -> bool:
+    return any(a.alias_info is not None for a in op._schema.arguments)
 
 
 def ancestors(node: Node, through: Callable[[Node], bool] = lambda _: True) -> set[Node]:

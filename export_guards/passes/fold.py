@@ -58,8 +58,9 @@ def fold_non_core_constants(program: ExportedProgram, *, max_growth: float = 2.0
     """Fold ``program`` now if one of its constant-only computations uses an op outside core
     ATen, which ``to_edge`` decomposes or, when no decomposition exists, rejects
     (``orthogonal``'s ``linalg_matrix_exp``, ``linalg_householder_product``, ``linalg_solve``;
-    hand-written weight math); otherwise return ``program`` unchanged, for the fold in
-    ``transform_passes`` to do.
+    hand-written weight math), or a quantize of constants (folded now, a quantized linear's
+    weight is a constant when ``to_edge`` decides to keep the linear whole, as XNNPACK needs);
+    otherwise return ``program`` unchanged, for the fold in ``transform_passes`` to do.
 
     Apply it to the torch.export program, before ``to_edge`` / ``to_edge_transform_and_lower``.
     """
@@ -72,7 +73,8 @@ def fold_non_core_constants(program: ExportedProgram, *, max_growth: float = 2.0
 def _outside_core_aten(target: object) -> bool:
     """An op that ``to_edge`` must decompose or reject. Which one it does is known only after
     its decompositions; folding either here computes with the op eager runs. Ops without
-    results (graph asserts, which ``to_edge`` drops) do not count."""
+    results (graph asserts, which ``to_edge`` drops) do not count. Quantization ops are not
+    core ATen either: a foldable one (a quantize of constants) counts too."""
     return isinstance(target, torch._ops.OpOverload) and bool(target._schema.returns) and torch.Tag.core not in target.tags
 
 
@@ -184,12 +186,16 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
         root_sources, root_ops = _subgraph(root, plan.foldable, plan.constants)
         sources.update(dict.fromkeys(root_sources))
         ops.update(dict.fromkeys(root_ops))
-    before = sum(plan.constants[s].tensor.nbytes for s in sources)
+    # A constant the rest of the graph reads too (a dequantize's scale) stays in the program:
+    # only the bytes of those that leave it are replaced.
+    staying = [s for s in sources if any(u not in plan.foldable for u in s.users)]
+    before = sum(plan.constants[s].tensor.nbytes for s in sources if s not in staying)
     shared = f" (one value for {len(roots)} computations)" if len(roots) > 1 else ""
+    kept = f"; {', '.join(repr(plan.constants[s].fqn) for s in staying)} stay, read elsewhere" if staying else ""
     message = (
         f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(list(ops))}) on "
         f"{', '.join(repr(plan.constants[s].fqn) for s in sources)} into parameter '{fqn}'{shared}: "
-        f"{before:,} -> {value.nbytes:,} bytes"
+        f"{before:,} -> {value.nbytes:,} bytes{kept}"
     )
     root = roots[0]
     consumer = next(u for u in root.users if u not in plan.foldable)

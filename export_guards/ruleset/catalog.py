@@ -168,7 +168,9 @@ _RULES = (
         "A conv / linear / matmul was left in the portable graph: it runs in the slow portable "
         "kernels.",
         "Read the partitioner's reason; the usual one, a weight that is not a static parameter, "
-        "is fixed by the fold (EG210, EG212).",
+        "is fixed by the fold (EG210, EG212). A quantized linear whose weight only the fold in "
+        "transform_passes made static was decomposed by to_edge before it: fold before to_edge "
+        "with fold_non_core_constants(program).",
         "partitioned",
     ),
     Rule(

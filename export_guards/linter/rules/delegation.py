@@ -20,8 +20,8 @@ def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
             continue
         reason = context.reasons.get(node.name)
         because = f": the partitioner says {reason}" if reason else " (the partitioner gave no reason)"
-        if _quantized_in_the_graph(node):
-            yield Hit(f"{name} '{node.name}' was not delegated{because}. {_QUANTIZED_WEIGHT}", node, fix=_FOLD_BEFORE_QUANTIZING)
+        if _quantized_in_the_graph(node, context.foldable):
+            yield Hit(f"{name} '{node.name}' was not delegated{because}. {_QUANTIZED_WEIGHT}", node, fix=_FOLD_THE_QUANTIZE)
         else:
             yield Hit(f"{name} '{node.name}' was not delegated{because}", node)
 
@@ -30,25 +30,29 @@ _QUANTIZED_WEIGHT = (
     "Its weight is quantized by an op in the graph (quantize of a float constant), not stored as "
     "int8: XNNPACK takes only int8 constant weights"
 )
-_FOLD_BEFORE_QUANTIZING = (
-    "Store the weight as int8: convert with convert_pt2e(prepared), whose fold_quantize=True (the "
-    "default) quantizes constant weights at export; and fold a reparametrized weight before "
-    "quantizing: model, _ = export_guards.fold_parametrizations(model) before prepare_pt2e."
+_FOLD_THE_QUANTIZE = (
+    "Store the weight as int8: keep export-guards' fold on (it folds a quantize of a constant, "
+    "and the reparametrization before it, into an int8 weight), or convert with "
+    "convert_pt2e(prepared), whose fold_quantize=True (the default) does the same at export."
 )
 
 
-def _quantized_in_the_graph(node: Node) -> bool:
-    """Whether ``node``'s weight is ``dequantize(quantize(constant))``: a float weight that the
-    program quantizes at run time (``convert_pt2e(..., fold_quantize=False)``, or a
-    parametrization that was quantized before anything folded it)."""
-    weight = static_operand(node)
-    if not isinstance(weight, Node) or not (aten_name(weight.target) or "").startswith("dequantize_per"):
-        return False
-    quantize = weight.args[0] if weight.args else None
-    if not isinstance(quantize, Node) or not (aten_name(quantize.target) or "").startswith("quantize_per"):
-        return False
-    source = quantize.args[0] if quantize.args else None
-    return isinstance(source, Node) and source.op in ("placeholder", "get_attr")
+def _quantized_in_the_graph(node: Node, foldable: frozenset[Node]) -> bool:
+    """Whether ``node``'s weight is ``dequantize(quantize(w))`` where ``w`` is computed from
+    constants alone (``foldable``): a float weight that the program quantizes at run time
+    (``convert_pt2e(..., fold_quantize=False)``, or a parametrization quantized unfolded)."""
+    dequantize = _dequantize_of(static_operand(node))
+    quantize = dequantize.args[0] if dequantize is not None and dequantize.args else None
+    return isinstance(quantize, Node) and _is_quantization(quantize, "quantize_") and quantize in foldable
+
+
+def _dequantize_of(value: object) -> Node | None:
+    return value if isinstance(value, Node) and _is_quantization(value, "dequantize_") else None
+
+
+def _is_quantization(node: Node, prefix: str) -> bool:
+    """``dequantize_per_*`` / ``dequantize_affine`` (prefix ``"dequantize_"``), or the quantize ones."""
+    return (aten_name(node.target) or "").startswith(prefix)
 
 
 @rule("EG402")
