@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-cli clean
+.PHONY: demo test bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-campaign bench-cli clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/fold_vs_peer.py
 	$(PY) benchmarks/lint.py
 	$(PY) benchmarks/pte_check.py
+	$(PY) benchmarks/pte_campaign.py
 	$(PY) benchmarks/cli_startup.py
 
 bench-placement: $(INSTALLED)
@@ -40,6 +41,9 @@ bench-lint: $(INSTALLED)
 
 bench-check: $(INSTALLED)
 	$(PY) benchmarks/pte_check.py
+
+bench-campaign: $(INSTALLED)
+	$(PY) benchmarks/pte_campaign.py
 
 bench-cli: $(INSTALLED)
 	$(PY) benchmarks/cli_startup.py

@@ -142,4 +142,57 @@ def valid_programs() -> dict[str, bytes]:
     state = torch.export.export(InitializedState(), (torch.randn(2, 4),))
     config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["position", "scale"])])
     programs["initialised state"] = to_edge_transform_and_lower(state).to_executorch(config).buffer
+    programs.update(architectures())
     return programs
+
+
+class KeyValueCache(torch.nn.Module):
+    """A cache buffer written in place at a position (a decoder's KV cache)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("keys", torch.zeros(4, 8))
+        self.project = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        self.keys.index_copy_(0, position, self.project(x))
+        return self.keys.sum(0) * 2
+
+
+def architectures() -> dict[str, bytes]:
+    """Realistic architectures as ExecuTorch writes them, portable and XNNPACK: a transformer
+    block, a conv net (batch norm, pooling, depthwise), channels-last input, a dynamic batch of
+    images, a KV cache, ops left portable between delegates. The program checks must pass them."""
+    import sys
+
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import transformer
+
+    def lowered(model: torch.nn.Module, inputs: tuple, partitioner: list | None = None, **export: object) -> bytes:
+        with torch.no_grad():
+            program = torch.export.export(model, inputs, **export)
+        return to_edge_transform_and_lower(program, partitioner=partitioner).to_executorch().buffer
+
+    torch.manual_seed(0)
+    xnnpack = [XnnpackPartitioner()]
+    block, tokens = transformer.model(width=32, length=8, batch=1)
+    convnet = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3, groups=8), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4),
+    ).eval()  # fmt: skip
+    images = (torch.randn(2, 3, 16, 16),)
+    # (the portable batch norm kernel takes only contiguous tensors: a conv and a ReLU here)
+    channels_last = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    cumulative = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Softmax(-1), torch.nn.Linear(8, 4)).eval()
+    return {
+        "transformer block, xnnpack": lowered(block, tokens, xnnpack),
+        "transformer block, portable": lowered(block, tokens),
+        "conv net, xnnpack": lowered(convnet, images, xnnpack),
+        "conv, portable, channels last": lowered(channels_last, (images[0].to(memory_format=torch.channels_last),)),
+        "conv net, xnnpack, dynamic batch": lowered(convnet, images, xnnpack, dynamic_shapes=({0: batch},)),
+        "kv cache, xnnpack": lowered(KeyValueCache(), (torch.randn(1, 8), torch.tensor([1])), xnnpack),
+        "portable ops between delegates": lowered(cumulative, (torch.randn(3, 8),), [XnnpackPartitioner()]),
+    }

@@ -11,12 +11,13 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.schema import Program, Tensor
-from pte_mutations import rewrite
 from pte_models import Written, valid_programs, write_programs
+from pte_mutations import rewrite
 
 from export_guards.pte.check import check_pte
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.xnnpack import read_payload
+from export_guards.report import Severity
 
 TESTS = Path(__file__).parent
 
@@ -71,12 +72,22 @@ def test_truncated_file_names_what_is_lost(programs: dict[str, Written]) -> None
     assert any("named data '" in m for m in lost)
 
 
-@pytest.mark.parametrize("field, value", [("program_size", 2**63), ("segment_base_offset", 2**40), ("segment_base_offset", 3)])
+@pytest.mark.parametrize("field, value", [("program_size", 2**63), ("segment_base_offset", 2**40)])
 def test_header_offsets_out_of_bounds(programs: dict[str, Written], field: str, value: int) -> None:
     data = programs["portable"].pte.read_bytes()
     at = {"program_size": 16, "segment_base_offset": 24}[field]
     damaged = data[:at] + value.to_bytes(8, "little") + data[at + 8 :]
     assert "EG501" in codes(damaged)
+
+
+def test_segments_moved_into_the_flatbuffer_are_an_error_through_what_they_misplace(programs: dict[str, Written]) -> None:
+    """The runtime reads segments from the stated base without comparing it with the program
+    size: the overlap itself is a warning; the misplaced constants are the error."""
+    data = programs["portable"].pte.read_bytes()
+    damaged = data[:24] + (3).to_bytes(8, "little") + data[32:]
+    report = check_pte(damaged)
+    assert [f.severity for f in report.with_code("EG501")] == [Severity.WARNING]
+    assert "EG504" in {f.code for f in report.errors}
 
 
 def test_segment_past_the_end(programs: dict[str, Written]) -> None:
@@ -252,8 +263,13 @@ def valid() -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize(
-    "name", ["two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state"]
-)
+    "name",
+    [
+        "two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state",
+        "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv, portable, channels last",
+        "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates",
+    ],
+)  # fmt: skip
 def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes], name: str) -> None:
     assert check_pte(valid[name], runtime=True).findings == ()
 

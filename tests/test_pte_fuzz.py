@@ -1,6 +1,8 @@
 """The checker never crashes, hangs or raises on a damaged ``.pte``: mutations of real programs
 (byte flips, truncation, header fields, program fields through ExecuTorch's serializer,
-delegate payloads), at least 2,000 cases; ``--pte-fuzz-cases N`` runs more."""
+delegate payloads), at least 2,000 cases; ``--pte-fuzz-cases N`` runs more. Structure-aware
+mutants (``tests/pte_structure.py``: one semantic field changed to a valid-looking value) are
+checked the same way; ``tests/test_pte_runtime_agreement.py`` runs them in the runtime too."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 from pte_models import Written, write_programs
 from pte_mutations import MUTATIONS, mutate
+from pte_structure import STRUCTURE_MUTATORS
 
 from export_guards.pte.check import check_pte
 from export_guards.pte.reader.file import PteFile
@@ -75,6 +78,27 @@ def test_fuzz(seeds: dict[str, Written], request: pytest.FixtureRequest, tmp_pat
             detected += data != base and bool(report.errors)
     # Most damage is found: a checker that reports nothing would pass the loop above.
     assert detected > 0.6 * per_seed * len(seeds), f"only {detected} of {per_seed * len(seeds)} damaged files reported"
+
+
+@pytest.mark.parametrize("kind", sorted(STRUCTURE_MUTATORS))
+def test_structure_aware_fuzz(kind: str, seeds: dict[str, Written], tmp_path: Path) -> None:
+    mutator, made, detected = STRUCTURE_MUTATORS[kind], 0, 0
+    for name, written in seeds.items():
+        base = written.pte.read_bytes()
+        for number in range(12):
+            data = mutator(base, random.Random(f"{kind}-{name}-{number}"))
+            if data is None or data == base:
+                continue
+            case = f"{kind} of {name} #{number}"
+            try:
+                report = assert_checked(data, case, written.data_files)
+            except BaseException:
+                (tmp_path / f"{name}-{number}-structure.pte").write_bytes(data)
+                raise
+            made += 1
+            detected += bool(report.errors)
+    assert made, f"{kind} made no mutant of any seed"
+    assert detected, f"none of {made} {kind} mutants was reported"
 
 
 @pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.pte")), ids=lambda p: p.name)

@@ -34,12 +34,15 @@ def check_pte(
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
     Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509
-    and EG512:
+    and EG512-EG519:
     the header, magic and version; every segment and constant offset inside the file; the
     alignment of constant and delegate data; each tensor's constant buffer and memory slot against
     its shape and dtype; each delegate's processed data; every named-data key a delegate or an
-    external tensor uses (present, unique, in bounds, large enough); the ``.ptd`` files; and
-    each instruction's operator, delegate and values.
+    external tensor uses (present, unique, in bounds, large enough); the ``.ptd`` files; each
+    instruction's operator, delegate and values; each XNNPACK delegate call against its graph,
+    and the graph itself; dim orders; values written before they are read; live tensors kept
+    apart in the arenas; and out tensors against what their operators compute. What the
+    runtime ignores is at most a warning (docs/check.md).
     The file is memory-mapped: only the headers, the flatbuffer and delegate payloads are read.
 
     Args:

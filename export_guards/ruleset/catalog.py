@@ -300,6 +300,65 @@ _RULES = (
         "does not help: the keys are hashes of the weights' bytes.",
         "pte",
     ),
+    Rule(
+        "EG514",
+        "delegate-call-mismatch",
+        Severity.ERROR,
+        "A delegate call disagrees with the XNNPACK graph it runs: fewer arguments than the graph "
+        "binds (the runtime reads past the argument list), or an argument that is not a tensor, or "
+        "whose dtype or shape is not the graph's value's (the runtime does not compare them).",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG515",
+        "xnnpack-graph-invalid",
+        Severity.ERROR,
+        "An XNNPACK graph is inconsistent in a way its runtime does not check: external values "
+        "without an external id, out of range or shared, flags the runtime rejects, a value id "
+        "defined twice, a node that reads a value that no node writes, an external input no node "
+        "reads, or a bias that is not one value per output channel.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG516",
+        "dim-order-invalid",
+        Severity.ERROR,
+        "A tensor's dim order is not a permutation of its dimensions: ExecuTorch 1.2 and later "
+        "reject the program at load; earlier runtimes compute wrong strides.",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG517",
+        "value-read-before-written",
+        Severity.ERROR,
+        "An instruction reads an arena tensor before any instruction writes it, or a method "
+        "returns one that nothing writes: it reads whatever the arena holds (the runtime does not "
+        "check the order of instructions).",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG518",
+        "arena-overlap",
+        Severity.ERROR,
+        "Two tensors that are alive at the same time share bytes of a memory-planned arena, so "
+        "one overwrites the other (the runtime does not check the memory plan).",
+        _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG519",
+        "kernel-call-inconsistent",
+        Severity.ERROR,
+        "An operator call's tensors disagree with what the operator computes from them: an out "
+        "tensor of another shape or of a dtype the result cannot be cast to, or inputs the "
+        "operator refuses together (the kernel rejects the call or computes wrongly).",
+        _REEXPORT,
+        "pte",
+    ),
 )
 
 CATALOG: Mapping[str, Rule] = MappingProxyType({r.code: r for r in _RULES})

@@ -18,7 +18,7 @@ from executorch.runtime import Runtime
 
 from export_guards.pte.reader.file import PteFile, open_bytes
 
-__all__ = ["smoke"]
+__all__ = ["in_dim_order", "smoke"]
 
 
 def smoke(program: str, data_file: str | None) -> int:
@@ -49,8 +49,9 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
     """Inputs of the right shapes and dtypes: from the program's own values (non-tensor inputs
     included), or from the runtime's method metadata when the program cannot be parsed."""
 
-    def tensor(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-        return torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
+    def tensor(dtype: torch.dtype, shape: list[int], dim_order: list[int] | None = None) -> torch.Tensor:
+        dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
+        return in_dim_order(dense, dim_order) if dim_order else dense
 
     parsed = PteFile(open_bytes(program)).program
     plan = next((p for p in parsed.execution_plan if p.name == method), None) if parsed else None
@@ -62,7 +63,7 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
     for index in plan.inputs:
         value = plan.values[index].val
         if isinstance(value, Tensor):
-            inputs.append(tensor(get_scalar_type(value.scalar_type), list(value.sizes)))
+            inputs.append(tensor(get_scalar_type(value.scalar_type), list(value.sizes), list(value.dim_order)))
         elif isinstance(value, Int):
             inputs.append(value.int_val)
         elif isinstance(value, Double):
@@ -70,6 +71,14 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
         elif isinstance(value, Bool):
             inputs.append(value.bool_val)
     return inputs
+
+
+def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
+    """``dense`` laid out in memory in ``dim_order`` (``[0, 2, 3, 1]``: channels last), as the
+    runtime requires of an input whose program tensor has that dim order."""
+    if sorted(dim_order) != list(range(dense.dim())) or dim_order == sorted(dim_order):
+        return dense
+    return dense.permute(dim_order).contiguous().permute([dim_order.index(d) for d in range(dense.dim())])
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
-"""What an XNNPACK delegate's payload says about its constant data: which tensors, how many
-bytes each needs, and where they are (inline in the payload, or named data by key); and which
-named data each convolution reads."""
+"""What an XNNPACK delegate's payload says: its constant data (which tensors, how many bytes
+each needs, and where they are: inline in the payload, or named data by key), which named data
+each convolution reads, the values it binds to the delegate call's arguments (external ones),
+and which values each node reads and writes."""
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import math
+import re
+import types
 from dataclasses import dataclass
 from typing import final
 
@@ -12,13 +17,18 @@ from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XN
 
 from export_guards.pte.reader.flatc import DecodeError, generated_reader
 
-__all__ = ["BACKEND_ID", "XnnConstant", "XnnConv", "XnnPayload", "read_payload"]
+__all__ = ["BACKEND_ID", "ELEMENT_BYTES", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnValue", "read_payload"]
 
 BACKEND_ID = "XnnpackBackend"
 NO_OFFSET = 2**64 - 1  # a constant held as named data has this offset
+INVALID_ID = 2**32 - 1  # XNN_INVALID_VALUE_ID: no external id, or an optional operand left out
+EXTERNAL_INPUT, EXTERNAL_OUTPUT = 1, 2  # XNN_VALUE_FLAG_EXTERNAL_*: the only flags the runtime takes
+_OUTPUT_FIELDS = frozenset({"OutputId", "OutputIndexId", "OutputValueId"})
+_PARAMS = ("Flags", "Groups", "GroupInputChannels", "GroupOutputChannels")
+TRANSPOSE_WEIGHTS = 1  # XNN_FLAG_TRANSPOSE_WEIGHTS: a fully connected filter stored [in, out]
 
 # Bytes per element of XNNPACK's datatypes (schema.fbs, XNNDatatype); 4-bit types hold two.
-_ELEMENT_BYTES: dict[str, float] = {
+ELEMENT_BYTES: dict[str, float] = {
     "xnn_datatype_fp32": 4, "xnn_datatype_fp16": 2, "xnn_datatype_bf16": 2, "xnn_datatype_pfp32": 4,
     "xnn_datatype_qint8": 1, "xnn_datatype_quint8": 1, "xnn_datatype_qcint8": 1, "xnn_datatype_qdint8": 1,
     "xnn_datatype_qint32": 4, "xnn_datatype_qcint32": 4, "xnn_datatype_int32": 4,
@@ -63,15 +73,67 @@ class XnnConv:
 
 @final
 @dataclass(frozen=True)
+class XnnValue:
+    """A tensor value of an XNNPACK graph.
+
+    Attributes:
+        value_id: its id (``id_out``), which nodes use.
+        external_id: the delegate call argument it binds to (``INVALID_ID`` when internal).
+        flags: ``EXTERNAL_INPUT`` / ``EXTERNAL_OUTPUT`` bits (and any others the file holds).
+        datatype: the XNNPACK datatype name.
+        dims: its shape.
+        constant: whether it holds constant data.
+    """
+
+    value_id: int
+    external_id: int
+    flags: int
+    datatype: str
+    dims: tuple[int, ...]
+    constant: bool
+
+
+@final
+@dataclass(frozen=True)
+class XnnNode:
+    """A node of an XNNPACK graph: its kind (``XNNConv2d``) and its operands, as
+    ``(field, value id)`` pairs (``("FilterId", 2)``); optional operands left out are not listed."""
+
+    kind: str
+    operands: tuple[tuple[str, int], ...]
+    params: tuple[tuple[str, int], ...] = ()  # the channel counts and flags that shape its weights
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return tuple(value for field, value in self.operands if field not in _OUTPUT_FIELDS)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return tuple(value for field, value in self.operands if field in _OUTPUT_FIELDS)
+
+    def operand(self, field: str) -> int | None:
+        return next((value for name, value in self.operands if name == field), None)
+
+    def param(self, field: str) -> int | None:
+        return next((value for name, value in self.params if name == field), None)
+
+
+@final
+@dataclass(frozen=True)
 class XnnPayload:
-    """A decoded payload: its constants, its convolutions, and the bounds of its inline
-    constant data."""
+    """A decoded payload: its constants, its convolutions, the bounds of its inline constant
+    data, its values and nodes in order, the number of external values it declares, and the
+    length its header states (which the runtime ignores)."""
 
     constants: tuple[XnnConstant, ...]
     constant_data_offset: int
     constant_data_size: int
     size: int
     convs: tuple[XnnConv, ...] = ()
+    values: tuple[XnnValue, ...] = ()
+    nodes: tuple[XnnNode, ...] = ()
+    num_externs: int = 0
+    header_length: int = XNNHeader.EXPECTED_LENGTH
 
 
 def read_payload(data: bytes) -> XnnPayload:
@@ -81,75 +143,142 @@ def read_payload(data: bytes) -> XnnPayload:
         DecodeError: the header or the flatbuffer is malformed, saying how.
     """
     if data[4:8] == XNNHeader.EXPECTED_MAGIC:
-        try:
-            header = XNNHeader.from_bytes(data[: XNNHeader.EXPECTED_LENGTH])
-        except ValueError as error:
-            raise DecodeError(str(error)) from None
-        if not header.is_valid() or header.flatbuffer_offset + header.flatbuffer_size > len(data):
+        if len(data) < XNNHeader.EXPECTED_LENGTH:
+            raise DecodeError(f"its header needs {XNNHeader.EXPECTED_LENGTH} bytes; the payload has {len(data)}")
+        # Read at the fixed offsets, as the runtime does: it never reads the length field.
+        field = lambda part: int.from_bytes(data[part], "little")  # noqa: E731
+        header_length = field(XNNHeader.HEADER_SIZE_OFFSET)
+        offset, size = field(XNNHeader.FLATBUFFER_OFFSET_OFFSET), field(XNNHeader.FLATBUFFER_SIZE_OFFSET)
+        constant_offset, constant_size = field(XNNHeader.CONSTANT_DATA_OFFSET_OFFSET), field(XNNHeader.CONSTANT_DATA_SIZE_OFFSET)
+        if size < 8 or offset + size > len(data) or constant_offset < offset + size:
             raise DecodeError(
-                f"its header puts the graph at {header.flatbuffer_offset}+{header.flatbuffer_size} "
-                f"and constants at {header.constant_data_offset}, in {len(data)} bytes"
+                f"its header puts the graph at {offset}+{size} and constants at {constant_offset}, in {len(data)} bytes"
             )
-        graph = data[header.flatbuffer_offset : header.flatbuffer_offset + header.flatbuffer_size]
-        constant_data = (header.constant_data_offset, header.constant_data_size)
+        graph = data[offset : offset + size]
+        constant_data = (constant_offset, constant_size)
     else:  # an old payload: the graph alone
-        graph, constant_data = data, (len(data), 0)
+        graph, constant_data, header_length = data, (len(data), 0), XNNHeader.EXPECTED_LENGTH
     try:
-        constants = _constants(graph)
-        return XnnPayload(constants, *constant_data, len(data), _convs(graph, constants))
+        root = _schema().XNNGraph.GetRootAs(graph, 0)
+        buffer_index: dict[int, int] = {}
+        values = _values(root, buffer_index)
+        constants = _constants(root, values, buffer_index)
+        nodes = _nodes(root)
+        return XnnPayload(constants, *constant_data, len(data), _convs(nodes, constants), values, nodes, root.NumExterns(), header_length)
     except DecodeError:
         raise
     except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
         raise DecodeError(f"its graph cannot be read: {type(error).__name__}: {error}") from None
 
 
-def _constants(graph: bytes) -> tuple[XnnConstant, ...]:
-    schema = generated_reader("executorch.backends.xnnpack.serialization", "schema.fbs")
-    datatypes = {v: k for k, v in vars(schema.XNNDatatype).items() if not k.startswith("_")}
-    root = schema.XNNGraph.GetRootAs(graph, 0)
+def _constants(root: object, values: tuple[XnnValue, ...], buffer_index: dict[int, int]) -> tuple[XnnConstant, ...]:
+    """The constant values, with where their bytes are (``buffer_index``: value id -> entry)."""
     entries = [root.ConstantData(i) for i in range(root.ConstantDataLength())]
     constants = []
-    for i in range(root.XvaluesLength()):
-        value = root.Xvalues(i)
-        kind, table = value.XvalueUnionType(), value.XvalueUnion()
-        if table is None or kind == schema.XValueUnion.NONE:
+    for value in values:
+        if not value.constant:
             continue
-        if kind == schema.XValueUnion.XNNQuantizedTensorValue:
-            quantized = schema.XNNQuantizedTensorValue()
-            quantized.Init(table.Bytes, table.Pos)
-            tensor = quantized.TensorValue()
-        else:
-            tensor = schema.XNNTensorValue()
-            tensor.Init(table.Bytes, table.Pos)
-        if tensor is None or tensor.ConstantBufferIdx() == 0:
-            continue  # not a constant
-        index = tensor.ConstantBufferIdx()
+        index = buffer_index[value.value_id]
         if index >= len(entries):
-            raise DecodeError(f"value {tensor.IdOut()} uses constant {index}, of {len(entries)}")
+            raise DecodeError(f"value {value.value_id} uses constant {index}, of {len(entries)}")
         entry = entries[index]
-        dims = tuple(int(tensor.Dims(j)) for j in range(tensor.DimsLength()))
-        datatype = datatypes.get(tensor.Datatype(), f"datatype {tensor.Datatype()}")
-        per_element = _ELEMENT_BYTES.get(datatype)
-        nbytes = None if per_element is None else math.ceil(math.prod(dims) * per_element)
+        per_element = ELEMENT_BYTES.get(value.datatype)
+        nbytes = None if per_element is None else math.ceil(math.prod(value.dims) * per_element)
         key = entry.NamedKey()
         constants.append(
-            XnnConstant(tensor.IdOut(), dims, datatype, nbytes, key.decode() if key else "", entry.Offset(), entry.Size())
+            XnnConstant(value.value_id, value.dims, value.datatype, nbytes, key.decode() if key else "", entry.Offset(), entry.Size())
         )
     return tuple(constants)
 
 
-def _convs(graph: bytes, constants: tuple[XnnConstant, ...]) -> tuple[XnnConv, ...]:
-    schema = generated_reader("executorch.backends.xnnpack.serialization", "schema.fbs")
-    kinds = {schema.XNodeUnion.XNNConv2d: "XNNConv2d", schema.XNodeUnion.XNNDepthwiseConv2d: "XNNDepthwiseConv2d"}
+def _convs(nodes: tuple[XnnNode, ...], constants: tuple[XnnConstant, ...]) -> tuple[XnnConv, ...]:
     key_of = {c.value_id: c.named_key for c in constants}
-    root = schema.XNNGraph.GetRootAs(graph, 0)
-    convs = []
+    return tuple(
+        XnnConv(node.kind, key_of.get(node.operand("FilterId"), ""), key_of.get(node.operand("BiasId"), ""))  # type: ignore[arg-type]
+        for node in nodes
+        if node.kind in ("XNNConv2d", "XNNDepthwiseConv2d")
+    )
+
+
+@functools.cache
+def _schema() -> types.ModuleType:
+    return generated_reader("executorch.backends.xnnpack.serialization", "schema.fbs")
+
+
+def _tensor_value(schema: types.ModuleType, value: object) -> object | None:
+    """The ``XNNTensorValue`` of an ``XValue`` (a quantized one wraps it), or None."""
+    kind, table = value.XvalueUnionType(), value.XvalueUnion()
+    if table is None or kind == schema.XValueUnion.NONE:
+        return None
+    if kind == schema.XValueUnion.XNNQuantizedTensorValue:
+        quantized = schema.XNNQuantizedTensorValue()
+        quantized.Init(table.Bytes, table.Pos)
+        return quantized.TensorValue()
+    tensor = schema.XNNTensorValue()
+    tensor.Init(table.Bytes, table.Pos)
+    return tensor
+
+
+def _values(root: object, buffer_index: dict[int, int]) -> tuple[XnnValue, ...]:
+    """Every tensor value; ``buffer_index`` receives each constant's constant-data entry."""
+    schema = _schema()
+    datatypes = _datatype_names()
+    values = []
+    for i in range(root.XvaluesLength()):
+        tensor = _tensor_value(schema, root.Xvalues(i))
+        if tensor is None:
+            continue
+        value_id, index = tensor.IdOut(), tensor.ConstantBufferIdx()
+        dims = tuple(int(d) for d in tensor.DimsAsNumpy()) if tensor.DimsLength() else ()
+        datatype = datatypes.get(tensor.Datatype(), f"datatype {tensor.Datatype()}")
+        values.append(XnnValue(value_id, tensor.ExternalId(), tensor.Flags(), datatype, dims, index != 0))
+        if index:
+            buffer_index[value_id] = index
+    return tuple(values)
+
+
+@functools.cache
+def _datatype_names() -> dict[int, str]:
+    return {v: k for k, v in vars(_schema().XNNDatatype).items() if not k.startswith("_")}
+
+
+def _nodes(root: object) -> tuple[XnnNode, ...]:
+    schema = _schema()
+    tables = _node_tables()
+    nodes = []
     for i in range(root.XnodesLength()):
         node = root.Xnodes(i)
         kind, table = node.XnodeUnionType(), node.XnodeUnion()
-        if kind not in kinds or table is None:
+        name, table_name = tables.get(kind, (f"node type {kind}", None))
+        if table is None or table_name is None:
+            nodes.append(XnnNode(name, ()))
             continue
-        conv = schema._XNNNodeConv()
-        conv.Init(table.Bytes, table.Pos)
-        convs.append(XnnConv(kinds[kind], key_of.get(conv.FilterId(), ""), key_of.get(conv.BiasId(), "")))
-    return tuple(convs)
+        fields = getattr(schema, table_name)()
+        fields.Init(table.Bytes, table.Pos)
+        operands = ((field, int(getattr(fields, field)())) for field in _id_fields(table_name))
+        params = tuple((field, int(getattr(fields, field)())) for field in _PARAMS if hasattr(fields, field))
+        nodes.append(XnnNode(name, tuple((field, value) for field, value in operands if value != INVALID_ID), params))
+    return tuple(nodes)
+
+
+@functools.cache
+def _node_tables() -> dict[int, tuple[str, str | None]]:
+    """Each node kind's union tag -> (its name, the schema table that holds its fields), read
+    from the schema's ``union XNodeUnion`` (``XNNAdd: _XNNNode2x1``, or a table of its own)."""
+    text = importlib.resources.files("executorch.backends.xnnpack.serialization").joinpath("schema.fbs").read_text()
+    body = re.search(r"union\s+XNodeUnion\s*\{(.*?)\}", text, re.DOTALL)
+    members = {}
+    for line in (body.group(1) if body else "").split(","):
+        line = re.sub(r"//.*", "", line).strip()
+        if line:
+            name, _, table = (part.strip() for part in line.partition(":"))
+            members[name] = table or name
+    tags = {k: v for k, v in vars(_schema().XNodeUnion).items() if not k.startswith("_")}
+    return {tag: (name, members.get(name)) for name, tag in tags.items() if name != "NONE"}
+
+
+@functools.cache
+def _id_fields(table_name: str) -> tuple[str, ...]:
+    """The accessors of a node table that return one value id (``Input1Id``, ``FilterId``, ``OutputId``)."""
+    table = getattr(_schema(), table_name)
+    return tuple(sorted(name for name in dir(table) if name.endswith("Id") and not name.startswith("_")))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
+from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
 from executorch.exir.schema import Tensor, TensorDataLocation
 
 from export_guards.pte.context import PteContext
@@ -13,6 +14,7 @@ from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.pte.reader.xnnpack import NO_OFFSET, XnnPayload
+from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
 
@@ -33,6 +35,14 @@ def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
             yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {payload}", method=delegate.method, region=region)
         else:
             yield from _inline_constants_out_of_bounds(payload, str(delegate), delegate.method, region)
+            if payload.header_length != XNNHeader.EXPECTED_LENGTH:
+                yield Hit(
+                    f"{delegate}: its XNNPACK header states a length of {payload.header_length}, not "
+                    f"{XNNHeader.EXPECTED_LENGTH} (the runtime ignores this field; ExecuTorch's Python reader rejects it)",
+                    method=delegate.method,
+                    region=region,
+                    severity=Severity.WARNING,
+                )
 
 
 def _processed(pte: PteFile, delegate: Delegate) -> tuple[int, int] | None:

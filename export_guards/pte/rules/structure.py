@@ -15,6 +15,9 @@ from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
+# A field that ExecuTorch's runtime never acts on is reported as a warning that says so.
+_IGNORED = " (the runtime ignores this; other loaders may not)"
+
 
 @rule("EG501")
 def pte_header(context: PteContext) -> Iterator[Hit]:
@@ -44,7 +47,13 @@ def pte_header(context: PteContext) -> Iterator[Hit]:
         yield Hit(f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)", region=fields)
     base, data_size = header.segment_base_offset, header.segment_data_size
     if base and base < header.program_size:
-        yield Hit(f"the segments start at {base}, inside the program flatbuffer (which ends at {header.program_size})", region=fields)
+        yield Hit(
+            f"the segments start at {base}, before the program size the header states ({header.program_size}) "
+            f"ends: the runtime reads the segments from {base} without comparing the two, so this alone is "
+            f"harmless; misplaced segments show in their own findings{_IGNORED}",
+            region=fields,
+            severity=Severity.WARNING,
+        )
     if base > pte.size or base + data_size > pte.size:
         yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated", region=fields)
 
@@ -76,7 +85,11 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
         if not pte.in_file(region):
             yield Hit(f"{what} spans bytes {region.start}-{region.end}, past the end of the file ({pte.size} bytes)", region=_bytes(region))
         elif pte.header and pte.header.segment_data_size and region.end > declared_end:
-            yield Hit(f"{what} ends at byte {region.end}, past the segment data the header declares (to {declared_end})", region=_bytes(region))
+            yield Hit(
+                f"{what} ends at byte {region.end}, past the segment data the header declares (to {declared_end}){_IGNORED}",
+                region=_bytes(region),
+                severity=Severity.WARNING,
+            )
     for table in pte.subsegment_tables:
         if table.segment is None:
             yield Hit(f"the {table.name} is in segment {table.table.segment_index}, of {len(pte.segments)}")

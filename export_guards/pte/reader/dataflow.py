@@ -1,0 +1,205 @@
+"""What each instruction of a method reads and writes, in order: the static dataflow that the
+runtime trusts (it checks neither that a value is written before it is read, nor that two
+tensors alive at once do not share arena bytes).
+
+Operators are read from their schemas (an argument marked ``(a!)`` is written, ``out`` or in
+place, and so is the slot the emitter adds for the return); an operator torch does not know
+here follows ExecuTorch's out-variant convention (its last argument is what it writes), and
+its other tensor arguments are counted as possibly written too, so that nothing is claimed
+about them. A delegate call writes its XNNPACK graph's external outputs and reads its inputs;
+a call of another delegate may read and write any of its arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import final
+
+import torch
+from executorch.exir.schema import (
+    DelegateCall,
+    ExecutionPlan,
+    FreeCall,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    OptionalTensorList,
+    Tensor,
+    TensorList,
+)
+
+from export_guards.pte.reader.tensors import tensor_nbytes
+from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
+
+__all__ = ["Access", "method_accesses", "read_before_written", "views"]
+
+_VIEWS = frozenset({"executorch_prim::et_view"})  # (self, sizes, out): out shares self's memory
+
+
+@final
+@dataclass(frozen=True)
+class Access:
+    """What one instruction does with values (indices into the method's values).
+
+    Attributes:
+        reads: the tensors it reads before writing anything.
+        writes: the tensors it certainly writes.
+        maybe: tensors it may read or write (an unknown operator's, another delegate's).
+        in_place: the tensors it writes in place (``copy_``'s ``self``): state carried over.
+        view: ``(view, base)`` when it makes a tensor that shares its base's memory
+            (``executorch_prim::et_view``, which memory planning places on its base).
+    """
+
+    reads: frozenset[int] = field(default_factory=frozenset)
+    writes: frozenset[int] = field(default_factory=frozenset)
+    maybe: frozenset[int] = field(default_factory=frozenset)
+    in_place: frozenset[int] = field(default_factory=frozenset)
+    view: tuple[int, int] | None = None
+
+
+def method_accesses(plan: ExecutionPlan, payloads: Mapping[int, XnnPayload]) -> list[Access] | None:
+    """Each instruction's access, in execution order, for a method that runs one chain
+    straight through; None for control flow (jumps, several chains), whose order is not static.
+    ``payloads`` are the method's decoded XNNPACK payloads, by delegate index."""
+    if len(plan.chains) != 1:
+        return None
+    instructions = [i.instr_args for i in plan.chains[0].instructions]
+    if any(isinstance(i, JumpFalseCall) for i in instructions):
+        return None
+    return [_access(plan, i, payloads) for i in instructions]
+
+
+def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, XnnPayload]) -> Access:
+    if isinstance(instruction, KernelCall):
+        return _kernel_access(plan, instruction)
+    if isinstance(instruction, DelegateCall):
+        payload = payloads.get(instruction.delegate_index)
+        if payload is None:
+            return Access(maybe=_tensors(plan, instruction.args))
+        reads, writes = set(), set()
+        for value in payload.values:
+            if value.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT) and value.external_id < len(instruction.args):
+                index = instruction.args[value.external_id]
+                (writes if value.flags & EXTERNAL_OUTPUT else reads).update(_tensors(plan, [index]))
+        return Access(reads=frozenset(reads), writes=frozenset(writes))
+    if isinstance(instruction, MoveCall):
+        return Access(reads=_tensors(plan, [instruction.move_from]), writes=_tensors(plan, [instruction.move_to]))
+    if isinstance(instruction, FreeCall):
+        return Access()
+    return Access(maybe=frozenset())
+
+
+def _kernel_access(plan: ExecutionPlan, call: KernelCall) -> Access:
+    operator = plan.operators[call.op_index] if 0 <= call.op_index < len(plan.operators) else None
+    if operator is not None and operator.name in _VIEWS and len(call.args) >= 2:
+        base, view = _tensors(plan, call.args[:1]), _tensors(plan, call.args[-1:])
+        if base and view:
+            return Access(reads=base, writes=view, view=(next(iter(view)), next(iter(base))))
+    schema = _written_arguments(operator.name, operator.overload) if operator is not None else None
+    arguments, returns = schema if schema is not None else ((), 0)
+    # The emitter appends one slot for what the call returns, or one per returned tensor.
+    if schema is None or len(call.args) - len(arguments) not in (1, max(returns, 1)):
+        last = _tensors(plan, call.args[-1:])  # unknown: the out-variant convention
+        return Access(reads=_tensors(plan, call.args[:-1]) - last, writes=last, maybe=_tensors(plan, call.args))
+    written = [*arguments, *[(True, True)] * (len(call.args) - len(arguments))]
+    reads, writes, in_place = set(), set(), set()
+    for index, (is_written, is_out) in zip(call.args, written):
+        tensors = _tensors(plan, [index])
+        if is_written:
+            writes |= tensors
+            if not is_out:
+                in_place |= tensors
+        else:
+            reads |= tensors
+    return Access(reads=frozenset(reads - writes), writes=frozenset(writes), in_place=frozenset(in_place))
+
+
+def _tensors(plan: ExecutionPlan, indices: list[int]) -> frozenset[int]:
+    """The tensor values among ``indices``, with the items of tensor lists."""
+    found: set[int] = set()
+    for index in indices:
+        if not 0 <= index < len(plan.values):
+            continue
+        value = plan.values[index].val
+        if isinstance(value, Tensor):
+            found.add(index)
+        elif isinstance(value, (TensorList, OptionalTensorList)):
+            found.update(i for i in value.items if 0 <= i < len(plan.values) and isinstance(plan.values[i].val, Tensor))
+    return frozenset(found)
+
+
+@functools.cache
+def _written_arguments(name: str, overload: str) -> tuple[tuple[tuple[bool, bool], ...], int] | None:
+    """Per schema argument: (written, written as an ``out`` argument rather than in place);
+    and how many tensors the op returns."""
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(name)
+    except RuntimeError:
+        return None
+    schema = next((s for s in schemas if s.overload_name == overload), None)
+    if schema is None:
+        return None
+    arguments = tuple(
+        (a.alias_info is not None and a.alias_info.is_write, a.kwarg_only or a.name.startswith("out"))
+        for a in schema.arguments
+    )
+    return arguments, len(schema.returns)
+
+
+def views(plan: ExecutionPlan, accesses: list[Access]) -> dict[int, int]:
+    """Each view -> its base: made by an instruction (``et_view``), or placed by the emitter,
+    with no instruction, on the same arena bytes as the tensor last written there before it is
+    first used (a static reshape: same arena, offset and size)."""
+    found = {a.view[0]: a.view[1] for a in accesses if a.view is not None}
+    touched = set().union(*(a.writes | a.maybe for a in accesses)) if accesses else set()
+    last_written: dict[tuple[int, int, int], int] = {}
+    for access in accesses:
+        for value in sorted(access.reads | access.maybe):
+            slot = _slot(plan, value)
+            if value not in touched and value not in found and slot in last_written:
+                found[value] = last_written[slot]
+        for value in access.writes | access.maybe:
+            slot = _slot(plan, value)
+            if slot is not None:
+                last_written[slot] = value
+    for value in plan.outputs:  # an output that is a view of what was last written there
+        slot = _slot(plan, value) if 0 <= value < len(plan.values) else None
+        if value not in touched and value not in found and slot in last_written:
+            found[value] = last_written[slot]
+    return found
+
+
+def _slot(plan: ExecutionPlan, index: int) -> tuple[int, int, int] | None:
+    tensor = plan.values[index].val
+    info = tensor.allocation_info if isinstance(tensor, Tensor) else None
+    if info is None or tensor.data_buffer_idx != 0:
+        return None
+    nbytes = tensor_nbytes(tensor)
+    return (info.memory_id, info.memory_offset_low + (info.memory_offset_high << 32), nbytes or 0)
+
+
+def read_before_written(
+    accesses: list[Access], ready: frozenset[int], view_bases: Mapping[int, int]
+) -> Iterator[tuple[int, int, int | None]]:
+    """(instruction, value, the instruction that first writes it or None) for each tensor read
+    before anything writes it, other than ``ready`` ones (inputs, constants, initial state),
+    views of a written base (``view_bases``), and state that an instruction writes in place
+    later (a mutable buffer)."""
+    first_write: dict[int, int] = {}
+    touched: set[int] = set()
+    in_place: set[int] = set()
+    for i, access in enumerate(accesses):
+        for value in access.writes:
+            first_write.setdefault(value, i)
+        touched |= access.writes | access.maybe
+        in_place |= access.in_place | access.maybe
+    seen: set[int] = set(ready)
+    for i, access in enumerate(accesses):
+        for value in sorted(access.reads - seen):
+            if value in in_place or view_bases.get(value) in seen:
+                continue
+            if value not in touched or first_write.get(value, -1) > i:
+                yield i, value, first_write.get(value)
+        seen |= access.reads | access.writes | access.maybe

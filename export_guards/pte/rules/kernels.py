@@ -1,0 +1,203 @@
+"""EG519: operator calls whose tensors disagree with what the operator computes from them.
+
+Each out-variant call of an ATen operator that has a meta kernel of its own (most of them;
+not those torch computes by decomposition, like ``native_group_norm``) is replayed on meta
+tensors (dtype and shape only, no data) built from the program's values. Where the operator's own shape and dtype rules
+decide the result, an ``out`` tensor of another shape, or of a dtype the result cannot be
+cast to, or inputs that the operator refuses together, are what the runtime's kernel rejects
+(``InvalidArgument``) or computes wrongly. Calls with dynamic shapes, and operators torch does
+not know here, are left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Iterator
+
+import torch
+from executorch.exir.schema import (
+    Bool,
+    BoolList,
+    Double,
+    DoubleList,
+    ExecutionPlan,
+    Int,
+    IntList,
+    KernelCall,
+    Null,
+    OptionalTensorList,
+    String,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)
+from executorch.exir.tensor import get_scalar_type
+
+from export_guards.pte.context import PteContext
+from export_guards.pte.reader.tensors import describe_tensor
+from export_guards.ruleset import Hit, rule
+
+# What torch says when the replay, not the program, is at fault (an argument it could not pass).
+_REPLAY_LIMITS = ("Expected a value of type", "not implemented", "NotImplemented")
+
+
+class _Unsupported(Exception):
+    """An argument this replay cannot build (a device, a layout): the call is left alone."""
+
+
+@rule("EG519")
+def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    for plan in program.execution_plan:
+        for c, chain in enumerate(plan.chains):
+            for i, instruction in enumerate(chain.instructions):
+                call = instruction.instr_args
+                if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
+                    problem = _replay(plan, call)
+                    if problem:
+                        operator = plan.operators[call.op_index]
+                        yield Hit(
+                            f"instruction {i} of chain {c} of method '{plan.name}' calls {operator.name}.{operator.overload} {problem}",
+                            method=plan.name,
+                        )
+
+
+def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
+    operator = plan.operators[call.op_index]
+    overload = _overload(operator.name, operator.overload)
+    if overload is None:
+        return None
+    arguments = overload._schema.arguments
+    if len(call.args) < len(arguments) or not all(0 <= i < len(plan.values) for i in call.args):
+        return None  # EG512's
+    outs = [k for k, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only]
+    if not outs:
+        return None
+    try:
+        signature = tuple(_describe(plan, call.args[k], a.type) for k, a in enumerate(arguments))
+    except _Unsupported:
+        return None
+    # Models repeat their blocks: one replay per distinct call.
+    verdict = _replay_signature(overload, signature, tuple(outs))
+    if verdict is None:
+        return None
+    if isinstance(verdict, str):
+        return f"with tensors it refuses: {verdict}"
+    position, computed = verdict
+    index = call.args[position]
+    return (
+        f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but it computes "
+        f"shape {list(computed)}: the kernel rejects the call or writes past the tensor"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _replay_signature(overload: torch._ops.OpOverload, signature: tuple, outs: tuple[int, ...]) -> str | tuple[int, tuple[int, ...]] | None:
+    """Run ``overload`` on meta tensors built from ``signature``: None when it agrees, the text
+    of its refusal (dtypes or shapes it does not take together), or (the out argument's
+    position, the shape it computes)."""
+    arguments = overload._schema.arguments
+    built = [_build(description) for description in signature]
+    before = {k: tuple(built[k].shape) for k in outs if isinstance(built[k], torch.Tensor)}
+    positional = [built[k] for k, a in enumerate(arguments) if not a.kwarg_only]
+    keywords = {a.name: built[k] for k, a in enumerate(arguments) if a.kwarg_only}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the resize warning: the shapes are compared below
+            overload(*positional, **keywords)
+    except (RuntimeError, ValueError) as error:
+        text = str(error).split("\n")[0]
+        if any(limit in text for limit in _REPLAY_LIMITS):
+            return None  # the replay could not call the operator: nothing known
+        return text[:200]
+    except Exception:  # noqa: BLE001 - an operator without a meta kernel: nothing known
+        return None
+    for k in outs:
+        if isinstance(built[k], torch.Tensor) and tuple(built[k].shape) != before[k]:
+            return k, tuple(built[k].shape)
+    return None
+
+
+@functools.cache
+def _overload(name: str, overload: str) -> torch._ops.OpOverload | None:
+    namespace, _, op_name = name.partition("::")
+    if namespace != "aten":
+        return None
+    packet = getattr(torch.ops.aten, op_name, None)
+    op = getattr(packet, overload or "default", None) if packet is not None else None
+    # Only operators with a meta kernel of their own: the others run Python decompositions,
+    # a few milliseconds a call, which would make the check slow on large programs.
+    if op is None or not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"):
+        return None
+    return op
+
+
+def _describe(plan: ExecutionPlan, index: int, schema_type: torch._C.JitType) -> object:
+    """A hashable description of one argument: ``("tensor", dtype, sizes, strides)``, a
+    literal, or a tuple of descriptions (a list of tensors)."""
+    value = plan.values[index].val
+    if isinstance(value, Null):
+        return None
+    if isinstance(value, Tensor):
+        if value.shape_dynamism != TensorShapeDynamism.STATIC:
+            raise _Unsupported  # sizes are bounds, not shapes
+        return _tensor(value)
+    kind = str(schema_type).removesuffix("?")
+    if isinstance(value, Int):
+        if kind == "ScalarType":
+            return ("dtype", value.int_val)
+        if kind in ("MemoryFormat", "Layout", "Device"):
+            raise _Unsupported
+        return value.int_val
+    if isinstance(value, (Double, Bool, String)):
+        return getattr(value, {Double: "double_val", Bool: "bool_val", String: "string_val"}[type(value)])
+    if isinstance(value, IntList):
+        return ("ints", tuple(_int(plan, i) for i in value.items))
+    if isinstance(value, (BoolList, DoubleList)):
+        return ("list", tuple(value.items))
+    if isinstance(value, TensorList):
+        return ("tensors", tuple(_describe(plan, i, schema_type) for i in value.items))
+    if isinstance(value, OptionalTensorList):
+        return ("tensors", tuple(None if i == -1 else _describe(plan, i, schema_type) for i in value.items))
+    raise _Unsupported
+
+
+def _build(description: object) -> object:
+    if not isinstance(description, tuple):
+        return description
+    kind, payload = description[0], description[1:]
+    if kind == "tensor":
+        dtype, sizes, strides = payload
+        return torch.empty_strided(sizes, strides, dtype=get_scalar_type(dtype), device="meta")
+    if kind == "dtype":
+        return get_scalar_type(payload[0])
+    if kind in ("ints", "list"):
+        return list(payload[0])
+    return [_build(item) for item in payload[0]]  # tensors
+
+
+def _int(plan: ExecutionPlan, index: int) -> int:
+    value = plan.values[index].val if 0 <= index < len(plan.values) else None
+    if not isinstance(value, Int):
+        raise _Unsupported
+    return value.int_val
+
+
+def _tensor(tensor: Tensor) -> tuple[str, int, tuple[int, ...], tuple[int, ...]]:
+    try:
+        get_scalar_type(tensor.scalar_type)
+    except (KeyError, ValueError, TypeError):
+        raise _Unsupported from None
+    sizes = list(tensor.sizes)
+    order = list(tensor.dim_order)
+    if sorted(order) != list(range(len(sizes))):
+        raise _Unsupported  # EG516's
+    strides = [0] * len(sizes)
+    step = 1
+    for dim in reversed(order):  # the innermost dimension is last in the dim order
+        strides[dim] = step
+        step *= max(sizes[dim], 1)
+    return ("tensor", int(tensor.scalar_type), tuple(sizes), tuple(strides))

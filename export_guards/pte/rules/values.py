@@ -1,0 +1,175 @@
+"""EG516-EG518: what a method's values must satisfy that the runtime does not check: dim
+orders that are permutations, values written before they are read, and no two tensors alive
+at once in the same arena bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from executorch.exir.schema import ExecutionPlan, Tensor
+
+from export_guards.pte.context import PteContext
+from export_guards.pte.reader.dataflow import Access, method_accesses, read_before_written, views
+from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.xnnpack import XnnPayload
+from export_guards.ruleset import Hit, rule
+
+
+@rule("EG516")
+def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    for plan in program.execution_plan:
+        for index, value in enumerate(plan.values):
+            tensor = value.val
+            if isinstance(tensor, Tensor) and sorted(tensor.dim_order) != list(range(len(tensor.sizes))):
+                yield Hit(
+                    f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order "
+                    f"{list(tensor.dim_order)}, not a permutation of its {len(tensor.sizes)} dimensions: the runtime "
+                    f"rejects it at load (1.2 and later) or computes wrong strides (earlier)",
+                    method=plan.name,
+                )
+
+
+@rule("EG517")
+def value_read_before_written(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    for plan in program.execution_plan:
+        accesses = method_accesses(plan, _payloads(context, plan.name))
+        if accesses is None:
+            continue
+        ready = _ready(plan)
+        view_bases = views(plan, accesses)
+        for instruction, value, written_at in read_before_written(accesses, ready, view_bases):
+            later = f"instruction {written_at} writes it later" if written_at is not None else "no instruction writes it"
+            yield Hit(
+                f"instruction {instruction} of method '{plan.name}' reads tensor value {value} "
+                f"({describe_tensor(plan.values[value].val)}) before anything writes it ({later}): it reads "
+                f"whatever the arena holds",
+                method=plan.name,
+            )
+        touched = set().union(*(a.writes | a.maybe for a in accesses)) if accesses else set()
+        for value in plan.outputs:
+            if _planned(plan, value) and value not in ready and value not in touched and value not in view_bases:
+                yield Hit(
+                    f"method '{plan.name}' returns tensor value {value}, which no instruction writes: "
+                    f"it returns whatever the arena holds",
+                    method=plan.name,
+                )
+
+
+@rule("EG518")
+def arena_overlap(context: PteContext) -> Iterator[Hit]:
+    program = context.pte.program
+    if program is None:
+        return
+    for plan in program.execution_plan:
+        accesses = method_accesses(plan, _payloads(context, plan.name))
+        if accesses is None:
+            continue
+        lifetimes, roots = _lifetimes(plan, accesses)
+        for a, b, first, last in _overlaps(plan, lifetimes):
+            if roots[a] == roots[b]:
+                continue  # views on their base's memory
+            yield Hit(
+                f"tensor values {a} and {b} of method '{plan.name}' share bytes of arena "
+                f"{plan.values[a].val.allocation_info.memory_id} while both are alive (instructions {first} "
+                f"to {last}): one overwrites the other",
+                method=plan.name,
+            )
+
+
+def _payloads(context: PteContext, method: str) -> dict[int, XnnPayload]:
+    return {d.index: p for d, p in context.xnnpack_payloads if d.method == method and isinstance(p, XnnPayload)}
+
+
+def _planned(plan: ExecutionPlan, index: int) -> bool:
+    """A tensor whose memory the plan gives (in an arena) and the program does not initialise."""
+    tensor = plan.values[index].val if 0 <= index < len(plan.values) else None
+    return isinstance(tensor, Tensor) and tensor.allocation_info is not None and tensor.data_buffer_idx == 0
+
+
+def _ready(plan: ExecutionPlan) -> frozenset[int]:
+    """Values that hold data before the first instruction: inputs, constants, initial state,
+    and tensors whose memory the caller provides."""
+    ready = set(plan.inputs)
+    ready.update(i for i, v in enumerate(plan.values) if isinstance(v.val, Tensor) and not _planned(plan, i))
+    return frozenset(ready)
+
+
+Span = tuple[int, int]  # the first and last instruction that uses a tensor's bytes
+
+
+def _lifetimes(plan: ExecutionPlan, accesses: list[Access]) -> tuple[dict[int, list[Span]], dict[int, int]]:
+    """When each arena tensor's bytes hold a value still needed: from the instruction that
+    writes it to the last that reads it (inputs from before the first instruction, -1; outputs
+    until after the last). State written in place (a mutable buffer) holds its old value until
+    its last read before that write, and its new one from the write to the end. A view and its
+    base share their spans (and memory): the second result maps each tensor to its base."""
+    end = len(accesses)
+    base_of = views(plan, accesses)
+
+    def base(value: int) -> int:
+        seen = set()
+        while value in base_of and value not in seen:
+            seen.add(value)
+            value = base_of[value]
+        return value
+
+    uses: dict[int, list[int]] = {}
+    for value in plan.inputs:
+        uses.setdefault(base(value), []).append(-1)
+    for value in plan.outputs:
+        uses.setdefault(base(value), []).append(end)
+    for i, access in enumerate(accesses):
+        for value in access.reads | access.writes | access.maybe:
+            uses.setdefault(base(value), []).append(i)
+    rewritten = {}  # state -> the first instruction that writes it in place
+    for i, access in enumerate(accesses):
+        for value in access.in_place:
+            rewritten.setdefault(base(value), i)
+    spans: dict[int, list[Span]] = {}
+    for root, at in uses.items():
+        if root in rewritten:
+            write = rewritten[root]
+            before = [i for i in at if i < write]
+            spans[root] = ([(-1, max(before))] if before else []) + [(write, end)]
+        else:
+            spans[root] = [(min(at), max(at))]
+    planned = (v for v in {*uses, *base_of} if isinstance(plan.values[v].val, Tensor) and plan.values[v].val.allocation_info is not None)
+    lifetimes = {v: spans[base(v)] for v in planned if base(v) in spans}
+    return lifetimes, {v: base(v) for v in lifetimes}
+
+
+def _overlaps(plan: ExecutionPlan, lifetimes: dict[int, list[Span]]) -> Iterator[tuple[int, int, int, int]]:
+    """Pairs of tensors in the same arena bytes whose lifetimes overlap, with the instructions
+    they share. Spans that only touch (one tensor last used by the instruction that first
+    writes the other) are left alone: many kernels read their input before they write
+    (XNNPACK's, elementwise ones), and the runtime is then right."""
+    slots = []
+    for value, spans in lifetimes.items():
+        tensor = plan.values[value].val
+        nbytes = tensor_nbytes(tensor)
+        if not nbytes:
+            continue
+        info = tensor.allocation_info
+        start = info.memory_offset_low + (info.memory_offset_high << 32)
+        slots.append((info.memory_id, start, start + nbytes, value, spans))
+    slots.sort(key=lambda slot: slot[:4])
+    open_slots: list[tuple[int, int, int, int, list[Span]]] = []
+    for slot in slots:
+        arena, start = slot[0], slot[1]
+        open_slots = [s for s in open_slots if s[0] == arena and s[2] > start]
+        for other in open_slots:
+            shared = next((_shared(a, b) for a in other[4] for b in slot[4] if _shared(a, b)), None)
+            if shared:
+                yield other[3], slot[3], *shared
+        open_slots.append(slot)
+
+
+def _shared(a: Span, b: Span) -> Span | None:
+    first, last = max(a[0], b[0]), min(a[1], b[1])
+    return (first, last) if first <= last and a[1] != b[0] and b[1] != a[0] else None

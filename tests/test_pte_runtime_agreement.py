@@ -1,0 +1,205 @@
+"""The program check agrees with the runtime: each rule's error is a program that
+``executorch.runtime`` crashes on, rejects or misruns (proved here by running it in a child
+process on the original program's inputs), and what the runtime ignores is at most a warning
+that runs with the original's outputs."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.exir.schema import DelegateCall, KernelCall, Program, Tensor
+from pte_models import write_programs
+from pte_structure import STRUCTURE_MUTATORS, Runner, edit_pte, edit_xnnpack_graphs, program_inputs
+
+import export_guards as eg
+from export_guards.pte.reader.dataflow import method_accesses
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    return {name: written.pte.read_bytes() for name, written in write_programs(tmp_path_factory.mktemp("seeds")).items() if not written.data_files}
+
+
+@pytest.fixture(scope="module")
+def runner() -> Runner:
+    runner = Runner(timeout=60)
+    yield runner
+    runner.close()
+
+
+class Outcome:
+    """How the runtime ran a mutant of ``original``: ``"crash"``, ``"hang"``, ``"error"``,
+    ``"same output"`` or ``"wrong output"``."""
+
+    def __init__(self, runner: Runner, folder: Path, original: bytes) -> None:
+        self.runner, self.folder = runner, folder
+        self.inputs = folder / "inputs.pt"
+        torch.save(program_inputs(original), self.inputs)
+        self.expected = self._run(original, "original")
+        assert self.expected["outcome"] == "ok"
+
+    def _run(self, data: bytes, name: str) -> dict[str, str]:
+        path = self.folder / f"{name}.pte"
+        path.write_bytes(data)
+        return self.runner.run(path, None, self.inputs)
+
+    def of(self, mutant: bytes) -> str:
+        result = self._run(mutant, "mutant")
+        if result["outcome"] != "ok":
+            return result["outcome"]
+        return "same output" if result["digest"] == self.expected["digest"] else "wrong output"
+
+
+def errors(data: bytes) -> set[str]:
+    return {f.code for f in eg.check_pte(data).errors}
+
+
+def first(program: Program, kind: type) -> object:
+    return next(i.instr_args for i in program.execution_plan[0].chains[0].instructions if isinstance(i.instr_args, kind))
+
+
+def test_a_delegate_call_with_too_few_arguments_is_an_error_and_crashes_the_runtime(seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["xnnpack"], lambda program: first(program, DelegateCall).args.pop())
+    (finding,) = eg.check_pte(mutant).with_code("EG514")
+    assert "passes 1 arguments; its graph binds 2" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "crash"
+
+
+def _internal_value(graph: dict) -> dict:
+    return next(v["xvalue_union"] for v in graph["xvalues"] if not v["xvalue_union"].get("flags") and not v["xvalue_union"].get("constant_buffer_idx"))
+
+
+def test_an_internal_xnnpack_value_flagged_as_an_output_is_an_error_and_crashes_the_runtime(seeds, runner, tmp_path) -> None:
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], lambda graph: _internal_value(graph).update(flags=2))
+    (finding,) = eg.check_pte(mutant).with_code("EG515")
+    assert "flagged external output but has no external id" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "crash"
+
+
+def test_a_fully_connected_bias_that_is_not_per_channel_is_an_error_and_crashes_the_runtime(seeds, runner, tmp_path) -> None:
+    def bias_on_the_input(graph: dict) -> None:
+        node = next(n["xnode_union"] for n in graph["xnodes"] if "filter_id" in n["xnode_union"] and "input1_id" in n["xnode_union"])
+        node["bias_id"] = node["input1_id"]
+
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], bias_on_the_input, which=1)  # the linear
+    (finding,) = eg.check_pte(mutant).with_code("EG515")
+    assert "has bias value" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "crash"
+
+
+def _arena_tensor(program: Program, rank: int) -> Tensor:
+    plan = program.execution_plan[0]
+    return next(v.val for v in plan.values if isinstance(v.val, Tensor) and len(v.val.sizes) == rank and v.val.allocation_info is not None)
+
+
+def test_a_dim_order_that_is_not_a_permutation_is_an_error_the_runtime_refuses(seeds, runner, tmp_path) -> None:
+    def duplicate(program: Program) -> None:
+        _arena_tensor(program, 4).dim_order = [0, 1, 1, 3]
+
+    mutant = edit_pte(seeds["portable"], duplicate)
+    assert "EG516" in errors(mutant)
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"
+
+
+def _accesses(data: bytes):
+    from export_guards.pte.reader.file import PteFile
+
+    plan = PteFile(data).program.execution_plan[0]
+    return plan, method_accesses(plan, {})
+
+
+def test_instructions_out_of_order_are_an_error_and_misrun(seeds, runner, tmp_path) -> None:
+    plan, accesses = _accesses(seeds["portable"])
+    # two kernels where the second reads what the first writes
+    a = next(i for i, x in enumerate(accesses) if any(x.writes & y.reads for y in accesses[i + 1 :]))
+    b = next(j for j in range(a + 1, len(accesses)) if accesses[a].writes & accesses[j].reads)
+
+    def swap(program: Program) -> None:
+        chain = program.execution_plan[0].chains[0].instructions
+        chain[a], chain[b] = chain[b], chain[a]
+
+    mutant = edit_pte(seeds["portable"], swap)
+    (finding, *_) = eg.check_pte(mutant).with_code("EG517")
+    assert "before anything writes it" in finding.message
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) in ("wrong output", "error")
+
+
+def test_a_dropped_instruction_is_an_error_and_misruns(seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["portable"], lambda program: program.execution_plan[0].chains[0].instructions.pop(1))
+    assert "EG517" in errors(mutant)
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) in ("wrong output", "error")
+
+
+def test_a_tensor_moved_onto_a_live_one_is_an_error_and_misruns(seeds, runner, tmp_path) -> None:
+    plan, accesses = _accesses(seeds["portable"])
+    # a tensor written at k and read at m > k + 1, and one written in between
+    k, m, live = next(
+        (k, m, v) for k, x in enumerate(accesses) for v in sorted(x.writes) for m in range(k + 2, len(accesses)) if v in accesses[m].reads
+    )
+    other = next(v for j in range(k + 1, m) for v in sorted(accesses[j].writes) if plan.values[v].val.allocation_info is not None)
+
+    def move(program: Program) -> None:
+        values = program.execution_plan[0].values
+        values[other].val.allocation_info.memory_offset_low = values[live].val.allocation_info.memory_offset_low
+
+    mutant = edit_pte(seeds["portable"], move)
+    assert "EG518" in errors(mutant)
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) in ("wrong output", "error")
+
+
+def test_an_out_tensor_of_the_wrong_shape_is_an_error_the_kernel_rejects(seeds, runner, tmp_path) -> None:
+    def reshape_an_out(program: Program) -> None:
+        plan = program.execution_plan[0]
+        call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and len(plan.values[c.args[-1]].val.sizes) == 4)
+        sizes = plan.values[call.args[-1]].val.sizes
+        sizes[1], sizes[2] = sizes[2], sizes[1]  # same element count, another shape
+
+    mutant = edit_pte(seeds["portable"], reshape_an_out)
+    (finding, *_) = eg.check_pte(mutant).with_code("EG519")
+    assert "but it computes shape" in finding.message
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) in ("error", "wrong output")
+
+
+@pytest.mark.parametrize(
+    ("field", "edit"),
+    [
+        ("extended header length", lambda data: data[:12] + (40).to_bytes(4, "little") + data[16:]),
+        ("segment data size", lambda data: data[:32] + (int.from_bytes(data[32:40], "little") - 16).to_bytes(8, "little") + data[40:]),
+        ("XNNPACK header length", lambda data: _xnn_header_length(data, 31)),
+    ],
+)
+def test_a_field_the_runtime_ignores_is_at_most_a_warning_and_runs_as_before(field: str, edit: Callable[[bytes], bytes], seeds, runner, tmp_path) -> None:
+    mutant = edit(seeds["xnnpack"])
+    assert mutant != seeds["xnnpack"]
+    report = eg.check_pte(mutant)
+    assert not report.errors, f"{field}: {[f.message for f in report.errors]}"
+    assert all("ignores" in f.message for f in report if f.severity is eg.Severity.WARNING)
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
+
+
+def _xnn_header_length(data: bytes, length: int) -> bytes:
+    at = data.find(b"XH00")
+    return data[: at + 4] + length.to_bytes(2, "little") + data[at + 6 :]
+
+
+def test_a_campaign_of_structure_aware_mutants_has_no_checker_clean_crash_and_no_false_alarm(seeds, runner, tmp_path) -> None:
+    rng = random.Random(7)
+    outcomes = {name: Outcome(runner, tmp_path, data) for name, data in seeds.items()}
+    seen = {"flagged": 0, "clean": 0}
+    for number in range(40):
+        name = rng.choice(sorted(seeds))
+        kind = rng.choice(sorted(STRUCTURE_MUTATORS))
+        mutant = STRUCTURE_MUTATORS[kind](seeds[name], rng)
+        if mutant is None or mutant == seeds[name]:
+            continue
+        flagged = bool(errors(mutant))
+        outcome = outcomes[name].of(mutant)
+        case = f"#{number}: {kind} of {name} is {'flagged' if flagged else 'clean'} and runs to '{outcome}'"
+        assert flagged or outcome not in ("crash", "hang"), case
+        assert not flagged or outcome != "same output", case
+        seen["flagged" if flagged else "clean"] += 1
+    assert seen["flagged"] >= 10 and seen["clean"] >= 5, seen
