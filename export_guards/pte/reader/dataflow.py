@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import final
 
-import torch
 from executorch.exir.schema import (
     DelegateCall,
     ExecutionPlan,
@@ -30,6 +29,7 @@ from executorch.exir.schema import (
     TensorList,
 )
 
+from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import tensor_nbytes
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
@@ -134,11 +134,7 @@ def _tensors(plan: ExecutionPlan, indices: list[int]) -> frozenset[int]:
 def _written_arguments(name: str, overload: str) -> tuple[tuple[tuple[bool, bool], ...], int] | None:
     """Per schema argument: (written, written as an ``out`` argument rather than in place);
     and how many tensors the op returns."""
-    try:
-        schemas = torch._C._jit_get_schemas_for_operator(name)
-    except RuntimeError:
-        return None
-    schema = next((s for s in schemas if s.overload_name == overload), None)
+    schema = operator_schema(name, overload)
     if schema is None:
         return None
     arguments = tuple(

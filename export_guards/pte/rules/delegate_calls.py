@@ -20,6 +20,7 @@ from executorch.exir.scalar_type import ScalarType
 from executorch.exir.schema import DelegateCall, ExecutionPlan, KernelCall, OptionalTensorList, Tensor, TensorList, TensorShapeDynamism
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.reader.tensors import describe_tensor
 from export_guards.pte.reader.xnnpack import (
     ELEMENT_BYTES,
     EXTERNAL_INPUT,
@@ -128,7 +129,7 @@ def _tensor_problem(tensor: Tensor, value: XnnValue, role: str) -> str | None:
     widened = _WIDENED_OUTPUTS.get(value.datatype) if role == "output" else None
     if allowed is not None and tensor.scalar_type not in allowed and tensor.scalar_type != widened:
         return (
-            f"the tensor is {tensor.scalar_type.name.lower()}, the graph's value "
+            f"the tensor is {describe_tensor(tensor)}, the graph's value is "
             f"{value.datatype.removeprefix('xnn_datatype_')} (the runtime reads its bytes as that, unchecked)"
         )
     return None

@@ -20,6 +20,7 @@ from executorch.exir.schema import (
 )
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.reader.schemas import operator_schema
 from export_guards.ruleset import Hit, rule
 
 # The value kinds the runtime accepts for each kind of schema type.
@@ -127,11 +128,7 @@ def _kind(plan: ExecutionPlan, index: int) -> str | None:
 @functools.cache
 def _schema_kinds(name: str, overload: str) -> tuple[tuple[str, frozenset[str]], ...] | None:
     """Per argument then per return: its name and the value kinds it takes (empty: any)."""
-    try:
-        schemas = torch._C._jit_get_schemas_for_operator(name)
-    except RuntimeError:
-        return None
-    schema = next((s for s in schemas if s.overload_name == overload), None)
+    schema = operator_schema(name, overload)
     if schema is None:
         return None
     kinds = [(a.name, _accepted(a.type)) for a in schema.arguments]

@@ -100,7 +100,10 @@ def _replay_signature(overload: torch._ops.OpOverload, signature: tuple, outs: t
     of its refusal (dtypes or shapes it does not take together), or (the out argument's
     position, the shape it computes)."""
     arguments = overload._schema.arguments
-    built = [_build(description) for description in signature]
+    try:
+        built = [_build(description) for description in signature]
+    except Exception:  # noqa: BLE001 - a dtype meta tensors cannot hold (quantized ones): nothing known
+        return None
     before = {k: tuple(built[k].shape) for k in outs if isinstance(built[k], torch.Tensor)}
     positional = [built[k] for k, a in enumerate(arguments) if not a.kwarg_only]
     keywords = {a.name: built[k] for k, a in enumerate(arguments) if a.kwarg_only}

@@ -34,13 +34,7 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
 
 @rule("EG517")
 def value_read_before_written(context: PteContext) -> Iterator[Hit]:
-    program = context.pte.program
-    if program is None:
-        return
-    for plan in program.execution_plan:
-        accesses = method_accesses(plan, _payloads(context, plan.name))
-        if accesses is None:
-            continue
+    for plan, accesses in _straight_methods(context):
         ready = _ready(plan)
         view_bases = views(plan, accesses)
         for instruction, value, written_at in read_before_written(accesses, ready, view_bases):
@@ -63,13 +57,7 @@ def value_read_before_written(context: PteContext) -> Iterator[Hit]:
 
 @rule("EG518")
 def arena_overlap(context: PteContext) -> Iterator[Hit]:
-    program = context.pte.program
-    if program is None:
-        return
-    for plan in program.execution_plan:
-        accesses = method_accesses(plan, _payloads(context, plan.name))
-        if accesses is None:
-            continue
+    for plan, accesses in _straight_methods(context):
         lifetimes, roots = _lifetimes(plan, accesses)
         for a, b, first, last in _overlaps(plan, lifetimes):
             if roots[a] == roots[b]:
@@ -82,8 +70,15 @@ def arena_overlap(context: PteContext) -> Iterator[Hit]:
             )
 
 
-def _payloads(context: PteContext, method: str) -> dict[int, XnnPayload]:
-    return {d.index: p for d, p in context.xnnpack_payloads if d.method == method and isinstance(p, XnnPayload)}
+def _straight_methods(context: PteContext) -> Iterator[tuple[ExecutionPlan, list[Access]]]:
+    """Each method that runs one chain straight through, with what each instruction accesses
+    (methods with control flow have no static order: they are left alone)."""
+    program = context.pte.program
+    for plan in program.execution_plan if program is not None else ():
+        payloads = {d.index: p for d, p in context.xnnpack_payloads if d.method == plan.name and isinstance(p, XnnPayload)}
+        accesses = method_accesses(plan, payloads)
+        if accesses is not None:
+            yield plan, accesses
 
 
 def _planned(plan: ExecutionPlan, index: int) -> bool:
@@ -120,9 +115,10 @@ def _lifetimes(plan: ExecutionPlan, accesses: list[Access]) -> tuple[dict[int, l
         return value
 
     uses: dict[int, list[int]] = {}
-    for value in plan.inputs:
+    exists = range(len(plan.values)).__contains__  # an index out of range is EG512's
+    for value in filter(exists, plan.inputs):
         uses.setdefault(base(value), []).append(-1)
-    for value in plan.outputs:
+    for value in filter(exists, plan.outputs):
         uses.setdefault(base(value), []).append(end)
     for i, access in enumerate(accesses):
         for value in access.reads | access.writes | access.maybe:
