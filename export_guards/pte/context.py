@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from executorch.exir.schema import ExecutionPlan
+
+from export_guards.pte.reader.dataflow import Access, method_accesses
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import Delegate, PteFile, Region
 from export_guards.pte.reader.flatc import DecodeError
@@ -41,3 +44,23 @@ class PteContext:
                 except DecodeError as error:
                     decoded.append((delegate, error))
         return decoded
+
+    @cached_property
+    def xnnpack_graphs(self) -> dict[tuple[str, int], XnnPayload]:
+        """Each decodable XNNPACK payload by (method, delegate index): what the call and
+        dataflow rules read."""
+        return {(d.method, d.index): p for d, p in self.xnnpack_payloads if isinstance(p, XnnPayload)}
+
+    @cached_property
+    def straight_methods(self) -> list[tuple[ExecutionPlan, list[Access]]]:
+        """Each method that runs one chain straight through, with what each instruction
+        accesses, worked out once for the dataflow rules (methods with control flow have no
+        static order: they are left alone)."""
+        program = self.pte.program
+        found = []
+        for plan in program.execution_plan if program is not None else ():
+            payloads = {index: p for (method, index), p in self.xnnpack_graphs.items() if method == plan.name}
+            accesses = method_accesses(plan, payloads)
+            if accesses is not None:
+                found.append((plan, accesses))
+        return found

@@ -54,7 +54,7 @@ def delegate_call_mismatch(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:
         return
-    payloads = {(d.method, d.index): p for d, p in context.xnnpack_payloads if isinstance(p, XnnPayload)}
+    payloads = context.xnnpack_graphs
     for plan in program.execution_plan:
         host_typed = _host_typed(plan)
         for c, chain in enumerate(plan.chains):

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from executorch.exir.schema import ExecutionPlan, Tensor
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.dataflow import Access, method_accesses, read_before_written, views
+from export_guards.pte.reader.dataflow import Access, read_before_written, views
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
-from export_guards.pte.reader.xnnpack import XnnPayload
 from export_guards.ruleset import Hit, rule
 
 
@@ -34,7 +33,7 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
 
 @rule("EG517")
 def value_read_before_written(context: PteContext) -> Iterator[Hit]:
-    for plan, accesses in _straight_methods(context):
+    for plan, accesses in context.straight_methods:
         ready = _ready(plan)
         view_bases = views(plan, accesses)
         for instruction, value, written_at in read_before_written(accesses, ready, view_bases):
@@ -57,7 +56,7 @@ def value_read_before_written(context: PteContext) -> Iterator[Hit]:
 
 @rule("EG518")
 def arena_overlap(context: PteContext) -> Iterator[Hit]:
-    for plan, accesses in _straight_methods(context):
+    for plan, accesses in context.straight_methods:
         lifetimes, roots = _lifetimes(plan, accesses)
         for a, b, first, last in _overlaps(plan, lifetimes):
             if roots[a] == roots[b]:
@@ -68,17 +67,6 @@ def arena_overlap(context: PteContext) -> Iterator[Hit]:
                 f"to {last}): one overwrites the other",
                 method=plan.name,
             )
-
-
-def _straight_methods(context: PteContext) -> Iterator[tuple[ExecutionPlan, list[Access]]]:
-    """Each method that runs one chain straight through, with what each instruction accesses
-    (methods with control flow have no static order: they are left alone)."""
-    program = context.pte.program
-    for plan in program.execution_plan if program is not None else ():
-        payloads = {d.index: p for d, p in context.xnnpack_payloads if d.method == plan.name and isinstance(p, XnnPayload)}
-        accesses = method_accesses(plan, payloads)
-        if accesses is not None:
-            yield plan, accesses
 
 
 def _planned(plan: ExecutionPlan, index: int) -> bool:
