@@ -6,7 +6,8 @@ Operators are read from their schemas (an argument marked ``(a!)`` is written, `
 place, and so is the slot the emitter adds for the return); an operator torch does not know
 here follows ExecuTorch's out-variant convention (its last argument is what it writes), and
 its other tensor arguments are counted as possibly written too, so that nothing is claimed
-about them. A delegate call writes its XNNPACK graph's external outputs and reads its inputs;
+about them. A delegate call writes its XNNPACK graph's external outputs that a node writes and
+reads its inputs (and any output no node writes, which keeps what it held);
 a call of another delegate may read and write any of its arguments.
 """
 
@@ -33,7 +34,7 @@ from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import tensor_nbytes
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
-__all__ = ["Access", "method_accesses", "read_before_written", "views"]
+__all__ = ["Access", "method_accesses", "read_before_written", "tensor_arguments", "views"]
 
 _VIEWS = frozenset({"executorch_prim::et_view"})  # (self, sizes, out): out shares self's memory
 
@@ -77,15 +78,17 @@ def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, Xnn
     if isinstance(instruction, DelegateCall):
         payload = payloads.get(instruction.delegate_index)
         if payload is None:
-            return Access(maybe=_tensors(plan, instruction.args))
+            return Access(maybe=tensor_arguments(plan, instruction.args))
         reads, writes = set(), set()
+        written = {value for node in payload.nodes for value in node.writes}
         for value in payload.values:
             if value.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT) and value.external_id < len(instruction.args):
-                index = instruction.args[value.external_id]
-                (writes if value.flags & EXTERNAL_OUTPUT else reads).update(_tensors(plan, [index]))
+                tensors = tensor_arguments(plan, [instruction.args[value.external_id]])
+                # An output that no node writes is left as it was (and read, if a node reads it).
+                (writes if value.flags & EXTERNAL_OUTPUT and value.value_id in written else reads).update(tensors)
         return Access(reads=frozenset(reads), writes=frozenset(writes))
     if isinstance(instruction, MoveCall):
-        return Access(reads=_tensors(plan, [instruction.move_from]), writes=_tensors(plan, [instruction.move_to]))
+        return Access(reads=tensor_arguments(plan, [instruction.move_from]), writes=tensor_arguments(plan, [instruction.move_to]))
     if isinstance(instruction, FreeCall):
         return Access()
     return Access(maybe=frozenset())
@@ -94,19 +97,19 @@ def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, Xnn
 def _kernel_access(plan: ExecutionPlan, call: KernelCall) -> Access:
     operator = plan.operators[call.op_index] if 0 <= call.op_index < len(plan.operators) else None
     if operator is not None and operator.name in _VIEWS and len(call.args) >= 2:
-        base, view = _tensors(plan, call.args[:1]), _tensors(plan, call.args[-1:])
+        base, view = tensor_arguments(plan, call.args[:1]), tensor_arguments(plan, call.args[-1:])
         if base and view:
             return Access(reads=base, writes=view, view=(next(iter(view)), next(iter(base))))
     schema = _written_arguments(operator.name, operator.overload) if operator is not None else None
     arguments, returns = schema if schema is not None else ((), 0)
     # The emitter appends one slot for what the call returns, or one per returned tensor.
     if schema is None or len(call.args) - len(arguments) not in (1, max(returns, 1)):
-        last = _tensors(plan, call.args[-1:])  # unknown: the out-variant convention
-        return Access(reads=_tensors(plan, call.args[:-1]) - last, writes=last, maybe=_tensors(plan, call.args))
+        last = tensor_arguments(plan, call.args[-1:])  # unknown: the out-variant convention
+        return Access(reads=tensor_arguments(plan, call.args[:-1]) - last, writes=last, maybe=tensor_arguments(plan, call.args))
     written = [*arguments, *[(True, True)] * (len(call.args) - len(arguments))]
     reads, writes, in_place = set(), set(), set()
     for index, (is_written, is_out) in zip(call.args, written):
-        tensors = _tensors(plan, [index])
+        tensors = tensor_arguments(plan, [index])
         if is_written:
             writes |= tensors
             if not is_out:
@@ -116,7 +119,7 @@ def _kernel_access(plan: ExecutionPlan, call: KernelCall) -> Access:
     return Access(reads=frozenset(reads - writes), writes=frozenset(writes), in_place=frozenset(in_place))
 
 
-def _tensors(plan: ExecutionPlan, indices: list[int]) -> frozenset[int]:
+def tensor_arguments(plan: ExecutionPlan, indices: list[int]) -> frozenset[int]:
     """The tensor values among ``indices``, with the items of tensor lists."""
     found: set[int] = set()
     for index in indices:
@@ -149,7 +152,8 @@ def views(plan: ExecutionPlan, accesses: list[Access]) -> dict[int, int]:
     with no instruction, on the same arena bytes as the tensor last written there before it is
     first used (a static reshape: same arena, offset and size)."""
     found = {a.view[0]: a.view[1] for a in accesses if a.view is not None}
-    touched = set().union(*(a.writes | a.maybe for a in accesses)) if accesses else set()
+    # Inputs hold the caller's data from the start: never views.
+    touched = set(plan.inputs).union(*(a.writes | a.maybe for a in accesses))
     last_written: dict[tuple[int, int, int], int] = {}
     for access in accesses:
         for value in sorted(access.reads | access.maybe):

@@ -11,7 +11,7 @@ import math
 import re
 import types
 from dataclasses import dataclass
-from typing import final
+from typing import Any, final
 
 from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
 
@@ -24,7 +24,6 @@ NO_OFFSET = 2**64 - 1  # a constant held as named data has this offset
 INVALID_ID = 2**32 - 1  # XNN_INVALID_VALUE_ID: no external id, or an optional operand left out
 EXTERNAL_INPUT, EXTERNAL_OUTPUT = 1, 2  # XNN_VALUE_FLAG_EXTERNAL_*: the only flags the runtime takes
 _OUTPUT_FIELDS = frozenset({"OutputId", "OutputIndexId", "OutputValueId"})
-_PARAMS = ("Flags", "Groups", "GroupInputChannels", "GroupOutputChannels")
 TRANSPOSE_WEIGHTS = 1  # XNN_FLAG_TRANSPOSE_WEIGHTS: a fully connected filter stored [in, out]
 
 # Bytes per element of XNNPACK's datatypes (schema.fbs, XNNDatatype); 4-bit types hold two.
@@ -96,12 +95,13 @@ class XnnValue:
 @final
 @dataclass(frozen=True)
 class XnnNode:
-    """A node of an XNNPACK graph: its kind (``XNNConv2d``) and its operands, as
-    ``(field, value id)`` pairs (``("FilterId", 2)``); optional operands left out are not listed."""
+    """A node of an XNNPACK graph: its kind (``XNNConv2d``), its operands as ``(field, value
+    id)`` pairs (``("FilterId", 2)``; optional operands left out are not listed), and its other
+    fields as ``(field, number or tuple of numbers)`` pairs (``("Flags", 0)``, ``("Perm", (0, 2, 3, 1))``)."""
 
     kind: str
     operands: tuple[tuple[str, int], ...]
-    params: tuple[tuple[str, int], ...] = ()  # the channel counts and flags that shape its weights
+    params: tuple[tuple[str, float | tuple[float, ...]], ...] = ()
 
     @property
     def reads(self) -> tuple[int, ...]:
@@ -114,7 +114,18 @@ class XnnNode:
     def operand(self, field: str) -> int | None:
         return next((value for name, value in self.operands if name == field), None)
 
-    def param(self, field: str) -> int | None:
+    def output_channels(self, filter_dims: tuple[int, ...]) -> int | None:
+        """The output channels a fully connected or convolution node computes with a filter of
+        these dims (what it reads of its bias), or None for another kind of node."""
+        if self.kind == "XNNFullyConnected" and len(filter_dims) == 2:
+            return filter_dims[1] if self.param("Flags") & TRANSPOSE_WEIGHTS else filter_dims[0]
+        groups, per_group = self.param("Groups"), self.param("GroupOutputChannels")
+        if self.kind in ("XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d") and groups and per_group:
+            return groups * per_group
+        return None
+
+    def param(self, field: str) -> Any:
+        """The field's number (or tuple of numbers, for a list), or None if the node has none."""
         return next((value for name, value in self.params if name == field), None)
 
 
@@ -134,6 +145,20 @@ class XnnPayload:
     nodes: tuple[XnnNode, ...] = ()
     num_externs: int = 0
     header_length: int = XNNHeader.EXPECTED_LENGTH
+
+    def bias_elements(self) -> dict[int, int]:
+        """Each constant used only as a bias -> the elements XNNPACK reads of it (its node's
+        output channels), which need not be its dims' count."""
+        dims = {v.value_id: v.dims for v in self.values}
+        uses: dict[int, list[int | None]] = {}
+        for node in self.nodes:
+            bias, filter_ = node.operand("BiasId"), node.operand("FilterId")
+            for field, value in node.operands:
+                if field != "BiasId":
+                    uses.setdefault(value, []).append(None)
+            if bias is not None:
+                uses.setdefault(bias, []).append(node.output_channels(dims.get(filter_, ())) if filter_ is not None else None)
+        return {value: max(counts) for value, counts in uses.items() if None not in counts}  # type: ignore[type-var]
 
 
 def read_payload(data: bytes) -> XnnPayload:
@@ -256,7 +281,9 @@ def _nodes(root: object) -> tuple[XnnNode, ...]:
         fields = getattr(schema, table_name)()
         fields.Init(table.Bytes, table.Pos)
         operands = ((field, int(getattr(fields, field)())) for field in _id_fields(table_name))
-        params = tuple((field, int(getattr(fields, field)())) for field in _PARAMS if hasattr(fields, field))
+        scalars, lists = _param_fields(table_name)
+        params = tuple((field, getattr(fields, field)()) for field in scalars)
+        params += tuple((field, tuple(getattr(fields, field)(k) for k in range(getattr(fields, f"{field}Length")()))) for field in lists)
         nodes.append(XnnNode(name, tuple((field, value) for field, value in operands if value != INVALID_ID), params))
     return tuple(nodes)
 
@@ -282,3 +309,16 @@ def _id_fields(table_name: str) -> tuple[str, ...]:
     """The accessors of a node table that return one value id (``Input1Id``, ``FilterId``, ``OutputId``)."""
     table = getattr(_schema(), table_name)
     return tuple(sorted(name for name in dir(table) if name.endswith("Id") and not name.startswith("_")))
+
+
+@functools.cache
+def _param_fields(table_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A node table's other accessors: those of one number (``Flags``, ``KernelHeight``) and
+    those of a list of numbers (``Perm``, ``NewShape``), told apart by the ``...Length`` that
+    flatc generates for a list."""
+    table = getattr(_schema(), table_name)
+    names = {name for name in dir(table) if name[:1].isupper() and not name.startswith(("GetRootAs", "Init"))}
+    lists = {name for name in names if f"{name}Length" in names}
+    helpers = {f"{name}{suffix}" for name in lists for suffix in ("Length", "AsNumpy", "IsNone")}
+    scalars = names - lists - helpers - set(_id_fields(table_name)) - {n for n in names if n.endswith("BufferHasIdentifier")}
+    return tuple(sorted(scalars)), tuple(sorted(lists))

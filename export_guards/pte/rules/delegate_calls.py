@@ -3,11 +3,12 @@ consistency, as ExecuTorch's XNNPACK runtime relies on them without checking.
 
 The runtime binds argument ``external_id`` of the call to each value flagged external
 (``XNNExecutor::prepare_args`` indexes the argument list unchecked), reads the tensor's data as
-the value's datatype without comparing dtypes, and resizes inputs to whatever shape the
-program's tensor has. So a call with too few arguments reads past its argument list (a crash,
-or another tensor silently used), and a dtype that disagrees reads or writes the wrong number
-of bytes. A shape that disagrees is a warning: the runtime reshapes the graph to the program's
-tensor, which is right when the graph's serialized shape is the damaged one.
+the value's datatype without comparing dtypes, reshapes the graph's inputs to the program's
+tensors and resizes the program's outputs to what XNNPACK computes from them. So a call with
+too few arguments reads past its argument list (a crash, or another tensor silently used), a
+dtype that disagrees reads or writes the wrong bytes, and shapes are checked by following the
+graph as XNNPACK does (``reader/xnnpack_shapes.py``): a node that cannot take them, or an
+output of a fixed shape that the graph computes otherwise, fails the call.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import NamedTuple
 
 from executorch.exir.scalar_type import ScalarType
 from executorch.exir.schema import DelegateCall, ExecutionPlan, KernelCall, OptionalTensorList, Tensor, TensorList, TensorShapeDynamism
+from executorch.exir.tensor import get_scalar_type
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.tensors import describe_tensor
@@ -26,12 +28,11 @@ from export_guards.pte.reader.xnnpack import (
     EXTERNAL_INPUT,
     EXTERNAL_OUTPUT,
     INVALID_ID,
-    TRANSPOSE_WEIGHTS,
     XnnConstant,
-    XnnNode,
     XnnPayload,
     XnnValue,
 )
+from export_guards.pte.reader.xnnpack_shapes import infer_shapes
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
@@ -47,6 +48,7 @@ _DTYPES: Mapping[str, frozenset[ScalarType]] = {
 }
 _WIDENED_OUTPUTS = {"xnn_datatype_int32": ScalarType.LONG}  # convert_outputs widens int32 to an int64 output
 _MAX_EXTERNS = 4096  # XNNCompiler rejects more (ExecuTorch 1.3 and later)
+_STATIC_WEIGHTS = frozenset({"XNNFullyConnected", "XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d"})
 
 
 @rule("EG514")
@@ -96,35 +98,85 @@ def _call_problems(plan: ExecutionPlan, call: DelegateCall, payload: XnnPayload,
             f"reads past the argument list (a crash, or another tensor used in silence)"
         )
         return
+    tensors: dict[int, tuple[int, Tensor]] = {}  # graph value id -> (program value, its tensor)
     for value in bound:
         index = call.args[value.external_id]
         if not 0 <= index < len(plan.values):
             continue  # EG512's
         role = "output" if value.flags & EXTERNAL_OUTPUT else "input"
         tensor = plan.values[index].val
+        what = f"binds program value {index} (argument {value.external_id}) to the graph's {role} value {value.value_id}"
         if not isinstance(tensor, Tensor):
             yield Problem(f"binds program value {index} (a {type(tensor).__name__}) to the graph's {role} value {value.value_id}, a tensor")
             continue
-        problem = _tensor_problem(tensor, value, role)
-        if problem and index in host_typed:
-            yield Problem(f"binds program value {index} (argument {value.external_id}) to the graph's {role} value {value.value_id}: {problem}")
-        elif problem:  # only delegates touch it: its bytes are what they write, whatever its label says
+        tensors[value.value_id] = (index, tensor)
+        problem = _dtype_problem(tensor, value, role)
+        if problem is None:
+            continue
+        if index in host_typed or _element_bytes(tensor) != ELEMENT_BYTES.get(value.datatype):
+            yield Problem(f"{what}: {problem}")
+        else:  # only delegates touch it, in elements of one size: its bytes are what they write
             yield Problem(
-                f"binds program value {index} (argument {value.external_id}) to the graph's {role} value {value.value_id}: "
-                f"{problem}. Only delegates read and write this tensor, so it runs as built; its dtype is wrong",
+                f"{what}: {problem}. Only delegates read and write this tensor, in elements of the same size, "
+                f"so it runs as built; its dtype is wrong",
                 Severity.WARNING,
             )
-        shape = _shape_problem(tensor, value)
-        if shape:
+    yield from _shape_problems(payload, bound, tensors)
+
+
+def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[int, tuple[int, Tensor]]) -> Iterator[Problem]:
+    """The runtime reshapes the graph's inputs to the program's tensors and resizes the
+    program's outputs to what XNNPACK computes from them: a node that cannot take the shapes,
+    or an output the program holds in a fixed shape of another size, fails the call. Where the
+    graph cannot be followed (a node kind not modelled, sizes that are only bounds), shapes that
+    differ from the graph's are warnings."""
+    inputs = {v.value_id: _physical(tensors[v.value_id][1]) for v in bound if v.flags & EXTERNAL_INPUT and v.value_id in tensors}
+    static = all(t.shape_dynamism == TensorShapeDynamism.STATIC for _, t in tensors.values())
+    inferred = infer_shapes(payload, inputs) if static and None not in inputs.values() else None
+    if inferred is not None and inferred.refused is not None:
+        node, why = inferred.refused
+        kind = payload.nodes[node].kind
+        yield Problem(f"runs its graph on the program's tensors, and node {node} ({kind}) cannot take them: {why} (the runtime fails the call)")
+        return
+    outputs = [v for v in bound if v.flags & EXTERNAL_OUTPUT and not v.flags & EXTERNAL_INPUT and v.value_id in tensors]
+    followed = inferred is not None and all(v.value_id in inferred.shapes for v in outputs)
+    for value in bound:
+        if value.value_id not in tensors:
+            continue
+        index, tensor = tensors[value.value_id]
+        physical = _physical(tensor)
+        what = f"binds program value {index} (argument {value.external_id}) to the graph's {'output' if value in outputs else 'input'} value {value.value_id}"
+        computed = inferred.shapes.get(value.value_id) if inferred is not None and value in outputs else None
+        if computed is not None and physical is not None and computed != physical:
             yield Problem(
-                f"binds program value {index} (argument {value.external_id}) to the graph's {role} value "
-                f"{value.value_id}: {shape}. The runtime reshapes the graph to the program's tensor, so this "
-                f"runs as built only if the graph's shape is the damaged one",
+                f"{what}: the graph computes shape {list(computed)} for it from the program's inputs, and the "
+                f"tensor's shape is fixed at {list(physical)} (in memory order): the runtime cannot resize it and fails the call"
+            )
+        elif not followed and physical is not None and tensor.shape_dynamism == TensorShapeDynamism.STATIC and physical != value.dims:
+            yield Problem(
+                f"{what}: the tensor's shape {list(physical)} (in memory order) is not the graph's {list(value.dims)}. "
+                f"The runtime reshapes the graph to the program's tensors, so this runs as built only if the graph's shape is the damaged one",
                 Severity.WARNING,
             )
 
 
-def _tensor_problem(tensor: Tensor, value: XnnValue, role: str) -> str | None:
+def _physical(tensor: Tensor) -> tuple[int, ...] | None:
+    """The tensor's sizes in memory order, as the runtime hands them to XNNPACK (None for a
+    dim order that is not a permutation: EG516's)."""
+    sizes, dim_order = list(tensor.sizes), list(tensor.dim_order)
+    if sorted(dim_order) != list(range(len(sizes))):
+        return None
+    return tuple(sizes[d] for d in dim_order)
+
+
+def _element_bytes(tensor: Tensor) -> int | None:
+    try:
+        return get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _dtype_problem(tensor: Tensor, value: XnnValue, role: str) -> str | None:
     allowed = _DTYPES.get(value.datatype)
     widened = _WIDENED_OUTPUTS.get(value.datatype) if role == "output" else None
     if allowed is not None and tensor.scalar_type not in allowed and tensor.scalar_type != widened:
@@ -132,19 +184,6 @@ def _tensor_problem(tensor: Tensor, value: XnnValue, role: str) -> str | None:
             f"the tensor is {describe_tensor(tensor)}, the graph's value is "
             f"{value.datatype.removeprefix('xnn_datatype_')} (the runtime reads its bytes as that, unchecked)"
         )
-    return None
-
-
-def _shape_problem(tensor: Tensor, value: XnnValue) -> str | None:
-    sizes = list(tensor.sizes) or [1]  # XNNPACK holds a scalar as one element
-    dim_order = list(tensor.dim_order) or [0]
-    if len(sizes) != len(value.dims):
-        return f"the tensor has {len(tensor.sizes)} dimensions {list(tensor.sizes)}, the graph's value {len(value.dims)} {list(value.dims)}"
-    if sorted(dim_order) != list(range(len(sizes))):
-        return None  # EG516's
-    physical = [sizes[d] for d in dim_order]  # the runtime hands XNNPACK the sizes in memory order
-    if tensor.shape_dynamism == TensorShapeDynamism.STATIC and physical != list(value.dims):
-        return f"the tensor's shape {physical} (in memory order) is not the graph's {list(value.dims)}"
     return None
 
 
@@ -179,6 +218,11 @@ def _graph_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator[
         if value.flags & ~(EXTERNAL_INPUT | EXTERNAL_OUTPUT):
             yield f"value {value.value_id} has flags {value.flags:#x}; the runtime takes only external input (1) and output (2)"
         if not value.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT):
+            if value.external_id != INVALID_ID:
+                yield (
+                    f"value {value.value_id} is internal but has external id {value.external_id}: XNNPACK defines it in "
+                    f"the place of external value {value.external_id} (the runtime fails to load or run the graph)"
+                )
             continue
         if value.external_id == INVALID_ID:
             yield (
@@ -197,8 +241,10 @@ def _dataflow_problems(payload: XnnPayload) -> Iterator[str]:
     """Every node reads values that exist and hold data: an external input, a constant, or
     what some node writes (the runtime orders the nodes by their values, not as listed)."""
     defined = {v.value_id for v in payload.values}
-    ready = {v.value_id for v in payload.values if v.constant or v.flags & EXTERNAL_INPUT}
-    ready.update(value_id for node in payload.nodes for value_id in node.writes)
+    # An external value of either role holds the program tensor bound to it.
+    ready = {v.value_id for v in payload.values if v.constant or v.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT)}
+    written = {value_id for node in payload.nodes for value_id in node.writes}
+    ready |= written
     for n, node in enumerate(payload.nodes):
         for value_id in node.reads:
             if value_id not in defined:
@@ -208,9 +254,18 @@ def _dataflow_problems(payload: XnnPayload) -> Iterator[str]:
         for value_id in node.writes:
             if value_id not in defined:
                 yield f"node {n} ({node.kind}) writes value {value_id}, which the graph does not define"
-    outputs = {v.value_id for v in payload.values if v.flags & EXTERNAL_OUTPUT}
-    yield from (f"external output {i} is never written by a node" for i in sorted(outputs - ready))
     read = {value_id for node in payload.nodes for value_id in node.reads}
+    outputs = {v.value_id for v in payload.values if v.flags & EXTERNAL_OUTPUT}
+    yield from (f"external output {i} is neither written nor read by a node" for i in sorted(outputs - written - read))
+    constants = {v.value_id for v in payload.values if v.constant}
+    for n, node in enumerate(payload.nodes):
+        for field in ("FilterId", "BiasId"):
+            weight = node.operand(field)
+            if node.kind in _STATIC_WEIGHTS and weight is not None and weight in defined and weight not in constants:
+                yield (
+                    f"node {n} ({node.kind}) has {field.removesuffix('Id').lower()} value {weight}, which is not a constant: "
+                    f"ExecuTorch writes these nodes with constant weights only, and the runtime fails or crashes on another"
+                )
     inputs = {v.value_id for v in payload.values if v.flags & EXTERNAL_INPUT and not v.flags & EXTERNAL_OUTPUT}
     yield from (f"external input {i} is read by no node (the runtime refuses to run it)" for i in sorted(inputs - read))
 
@@ -225,21 +280,10 @@ def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator
         filter_, bias = (values.get(node.operand(f)) for f in ("FilterId", "BiasId"))  # type: ignore[arg-type]
         if filter_ is None or bias is None or len(filter_.dims) < 2:
             continue
-        expected = _channels(node, filter_.dims)
+        channels = node.output_channels(filter_.dims)
         element = ELEMENT_BYTES.get(bias.datatype)
         where = f"node {n} ({node.kind}) with filter value {filter_.value_id} {list(filter_.dims)}"
         if len(bias.dims) != 1:
             yield f"{where} has bias value {bias.value_id} of shape {list(bias.dims)}, not one value per output channel"
-        elif expected is not None and element and bias.value_id in stored and stored[bias.value_id] < expected[1] * element:
-            yield f"{where} has bias value {bias.value_id} stored in {stored[bias.value_id]} bytes, fewer than its {expected[1]} output channels need"
-
-
-def _channels(node: XnnNode, dims: tuple[int, ...]) -> tuple[int, int] | None:
-    """(input channels, output channels) that the node's filter and parameters give."""
-    if node.kind == "XNNFullyConnected":
-        transposed = (node.param("Flags") or 0) & TRANSPOSE_WEIGHTS
-        return (dims[0], dims[1]) if transposed else (dims[-1], dims[0])
-    groups, group_in, group_out = (node.param(f) for f in ("Groups", "GroupInputChannels", "GroupOutputChannels"))
-    if node.kind in ("XNNConv2d", "XNNDepthwiseConv2d") and groups and group_in and group_out:
-        return groups * group_in, groups * group_out
-    return None
+        elif channels is not None and element and bias.value_id in stored and stored[bias.value_id] < channels * element:
+            yield f"{where} has bias value {bias.value_id} stored in {stored[bias.value_id]} bytes, fewer than its {channels} output channels need"

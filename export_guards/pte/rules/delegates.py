@@ -3,6 +3,7 @@ convolutions that share their weights' named data."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 
@@ -13,7 +14,7 @@ from export_guards.pte.context import PteContext
 from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
-from export_guards.pte.reader.xnnpack import NO_OFFSET, XnnPayload
+from export_guards.pte.reader.xnnpack import ELEMENT_BYTES, NO_OFFSET, XnnPayload
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
@@ -111,12 +112,15 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
     for delegate, payload in context.xnnpack_payloads:
         if isinstance(payload, DecodeError):
             continue  # EG506 reports it
+        biases = payload.bias_elements()  # XNNPACK reads a bias by its node's channels, not its dims
         for constant in payload.constants:
             if not constant.named_key:
                 continue
             what = f"{delegate}: constant value {constant.value_id} ({constant.datatype}{list(constant.dims)})"
             found = available.get(constant.named_key)
-            needed = max(constant.nbytes or 0, constant.size)
+            element = ELEMENT_BYTES.get(constant.datatype)
+            reads = math.ceil(biases[constant.value_id] * element) if constant.value_id in biases and element else constant.nbytes
+            needed = max(reads or 0, constant.size)
             if found is None:
                 yield Hit(f"{what} uses named data '{constant.named_key}', {_missing(context)}", method=delegate.method, constant=constant.named_key)
             elif found[1].size < needed:

@@ -1,12 +1,14 @@
 """EG519: operator calls whose tensors disagree with what the operator computes from them.
 
-Each out-variant call of an ATen operator that has a meta kernel of its own (most of them;
-not those torch computes by decomposition, like ``native_group_norm``) is replayed on meta
+Each out-variant call of an ATen operator that has a meta kernel (its own, or its functional
+form's) is replayed on meta
 tensors (dtype and shape only, no data) built from the program's values. Where the operator's own shape and dtype rules
 decide the result, an ``out`` tensor of another shape, or of a dtype the result cannot be
 cast to, or inputs that the operator refuses together, are what the runtime's kernel rejects
-(``InvalidArgument``) or computes wrongly. Calls with dynamic shapes, and operators torch does
-not know here, are left alone.
+(``InvalidArgument``) or computes wrongly. ExecuTorch's kernels are stricter than torch's meta
+kernels in one way checked here too: matrix products, convolutions, normalisations and copies
+take all their tensors in one dtype. Calls with dynamic shapes, and operators torch does not
+know here, are left alone.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
         signature = tuple(_describe(plan, call.args[k], a.type) for k, a in enumerate(arguments))
     except _Unsupported:
         return None
+    mixed = _mixed_dtypes(operator.name, arguments, signature)
+    if mixed:
+        return mixed
     # Models repeat their blocks: one replay per distinct call.
     verdict = _replay_signature(overload, signature, tuple(outs))
     if verdict is None:
@@ -92,6 +97,35 @@ def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
         f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but it computes "
         f"shape {list(computed)}: the kernel rejects the call or writes past the tensor"
     )
+
+
+# Operators whose ExecuTorch kernels take every tensor in one dtype (they check
+# ``tensors_have_same_dtype`` and refuse the call), where torch's meta kernels do not check:
+# matrix products, convolutions, normalisations, and the copies that only move elements.
+_ONE_DTYPE = frozenset(
+    f"aten::{name}"
+    for name in (
+        "convolution", "addmm", "mm", "bmm", "linear", "native_layer_norm", "native_group_norm",
+        "_native_batch_norm_legit_no_training", "permute_copy", "view_copy", "expand_copy", "slice_copy",
+        "select_copy", "transpose_copy", "squeeze_copy", "unsqueeze_copy", "clone", "constant_pad_nd",
+        "_softmax", "_log_softmax", "avg_pool2d", "max_pool2d_with_indices",
+    )
+)  # fmt: skip
+_OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
+
+
+def _mixed_dtypes(name: str, arguments: list, signature: tuple) -> str | None:
+    if name not in _ONE_DTYPE:
+        return None
+    dtypes = {
+        a.name: get_scalar_type(d[1])
+        for a, d in zip(arguments, signature)
+        if isinstance(d, tuple) and d[:1] == ("tensor",) and a.name not in _OWN_DTYPE
+    }
+    if len(set(dtypes.values())) < 2:
+        return None
+    listed = ", ".join(f"{k} {str(v).removeprefix('torch.')}" for k, v in dtypes.items())
+    return f"with tensors of different dtypes ({listed}): ExecuTorch's kernel takes them in one dtype and refuses the call"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -131,9 +165,10 @@ def _overload(name: str, overload: str) -> torch._ops.OpOverload | None:
         return None
     packet = getattr(torch.ops.aten, op_name, None)
     op = getattr(packet, overload or "default", None) if packet is not None else None
-    # Only operators with a meta kernel of their own: the others run Python decompositions,
-    # a few milliseconds a call, which would make the check slow on large programs.
-    if op is None or not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"):
+    # Operators with a meta kernel of their own, or an out variant that calls its functional
+    # form (convolution, the normalisations): not those that run Python decompositions on meta
+    # tensors, a few milliseconds a call, which would make the check slow on large programs.
+    if op is None or not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in ("Meta", "CompositeExplicitAutograd")):
         return None
     return op
 

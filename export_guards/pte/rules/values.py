@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from executorch.exir.schema import ExecutionPlan, Tensor
+from executorch.exir.schema import ExecutionPlan, KernelCall, Tensor
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.dataflow import Access, read_before_written, views
+from export_guards.pte.reader.dataflow import Access, read_before_written, tensor_arguments, views
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
 
@@ -20,15 +21,45 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
     if program is None:
         return
     for plan in program.execution_plan:
+        kernel_tensors = _aten_kernel_tensors(plan)
         for index, value in enumerate(plan.values):
             tensor = value.val
-            if isinstance(tensor, Tensor) and sorted(tensor.dim_order) != list(range(len(tensor.sizes))):
+            if not isinstance(tensor, Tensor):
+                continue
+            order, rank = list(tensor.dim_order), len(tensor.sizes)
+            if sorted(order) != list(range(rank)):
                 yield Hit(
                     f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order "
-                    f"{list(tensor.dim_order)}, not a permutation of its {len(tensor.sizes)} dimensions: the runtime "
+                    f"{order}, not a permutation of its {rank} dimensions: the runtime "
                     f"rejects it at load (1.2 and later) or computes wrong strides (earlier)",
                     method=plan.name,
                 )
+            elif index in kernel_tensors and order != list(range(rank)) and order != _CHANNELS_LAST.get(rank):
+                yield Hit(
+                    f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {order}, "
+                    f"and {kernel_tensors[index]} takes it: ExecuTorch's ATen kernels are written for contiguous and "
+                    f"channels-last dim orders; some refuse others (convolution), some read the bytes as contiguous",
+                    method=plan.name,
+                    severity=Severity.WARNING,
+                )
+
+
+_CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
+
+
+def _aten_kernel_tensors(plan: ExecutionPlan) -> dict[int, str]:
+    """Each tensor an ATen kernel call reads or writes -> the first such operator's name."""
+    found: dict[int, str] = {}
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if not isinstance(call, KernelCall) or not 0 <= call.op_index < len(plan.operators):
+                continue
+            operator = plan.operators[call.op_index]
+            if operator.name.startswith("aten::"):
+                for index in tensor_arguments(plan, call.args):
+                    found.setdefault(index, operator.name)
+    return found
 
 
 @rule("EG517")
@@ -106,11 +137,16 @@ def _lifetimes(plan: ExecutionPlan, accesses: list[Access]) -> tuple[dict[int, l
     exists = range(len(plan.values)).__contains__  # an index out of range is EG512's
     for value in filter(exists, plan.inputs):
         uses.setdefault(base(value), []).append(-1)
-    for value in filter(exists, plan.outputs):
-        uses.setdefault(base(value), []).append(end)
+    read = {v for a in accesses for v in a.reads | a.maybe} | set(plan.outputs)
+    holder = _Holders(plan, read)
     for i, access in enumerate(accesses):
-        for value in access.reads | access.writes | access.maybe:
+        for value in access.reads | access.maybe:
+            uses.setdefault(base(holder.of(value)), []).append(i)
+        for value in access.writes | access.maybe:
             uses.setdefault(base(value), []).append(i)
+            holder.wrote(value, i)
+    for value in filter(exists, plan.outputs):
+        uses.setdefault(base(holder.of(value)), []).append(end)
     rewritten = {}  # state -> the first instruction that writes it in place
     for i, access in enumerate(accesses):
         for value in access.in_place:
@@ -126,6 +162,39 @@ def _lifetimes(plan: ExecutionPlan, accesses: list[Access]) -> tuple[dict[int, l
     planned = (v for v in {*uses, *base_of} if isinstance(plan.values[v].val, Tensor) and plan.values[v].val.allocation_info is not None)
     lifetimes = {v: spans[base(v)] for v in planned if base(v) in spans}
     return lifetimes, {v: base(v) for v in lifetimes}
+
+
+class _Holders:
+    """Which value a read gets: a tensor whose exact arena bytes were last written as another
+    value of the same dtype, sizes and dim order, which nothing reads under its own index,
+    reads that value (one tensor under two indices; the runtime cannot tell them apart)."""
+
+    def __init__(self, plan: ExecutionPlan, read: set[int]) -> None:
+        self.plan, self.read = plan, read
+        self.last: dict[tuple, int] = {}  # the bytes -> the value last written there
+        self.written_at = dict.fromkeys(plan.inputs, -1)  # a value -> the instruction that last wrote it
+
+    def _key(self, value: int) -> tuple | None:
+        tensor = self.plan.values[value].val
+        info = tensor.allocation_info if isinstance(tensor, Tensor) else None
+        if info is None or tensor.data_buffer_idx != 0:
+            return None
+        offset = info.memory_offset_low + (info.memory_offset_high << 32)
+        return (info.memory_id, offset, tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order))
+
+    def wrote(self, value: int, instruction: int) -> None:
+        key = self._key(value)
+        if key is not None:
+            self.last[key] = value
+            self.written_at[value] = instruction
+
+    def of(self, value: int) -> int:
+        key = self._key(value)
+        other = self.last.get(key, value) if key is not None else value
+        # Only an input or a value some instruction wrote (one never written is a view:
+        # EG517's ``views``), and not two names that one call writes.
+        later = value in self.written_at and self.written_at.get(other, -1) > self.written_at[value]
+        return other if later and other not in self.read else value
 
 
 def _overlaps(plan: ExecutionPlan, lifetimes: dict[int, list[Span]]) -> Iterator[tuple[int, int, int, int]]:
