@@ -301,15 +301,23 @@ def test_a_convolution_weight_of_another_dtype_is_an_error_the_kernel_rejects(se
     assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"
 
 
-def test_an_unusual_dim_order_is_a_warning_because_some_kernels_read_it_as_contiguous(seeds, runner, tmp_path) -> None:
-    def transposed_order(program: Program) -> None:
-        plan = program.execution_plan[0]
-        call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::mm")
-        plan.values[call.args[1]].val.dim_order = [1, 0]
+def _mm_argument(program: Program, position: int) -> Tensor:
+    plan = program.execution_plan[0]
+    call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::mm")
+    return plan.values[call.args[position]].val
 
-    mutant = edit_pte(seeds["mutable"], transposed_order)
+
+def test_an_unusual_dim_order_on_a_kernel_tensor_is_an_error_the_kernel_rejects(seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, -1), "dim_order", [1, 0]))  # mm's out
+    (finding,) = eg.check_pte(mutant).with_code("EG516")
+    assert finding.severity is eg.Severity.ERROR and "they refuse the call" in finding.message
+    assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == "error"
+
+
+def test_an_unusual_dim_order_on_a_method_input_is_a_warning_the_callers_tensor_replaces(seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, 0), "dim_order", [1, 0]))  # the input x
     report = eg.check_pte(mutant)
-    assert not report.errors and report.with_code("EG516")
+    assert not report.errors and "a method input" in report.with_code("EG516")[0].message
     assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == "same output"
 
 

@@ -35,13 +35,21 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
                     method=plan.name,
                 )
             elif index in kernel_tensors and order != list(range(rank)) and order != _CHANNELS_LAST.get(rank):
-                yield Hit(
-                    f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {order}, "
-                    f"and {kernel_tensors[index]} takes it: ExecuTorch's ATen kernels are written for contiguous and "
-                    f"channels-last dim orders; some refuse others (convolution), some read the bytes as contiguous",
-                    method=plan.name,
-                    severity=Severity.WARNING,
-                )
+                what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {order}, and {kernel_tensors[index]} takes it"
+                if index in plan.inputs:  # the caller's tensor takes its place, in the caller's dim order
+                    yield Hit(
+                        f"{what}: a method input, so the caller's tensor decides the layout the kernel sees; "
+                        f"a caller that follows this dim order is refused (ExecuTorch's ATen kernels take only "
+                        f"contiguous and channels-last ones)",
+                        method=plan.name,
+                        severity=Severity.WARNING,
+                    )
+                else:
+                    yield Hit(
+                        f"{what}: ExecuTorch's ATen kernels take only contiguous and channels-last dim orders "
+                        f"(they refuse the call)",
+                        method=plan.name,
+                    )
 
 
 _CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
