@@ -342,3 +342,51 @@ def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_
     mutant = edit_pte(original, lambda program: program.execution_plan[0].outputs.__setitem__(0, alias))
     assert not eg.check_pte(mutant).errors
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def test_a_program_size_cut_short_of_a_string_terminator_is_an_error_the_runtime_refuses(seeds, runner, tmp_path) -> None:
+    data = seeds["portable"]
+    size = int.from_bytes(data[16:24], "little")
+    mutant = data[:16] + (size - 1).to_bytes(8, "little") + data[24:]  # the last byte: a string's NUL
+    (finding,) = eg.check_pte(mutant).with_code("EG502")
+    assert "runs past the" in finding.message
+    assert Outcome(runner, tmp_path, data).of(mutant) == "error"
+
+
+def test_a_graph_output_flagged_as_an_input_that_a_node_writes_is_no_error_and_runs_as_before(seeds, runner, tmp_path) -> None:
+    def output_as_input(graph: dict) -> None:
+        next(v["xvalue_union"] for v in graph["xvalues"] if v["xvalue_union"].get("flags") == 2)["flags"] = 1
+
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], output_as_input, which=1)
+    assert not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
+
+
+@pytest.mark.parametrize("delegate", [0, 1], ids=["convolution", "fully connected"])
+def test_a_filter_of_other_dims_than_its_node_parameters_is_an_error_the_runtime_refuses(delegate: int, seeds, runner, tmp_path) -> None:
+    def reshape_the_filter(graph: dict) -> None:
+        node = next(n["xnode_union"] for n in graph["xnodes"] if "filter_id" in n["xnode_union"])
+        weight = next(v["xvalue_union"] for v in graph["xvalues"] if v["xvalue_union"].get("id_out", 0) == node["filter_id"])
+        weight["dims"] = weight["dims"][::-1] if delegate == 0 else [weight["dims"][0] * weight["dims"][1]]
+
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], reshape_the_filter, which=delegate)
+    assert any("has filter value" in f.message for f in eg.check_pte(mutant).with_code("EG515"))
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
+
+
+def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_error_the_runtime_refuses(runner, tmp_path) -> None:
+    written = write_programs(tmp_path)["external"]
+    original = written.pte.read_bytes()
+
+    def integer_offset(program: Program) -> None:
+        tensor = next(v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.extra_tensor_info is not None)
+        tensor.scalar_type = 3  # the .ptd says float32
+
+    mutant = edit_pte(original, integer_offset)
+    (finding,) = eg.check_pte(mutant, data_files=written.data_files).with_code("EG508")
+    assert "InvalidExternalData" in finding.message
+    inputs, path = tmp_path / "inputs.pt", written.pte.parent / "mutant.pte"
+    torch.save(program_inputs(original), inputs)
+    path.write_bytes(mutant)
+    assert runner.run(written.pte, written.data_files[0], inputs)["outcome"] == "ok"
+    assert runner.run(path, written.data_files[0], inputs)["outcome"] == "error"

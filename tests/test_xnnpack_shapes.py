@@ -98,3 +98,10 @@ def test_shapes_a_node_cannot_take_are_refused_with_the_reason(programs) -> None
         assert refused is not None and ("channels" in refused[1] or "broadcast" in refused[1] or "multiply" in refused[1] or "reshapes" in refused[1])
         return
     pytest.fail("the zoo has no fully connected node")
+
+
+def test_the_zoo_and_the_corpus_check_clean(programs) -> None:
+    import export_guards as eg
+
+    for name, data in programs.items():
+        assert not eg.check_pte(data).errors, name

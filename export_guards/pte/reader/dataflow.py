@@ -6,8 +6,8 @@ Operators are read from their schemas (an argument marked ``(a!)`` is written, `
 place, and so is the slot the emitter adds for the return); an operator torch does not know
 here follows ExecuTorch's out-variant convention (its last argument is what it writes), and
 its other tensor arguments are counted as possibly written too, so that nothing is claimed
-about them. A delegate call writes its XNNPACK graph's external outputs that a node writes and
-reads its inputs (and any output no node writes, which keeps what it held);
+about them. A delegate call writes the external values of its XNNPACK graph that a node writes
+and reads the others (an output no node writes keeps what it held);
 a call of another delegate may read and write any of its arguments.
 """
 
@@ -84,8 +84,9 @@ def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, Xnn
         for value in payload.values:
             if value.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT) and value.external_id < len(instruction.args):
                 tensors = tensor_arguments(plan, [instruction.args[value.external_id]])
-                # An output that no node writes is left as it was (and read, if a node reads it).
-                (writes if value.flags & EXTERNAL_OUTPUT and value.value_id in written else reads).update(tensors)
+                # What a node writes is written, whatever its flag says (the runtime binds the
+                # tensor's memory either way); an external value no node writes is read.
+                (writes if value.value_id in written else reads).update(tensors)
         return Access(reads=frozenset(reads), writes=frozenset(writes))
     if isinstance(instruction, MoveCall):
         return Access(reads=tensor_arguments(plan, [instruction.move_from]), writes=tensor_arguments(plan, [instruction.move_to]))

@@ -72,6 +72,24 @@ class PtdFile:
             self.problems.append(f"its flatbuffer cannot be read: {type(error).__name__}: {error}")
             return []
 
+    @cached_property
+    def layouts(self) -> dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]:
+        """Each key's tensor layout as the file states it, where it states one: (scalar type,
+        sizes, dim order), which the runtime compares with the program's tensor when it loads."""
+        if not self.entries:
+            return {}
+        reader = generated_reader("executorch.extension.flat_tensor.serialize", "flat_tensor.fbs", "scalar_type.fbs")
+        end = self.header.flatbuffer_offset + self.header.flatbuffer_size
+        root = reader.FlatTensor.GetRootAs(bytes(self.data[:end]), 0)
+        found = {}
+        for i in range(root.NamedDataLength()):
+            entry = root.NamedData(i)
+            layout = entry.TensorLayout()
+            if layout is not None:
+                sizes = tuple(layout.Sizes(k) for k in range(layout.SizesLength()))
+                found.setdefault((entry.Key() or b"").decode(), (layout.ScalarType(), sizes, tuple(layout.DimOrder(k) for k in range(layout.DimOrderLength()))))
+        return found
+
     @property
     def named_data(self) -> dict[str, Region]:
         """The entries whose segment exists, by key (the first of a repeated key)."""

@@ -27,6 +27,7 @@ from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (
     Program as _ProgramTable,
 )
 from executorch.exir.schema import DataLocation, Program, SubsegmentOffsets
+from flatbuffers.table import Table
 
 from export_guards.ruleset import describe_error
 
@@ -171,7 +172,7 @@ class PteFile:
             )
             return None
         try:
-            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND):
+            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND), _verified_strings():
                 program = _flatbuffer_to_program(bytes(self.data[: self.program_size]))
             missing = _first_missing_field(program, "program")
             if missing:
@@ -327,6 +328,32 @@ def _type_hints(cls: type) -> dict[str, object]:
 # expands quadratically (a 6 KB file can take hours), so the parse has a time limit.
 PARSE_SECONDS = 20.0
 PARSE_BYTES_PER_SECOND = 2e6
+
+
+@contextlib.contextmanager
+def _verified_strings() -> Iterator[None]:
+    """Read strings as the runtime's flatbuffer verifier checks them: their bytes and the NUL
+    after them inside the buffer. Python's reader slices past the end in silence, so a program
+    size cut short by a byte or two still parses here, where the runtime refuses the program.
+    (The reader's ``Table`` is patched for the parse: the generated classes offer no other hook.)"""
+    read = Table.String
+
+    def verified(self: Table, off: int) -> bytes:
+        at = off + int.from_bytes(self.Bytes[off : off + 4], "little")
+        length = int.from_bytes(self.Bytes[at : at + 4], "little")
+        end = at + 4 + length
+        if end >= len(self.Bytes) or self.Bytes[end] != 0:
+            raise ValueError(
+                f"the string at byte {at} ({length} bytes and its terminating NUL) runs past the "
+                f"{len(self.Bytes)} bytes of the flatbuffer (the runtime's verifier refuses it)"
+            )
+        return bytes(self.Bytes[at + 4 : end])
+
+    Table.String = verified
+    try:
+        yield
+    finally:
+        Table.String = read
 
 
 class _ParseTimeout(BaseException):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from executorch.exir.schema import ScalarType, Tensor
 from executorch.exir.tensor import get_scalar_type
 
-__all__ = ["describe_tensor", "tensor_nbytes"]
+__all__ = ["describe_layout", "describe_tensor", "tensor_nbytes"]
 
 
 def tensor_nbytes(tensor: Tensor) -> int | None:
@@ -22,8 +23,13 @@ def tensor_nbytes(tensor: Tensor) -> int | None:
 
 def describe_tensor(tensor: Tensor) -> str:
     """``float32[8, 3, 3, 3]``."""
+    return describe_layout(tensor.scalar_type, tensor.sizes)
+
+
+def describe_layout(scalar_type: int, sizes: Sequence[int]) -> str:
+    """``float32[8, 3, 3, 3]`` for an ExecuTorch scalar type and sizes."""
     try:
-        dtype = str(get_scalar_type(ScalarType(tensor.scalar_type))).removeprefix("torch.")
+        dtype = str(get_scalar_type(ScalarType(scalar_type))).removeprefix("torch.")
     except (KeyError, ValueError, TypeError):
-        dtype = f"scalar type {tensor.scalar_type}"
-    return f"{dtype}{list(tensor.sizes)}"
+        dtype = f"scalar type {scalar_type}"
+    return f"{dtype}{list(sizes)}"

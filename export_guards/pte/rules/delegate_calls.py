@@ -29,6 +29,7 @@ from export_guards.pte.reader.xnnpack import (
     EXTERNAL_OUTPUT,
     INVALID_ID,
     XnnConstant,
+    XnnNode,
     XnnPayload,
     XnnValue,
 )
@@ -267,7 +268,7 @@ def _dataflow_problems(payload: XnnPayload) -> Iterator[str]:
                     f"ExecuTorch writes these nodes with constant weights only, and the runtime fails or crashes on another"
                 )
     inputs = {v.value_id for v in payload.values if v.flags & EXTERNAL_INPUT and not v.flags & EXTERNAL_OUTPUT}
-    yield from (f"external input {i} is read by no node (the runtime refuses to run it)" for i in sorted(inputs - read))
+    yield from (f"external input {i} is read by no node (the runtime refuses to run it)" for i in sorted(inputs - read - written))
 
 
 def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator[str]:
@@ -278,6 +279,16 @@ def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator
     values = {v.value_id: v for v in payload.values}
     for n, node in enumerate(payload.nodes):
         filter_, bias = (values.get(node.operand(f)) for f in ("FilterId", "BiasId"))  # type: ignore[arg-type]
+        expected = _filter_dims(node)
+        if filter_ is not None and expected is not None and filter_.dims != expected:
+            yield (
+                f"node {n} ({node.kind}) has filter value {filter_.value_id} of dims {list(filter_.dims)}; its parameters "
+                f"make it {list(expected)} (the runtime fails to load or run the graph)"
+            )
+            continue
+        if filter_ is not None and node.kind == "XNNFullyConnected" and len(filter_.dims) != 2:
+            yield f"node {n} ({node.kind}) has filter value {filter_.value_id} of dims {list(filter_.dims)}, not a matrix (the runtime fails to run the graph)"
+            continue
         if filter_ is None or bias is None or len(filter_.dims) < 2:
             continue
         channels = node.output_channels(filter_.dims)
@@ -287,3 +298,14 @@ def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator
             yield f"{where} has bias value {bias.value_id} of shape {list(bias.dims)}, not one value per output channel"
         elif channels is not None and element and bias.value_id in stored and stored[bias.value_id] < channels * element:
             yield f"{where} has bias value {bias.value_id} stored in {stored[bias.value_id]} bytes, fewer than its {channels} output channels need"
+
+
+def _filter_dims(node: XnnNode) -> tuple[int, ...] | None:
+    """The filter dims a convolution's parameters give (XNNPACK's layouts: ``[out, height,
+    width, in per group]``, depthwise ``[1, height, width, out]``)."""
+    if node.kind not in ("XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d"):
+        return None
+    groups, per_in, per_out, height, width = (node.param(f) for f in ("Groups", "GroupInputChannels", "GroupOutputChannels", "KernelHeight", "KernelWidth"))
+    if node.kind == "XNNDepthwiseConv2d":
+        return (1, height, width, groups * per_out)
+    return (groups * per_out, height, width, per_in)

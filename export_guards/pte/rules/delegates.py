@@ -13,7 +13,7 @@ from executorch.exir.schema import Tensor, TensorDataLocation
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
-from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.tensors import describe_layout, describe_tensor, tensor_nbytes
 from export_guards.pte.reader.xnnpack import ELEMENT_BYTES, NO_OFFSET, XnnPayload
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
@@ -139,8 +139,17 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
             key = info.fully_qualified_name or ""
             what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) is external data '{key}'"
             nbytes = tensor_nbytes(tensor) or 0
+            layout = next((ptd.layouts[key] for ptd in context.data_files if key in ptd.named_data and key in ptd.layouts), None)
             if key not in available:
                 yield Hit(f"{what}, {_missing(context)}", method=plan.name, constant=key)
+            elif layout is not None and layout != (tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order)):
+                yield Hit(
+                    f"{what} in dim order {list(tensor.dim_order)}, which {available[key][0]} stores as "
+                    f"{describe_layout(layout[0], layout[1])} in dim order "
+                    f"{list(layout[2])}: the runtime refuses to load the method (InvalidExternalData)",
+                    method=plan.name,
+                    constant=key,
+                )
             elif available[key][1].size < nbytes:
                 yield Hit(
                     f"{what}: it needs {nbytes} bytes and {available[key][0]} holds {available[key][1].size}",
