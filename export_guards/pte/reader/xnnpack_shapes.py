@@ -74,6 +74,8 @@ def infer_shapes(payload: XnnPayload, inputs: Mapping[int, Shape]) -> GraphShape
             except _Refused as why:
                 result.refused = (n, str(why))
                 return result
+            except (TypeError, ValueError, IndexError):  # a field missing or out of range: EG515's, not known here
+                continue
             result.shapes.update(zip(node.writes, outputs))
         if len(waiting) == len(pending):
             break  # the rest read values nothing known writes

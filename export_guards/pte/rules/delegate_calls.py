@@ -305,7 +305,9 @@ def _filter_dims(node: XnnNode) -> tuple[int, ...] | None:
     width, in per group]``, depthwise ``[1, height, width, out]``)."""
     if node.kind not in ("XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d"):
         return None
-    groups, per_in, per_out, height, width = (node.param(f) for f in ("Groups", "GroupInputChannels", "GroupOutputChannels", "KernelHeight", "KernelWidth"))
+    groups, per_in, per_out, height, width = fields = [node.param(f) for f in ("Groups", "GroupInputChannels", "GroupOutputChannels", "KernelHeight", "KernelWidth")]
+    if None in fields:
+        return None
     if node.kind == "XNNDepthwiseConv2d":
         return (1, height, width, groups * per_out)
     return (groups * per_out, height, width, per_in)
