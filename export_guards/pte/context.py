@@ -33,6 +33,15 @@ class PteContext:
         return found
 
     @cached_property
+    def named_data_layouts(self) -> dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]:
+        """The tensor layout (scalar type, sizes, dim order) that the file ``named_data``
+        resolves each key to states for it, where that file is a ``.ptd`` that states one."""
+        found: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
+        for ptd in reversed(self.data_files):
+            found.update((key, layout) for key, layout in ptd.layouts.items() if key in ptd.named_data)
+        return {key: layout for key, layout in found.items() if key not in self.pte.named_data}
+
+    @cached_property
     def xnnpack_payloads(self) -> list[tuple[Delegate, XnnPayload | DecodeError]]:
         """Each XNNPACK delegate that has data, with its decoded payload or why it cannot be
         decoded: decoded once, for every rule that reads it."""

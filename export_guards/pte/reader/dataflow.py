@@ -34,7 +34,7 @@ from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import tensor_nbytes
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
-__all__ = ["Access", "method_accesses", "read_before_written", "tensor_arguments", "views"]
+__all__ = ["Access", "arena_slot", "method_accesses", "read_before_written", "tensor_arguments", "views"]
 
 _VIEWS = frozenset({"executorch_prim::et_view"})  # (self, sizes, out): out shares self's memory
 
@@ -158,21 +158,22 @@ def views(plan: ExecutionPlan, accesses: list[Access]) -> dict[int, int]:
     last_written: dict[tuple[int, int, int], int] = {}
     for access in accesses:
         for value in sorted(access.reads | access.maybe):
-            slot = _slot(plan, value)
+            slot = arena_slot(plan, value)
             if value not in touched and value not in found and slot in last_written:
                 found[value] = last_written[slot]
         for value in access.writes | access.maybe:
-            slot = _slot(plan, value)
+            slot = arena_slot(plan, value)
             if slot is not None:
                 last_written[slot] = value
     for value in plan.outputs:  # an output that is a view of what was last written there
-        slot = _slot(plan, value) if 0 <= value < len(plan.values) else None
+        slot = arena_slot(plan, value) if 0 <= value < len(plan.values) else None
         if value not in touched and value not in found and slot in last_written:
             found[value] = last_written[slot]
     return found
 
 
-def _slot(plan: ExecutionPlan, index: int) -> tuple[int, int, int] | None:
+def arena_slot(plan: ExecutionPlan, index: int) -> tuple[int, int, int] | None:
+    """(arena, offset, bytes) of a memory-planned tensor; None for any other value."""
     tensor = plan.values[index].val
     info = tensor.allocation_info if isinstance(tensor, Tensor) else None
     if info is None or tensor.data_buffer_idx != 0:

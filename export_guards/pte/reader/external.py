@@ -53,8 +53,18 @@ class PtdFile:
     @cached_property
     def entries(self) -> list[tuple[str, Region | None]]:
         """Each named-data entry: its key, and its bytes' region (None: no such segment)."""
+        return self._parsed[0]
+
+    @property
+    def layouts(self) -> dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]:
+        """Each key's tensor layout as the file states it, where it states one: (scalar type,
+        sizes, dim order), which the runtime compares with the program's tensor when it loads."""
+        return self._parsed[1]
+
+    @cached_property
+    def _parsed(self) -> tuple[list[tuple[str, Region | None]], dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]]:
         if self.header is None:
-            return []
+            return [], {}
         reader = generated_reader("executorch.extension.flat_tensor.serialize", "flat_tensor.fbs", "scalar_type.fbs")
         end = self.header.flatbuffer_offset + self.header.flatbuffer_size
         try:
@@ -62,33 +72,18 @@ class PtdFile:
             base = self.header.segment_base_offset
             segments = [root.Segments(i) for i in range(root.SegmentsLength())]
             regions = [Region(base + s.Offset(), s.Size(), f"segment {i}") for i, s in enumerate(segments)]
-            found = []
+            found, layouts = [], {}
             for i in range(root.NamedDataLength()):
                 entry = root.NamedData(i)
-                index = entry.SegmentIndex()
-                found.append(((entry.Key() or b"").decode(), regions[index] if 0 <= index < len(regions) else None))
-            return found
+                key, index, layout = (entry.Key() or b"").decode(), entry.SegmentIndex(), entry.TensorLayout()
+                found.append((key, regions[index] if 0 <= index < len(regions) else None))
+                if layout is not None:
+                    sizes = tuple(layout.Sizes(k) for k in range(layout.SizesLength()))
+                    layouts.setdefault(key, (layout.ScalarType(), sizes, tuple(layout.DimOrder(k) for k in range(layout.DimOrderLength()))))
+            return found, layouts
         except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
             self.problems.append(f"its flatbuffer cannot be read: {type(error).__name__}: {error}")
-            return []
-
-    @cached_property
-    def layouts(self) -> dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]:
-        """Each key's tensor layout as the file states it, where it states one: (scalar type,
-        sizes, dim order), which the runtime compares with the program's tensor when it loads."""
-        if not self.entries:
-            return {}
-        reader = generated_reader("executorch.extension.flat_tensor.serialize", "flat_tensor.fbs", "scalar_type.fbs")
-        end = self.header.flatbuffer_offset + self.header.flatbuffer_size
-        root = reader.FlatTensor.GetRootAs(bytes(self.data[:end]), 0)
-        found = {}
-        for i in range(root.NamedDataLength()):
-            entry = root.NamedData(i)
-            layout = entry.TensorLayout()
-            if layout is not None:
-                sizes = tuple(layout.Sizes(k) for k in range(layout.SizesLength()))
-                found.setdefault((entry.Key() or b"").decode(), (layout.ScalarType(), sizes, tuple(layout.DimOrder(k) for k in range(layout.DimOrderLength()))))
-        return found
+            return [], {}
 
     @property
     def named_data(self) -> dict[str, Region]:

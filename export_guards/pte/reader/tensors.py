@@ -8,14 +8,21 @@ from collections.abc import Sequence
 from executorch.exir.schema import ScalarType, Tensor
 from executorch.exir.tensor import get_scalar_type
 
-__all__ = ["describe_layout", "describe_tensor", "tensor_nbytes"]
+__all__ = ["describe_layout", "describe_tensor", "element_bytes", "tensor_nbytes"]
+
+
+def element_bytes(tensor: Tensor) -> int | None:
+    """Bytes of one element of a program tensor's dtype (None for an invalid dtype)."""
+    try:
+        return get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def tensor_nbytes(tensor: Tensor) -> int | None:
     """Bytes of a program tensor: its sizes times its dtype's size (None if either is invalid)."""
-    try:
-        element = get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
-    except (KeyError, ValueError, TypeError):
+    element = element_bytes(tensor)
+    if element is None:
         return None
     sizes = list(tensor.sizes)
     return None if any(s < 0 for s in sizes) else math.prod(sizes) * element

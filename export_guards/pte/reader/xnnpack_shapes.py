@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import final
 
-from export_guards.pte.reader.xnnpack import XnnNode, XnnPayload
+from export_guards.pte.reader.xnnpack import TRANSPOSE_WEIGHTS, XnnNode, XnnPayload
 
 __all__ = ["GraphShapes", "infer_shapes"]
 
 Shape = tuple[int, ...]
 
 _KEEP_DIMS = 0x40  # XNN_FLAG_KEEP_DIMS
-_TRANSPOSE_WEIGHTS = 0x1  # XNN_FLAG_TRANSPOSE_WEIGHTS / XNN_FLAG_TRANSPOSE_B
 _TENSORFLOW_RESHAPE_2D = 0x4  # XNN_FLAG_TENSORFLOW_RESHAPE_2D (fully connected)
 _SAME_PADDING = 0x4  # XNN_FLAG_TENSORFLOW_SAME_PADDING (convolution, pooling)
 
@@ -123,7 +122,7 @@ def _fully_connected(node: XnnNode, shapes: _Operands) -> list[Shape]:
     data, weights = shapes["Input1Id"], shapes["FilterId"]
     if len(weights) != 2 or not data:
         raise _Refused(f"its input {list(data)} or filter {list(weights)} is not a matrix product's")
-    inputs, outputs = (weights[0], weights[1]) if node.param("Flags") & _TRANSPOSE_WEIGHTS else (weights[1], weights[0])
+    inputs, outputs = (weights[0], weights[1]) if node.param("Flags") & TRANSPOSE_WEIGHTS else (weights[1], weights[0])
     if data[-1] != inputs:
         raise _Refused(f"its input {list(data)} has {data[-1]} channels; its filter {list(weights)} takes {inputs}")
     if node.param("Flags") & _TENSORFLOW_RESHAPE_2D:
@@ -135,7 +134,7 @@ def _batch_matmul(node: XnnNode, shapes: _Operands) -> list[Shape]:
     a, b = shapes["Input1Id"], shapes["Input2Id"]
     if len(a) < 2 or len(b) < 2:
         raise _Refused(f"its inputs {list(a)} and {list(b)} are not batches of matrices")
-    k, n = (b[-1], b[-2]) if node.param("Flags") & _TRANSPOSE_WEIGHTS else (b[-2], b[-1])
+    k, n = (b[-1], b[-2]) if node.param("Flags") & TRANSPOSE_WEIGHTS else (b[-2], b[-1])  # XNN_FLAG_TRANSPOSE_B
     if a[-1] != k:
         raise _Refused(f"its inputs {list(a)} and {list(b)} do not multiply ({a[-1]} against {k})")
     batch = _broadcast_shapes(a[:-2], b[:-2])
@@ -157,31 +156,34 @@ def _window(size: int, before: int, after: int, kernel: int, stride: int, dilati
     return max(size + before + after - effective, 0) // max(stride, 1) + 1
 
 
-def _convolution(node: XnnNode, shapes: _Operands) -> list[Shape]:
-    n, h, w, c = _spatial(node, shapes)
+def _grouped_input(node: XnnNode, shapes: _Operands) -> Shape:
+    """A convolution's NHWC input, whose channels must be its groups' input channels."""
+    shape = _spatial(node, shapes)
     groups, per_group = node.param("Groups"), node.param("GroupInputChannels")
-    if c != groups * per_group:
-        raise _Refused(f"its input {[n, h, w, c]} has {c} channels; it takes {groups} groups of {per_group}")
+    if shape[3] != groups * per_group:
+        raise _Refused(f"its input {list(shape)} has {shape[3]} channels; it takes {groups} groups of {per_group}")
+    return shape
+
+
+def _convolution(node: XnnNode, shapes: _Operands) -> list[Shape]:
+    n, h, w, _ = _grouped_input(node, shapes)
     same = bool(node.param("Flags") & _SAME_PADDING)
     height, width = (
         _window(size, node.param(f"Padding{a}"), node.param(f"Padding{b}"), node.param(f"Kernel{d}"), node.param(f"Subsampling{d}"), node.param(f"Dilation{d}"), same)
         for size, a, b, d in ((h, "Top", "Bottom", "Height"), (w, "Left", "Right", "Width"))
     )  # fmt: skip
-    return [(n, height, width, groups * node.param("GroupOutputChannels"))]
+    return [(n, height, width, node.param("Groups") * node.param("GroupOutputChannels"))]
 
 
 def _transposed_convolution(node: XnnNode, shapes: _Operands) -> list[Shape]:
-    n, h, w, c = _spatial(node, shapes)
-    groups, per_group = node.param("Groups"), node.param("GroupInputChannels")
-    if c != groups * per_group:
-        raise _Refused(f"its input {[n, h, w, c]} has {c} channels; it takes {groups} groups of {per_group}")
+    n, h, w, _ = _grouped_input(node, shapes)
 
     def size(value: int, before: str, after: str, d: str) -> int:
         kernel = max(node.param(f"Dilation{d}"), 1) * (node.param(f"Kernel{d}") - 1) + 1
         full = node.param(f"Subsampling{d}") * (value - 1) + node.param(f"Adjustment{d}") + kernel
         return max(full - node.param(f"Padding{before}") - node.param(f"Padding{after}"), 0)
 
-    return [(n, size(h, "Top", "Bottom", "Height"), size(w, "Left", "Right", "Width"), groups * node.param("GroupOutputChannels"))]
+    return [(n, size(h, "Top", "Bottom", "Height"), size(w, "Left", "Right", "Width"), node.param("Groups") * node.param("GroupOutputChannels"))]
 
 
 def _pooling(node: XnnNode, shapes: _Operands) -> list[Shape]:

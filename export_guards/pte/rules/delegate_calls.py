@@ -19,10 +19,9 @@ from typing import NamedTuple
 
 from executorch.exir.scalar_type import ScalarType
 from executorch.exir.schema import DelegateCall, ExecutionPlan, KernelCall, OptionalTensorList, Tensor, TensorList, TensorShapeDynamism
-from executorch.exir.tensor import get_scalar_type
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.tensors import describe_tensor
+from export_guards.pte.reader.tensors import describe_tensor, element_bytes
 from export_guards.pte.reader.xnnpack import (
     ELEMENT_BYTES,
     EXTERNAL_INPUT,
@@ -114,7 +113,7 @@ def _call_problems(plan: ExecutionPlan, call: DelegateCall, payload: XnnPayload,
         problem = _dtype_problem(tensor, value, role)
         if problem is None:
             continue
-        if index in host_typed or _element_bytes(tensor) != ELEMENT_BYTES.get(value.datatype):
+        if index in host_typed or element_bytes(tensor) != ELEMENT_BYTES.get(value.datatype):
             yield Problem(f"{what}: {problem}")
         else:  # only delegates touch it, in elements of one size: its bytes are what they write
             yield Problem(
@@ -139,15 +138,15 @@ def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[in
         kind = payload.nodes[node].kind
         yield Problem(f"runs its graph on the program's tensors, and node {node} ({kind}) cannot take them: {why} (the runtime fails the call)")
         return
-    outputs = [v for v in bound if v.flags & EXTERNAL_OUTPUT and not v.flags & EXTERNAL_INPUT and v.value_id in tensors]
-    followed = inferred is not None and all(v.value_id in inferred.shapes for v in outputs)
+    outputs = {v.value_id for v in bound if v.flags & EXTERNAL_OUTPUT and not v.flags & EXTERNAL_INPUT and v.value_id in tensors}
+    followed = inferred is not None and outputs <= inferred.shapes.keys()
     for value in bound:
         if value.value_id not in tensors:
             continue
         index, tensor = tensors[value.value_id]
         physical = _physical(tensor)
-        what = f"binds program value {index} (argument {value.external_id}) to the graph's {'output' if value in outputs else 'input'} value {value.value_id}"
-        computed = inferred.shapes.get(value.value_id) if inferred is not None and value in outputs else None
+        what = f"binds program value {index} (argument {value.external_id}) to the graph's {'output' if value.value_id in outputs else 'input'} value {value.value_id}"
+        computed = inferred.shapes.get(value.value_id) if inferred is not None and value.value_id in outputs else None
         if computed is not None and physical is not None and computed != physical:
             yield Problem(
                 f"{what}: the graph computes shape {list(computed)} for it from the program's inputs, and the "
@@ -168,13 +167,6 @@ def _physical(tensor: Tensor) -> tuple[int, ...] | None:
     if sorted(dim_order) != list(range(len(sizes))):
         return None
     return tuple(sizes[d] for d in dim_order)
-
-
-def _element_bytes(tensor: Tensor) -> int | None:
-    try:
-        return get_scalar_type(ScalarType(tensor.scalar_type)).itemsize
-    except (KeyError, ValueError, TypeError):
-        return None
 
 
 def _dtype_problem(tensor: Tensor, value: XnnValue, role: str) -> str | None:

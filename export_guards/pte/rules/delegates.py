@@ -139,7 +139,7 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
             key = info.fully_qualified_name or ""
             what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) is external data '{key}'"
             nbytes = tensor_nbytes(tensor) or 0
-            layout = next((ptd.layouts[key] for ptd in context.data_files if key in ptd.named_data and key in ptd.layouts), None)
+            layout = context.named_data_layouts.get(key)
             if key not in available:
                 yield Hit(f"{what}, {_missing(context)}", method=plan.name, constant=key)
             elif layout is not None and layout != (tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order)):

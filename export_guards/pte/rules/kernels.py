@@ -166,8 +166,8 @@ def _overload(name: str, overload: str) -> torch._ops.OpOverload | None:
     packet = getattr(torch.ops.aten, op_name, None)
     op = getattr(packet, overload or "default", None) if packet is not None else None
     # Operators with a meta kernel of their own, or an out variant that calls its functional
-    # form (convolution, the normalisations): not those that run Python decompositions on meta
-    # tensors, a few milliseconds a call, which would make the check slow on large programs.
+    # form (convolution, the normalisations, upsampling). Some of those meta kernels are
+    # Python: about a millisecond a call (upsampling about seven), once per distinct call.
     if op is None or not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in ("Meta", "CompositeExplicitAutograd")):
         return None
     return op

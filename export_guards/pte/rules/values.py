@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from executorch.exir.schema import ExecutionPlan, KernelCall, Tensor
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.dataflow import Access, read_before_written, tensor_arguments, views
+from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_written, tensor_arguments, views
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
@@ -183,12 +183,11 @@ class _Holders:
         self.written_at = dict.fromkeys(plan.inputs, -1)  # a value -> the instruction that last wrote it
 
     def _key(self, value: int) -> tuple | None:
-        tensor = self.plan.values[value].val
-        info = tensor.allocation_info if isinstance(tensor, Tensor) else None
-        if info is None or tensor.data_buffer_idx != 0:
+        slot = arena_slot(self.plan, value)
+        if slot is None:
             return None
-        offset = info.memory_offset_low + (info.memory_offset_high << 32)
-        return (info.memory_id, offset, tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order))
+        tensor = self.plan.values[value].val
+        return (slot, tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order))
 
     def wrote(self, value: int, instruction: int) -> None:
         key = self._key(value)
