@@ -191,6 +191,7 @@ def architectures() -> dict[str, bytes]:
         "transformer block, xnnpack": lowered(block, tokens, xnnpack),
         "transformer block, portable": lowered(block, tokens),
         "conv net, xnnpack": lowered(convnet, images, xnnpack),
+        "conv net, portable": lowered(convnet, images),
         "conv, portable, channels last": lowered(channels_last, (images[0].to(memory_format=torch.channels_last),)),
         "conv net, xnnpack, dynamic batch": lowered(convnet, images, xnnpack, dynamic_shapes=({0: batch},)),
         "kv cache, xnnpack": lowered(KeyValueCache(), (torch.randn(1, 8), torch.tensor([1])), xnnpack),

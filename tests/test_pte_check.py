@@ -266,7 +266,7 @@ def valid() -> dict[str, bytes]:
     "name",
     [
         "two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state",
-        "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv, portable, channels last",
+        "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv net, portable", "conv, portable, channels last",
         "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates",
     ],
 )  # fmt: skip

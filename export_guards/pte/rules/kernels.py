@@ -138,7 +138,9 @@ def _replay_signature(overload: torch._ops.OpOverload, signature: tuple, outs: t
         built = [_build(description) for description in signature]
     except Exception:  # noqa: BLE001 - a dtype meta tensors cannot hold (quantized ones): nothing known
         return None
-    before = {k: tuple(built[k].shape) for k in outs if isinstance(built[k], torch.Tensor)}
+    # An out of no elements is one the emitter sizes for an output ExecuTorch's kernel leaves
+    # empty (batch norm's mean and invstd): torch's functional form fills it, the kernel does not.
+    before = {k: tuple(built[k].shape) for k in outs if isinstance(built[k], torch.Tensor) and built[k].numel()}
     positional = [built[k] for k, a in enumerate(arguments) if not a.kwarg_only]
     keywords = {a.name: built[k] for k, a in enumerate(arguments) if a.kwarg_only}
     try:
@@ -152,8 +154,8 @@ def _replay_signature(overload: torch._ops.OpOverload, signature: tuple, outs: t
         return text[:200]
     except Exception:  # noqa: BLE001 - an operator without a meta kernel: nothing known
         return None
-    for k in outs:
-        if isinstance(built[k], torch.Tensor) and tuple(built[k].shape) != before[k]:
+    for k in before:
+        if tuple(built[k].shape) != before[k]:
             return k, tuple(built[k].shape)
     return None
 
