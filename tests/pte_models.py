@@ -196,4 +196,6 @@ def architectures() -> dict[str, bytes]:
         "conv net, xnnpack, dynamic batch": lowered(convnet, images, xnnpack, dynamic_shapes=({0: batch},)),
         "kv cache, xnnpack": lowered(KeyValueCache(), (torch.randn(1, 8), torch.tensor([1])), xnnpack),
         "portable ops between delegates": lowered(cumulative, (torch.randn(3, 8),), [XnnpackPartitioner()]),
+        # the emitter places the [6, 8] view of the input on the input's own bytes, no instruction
+        "linear on a 3-d input, portable": lowered(cumulative, (torch.randn(1, 6, 8),)),
     }

@@ -267,7 +267,7 @@ def valid() -> dict[str, bytes]:
     [
         "two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state",
         "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv net, portable", "conv, portable, channels last",
-        "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates",
+        "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates", "linear on a 3-d input, portable",
     ],
 )  # fmt: skip
 def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes], name: str) -> None:

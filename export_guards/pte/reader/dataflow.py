@@ -151,11 +151,15 @@ def _written_arguments(name: str, overload: str) -> tuple[tuple[tuple[bool, bool
 def views(plan: ExecutionPlan, accesses: list[Access]) -> dict[int, int]:
     """Each view -> its base: made by an instruction (``et_view``), or placed by the emitter,
     with no instruction, on the same arena bytes as the tensor last written there before it is
-    first used (a static reshape: same arena, offset and size)."""
+    first used (a static reshape: same arena, offset and size), or as a method input there."""
     found = {a.view[0]: a.view[1] for a in accesses if a.view is not None}
-    # Inputs hold the caller's data from the start: never views.
+    # Inputs hold the caller's data from the start: never views, and written before anything.
     touched = set(plan.inputs).union(*(a.writes | a.maybe for a in accesses))
     last_written: dict[tuple[int, int, int], int] = {}
+    for value in plan.inputs:
+        slot = arena_slot(plan, value) if 0 <= value < len(plan.values) else None
+        if slot is not None:
+            last_written[slot] = value
     for access in accesses:
         for value in sorted(access.reads | access.maybe):
             slot = arena_slot(plan, value)
