@@ -70,11 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="export-guards", description="Safety checks for PyTorch to ExecuTorch exports.")
+    # allow_abbrev=False: a gate must not read a typo such as `--runtim` as `--runtime`
+    parser = argparse.ArgumentParser(prog="export-guards", description="Safety checks for PyTorch to ExecuTorch exports.", allow_abbrev=False)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    lint = commands.add_parser("lint", help="export a model with the guards and report what would go wrong")
+    lint = commands.add_parser("lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False)
     lint.add_argument("target", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs)")
     lint.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="an argument for the factory, as a Python literal (else text); repeat for several")
     _export_options(lint)
@@ -83,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     _report_options(lint)
     lint.set_defaults(run=_lint)
 
-    check = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice")
+    check = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
     check.add_argument("program", nargs="?", type=Path, help="the .pte file")
     check.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
     check.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
@@ -92,11 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     _report_options(check)
     check.set_defaults(run=_check)
 
-    rules = commands.add_parser("rules", help="list every code")
+    rules = commands.add_parser("rules", help="list every code", allow_abbrev=False)
     rules.add_argument("--output-format", "--format", dest="output_format", choices=("text", "json"), default="text", help="text (default) or json")
     rules.set_defaults(run=_rules)
 
-    explain = commands.add_parser("explain", help="print one code's documentation")
+    explain = commands.add_parser("explain", help="print one code's documentation", allow_abbrev=False)
     explain.add_argument("code", help="a code, such as EG210")
     explain.set_defaults(run=_explain)
     return parser

@@ -100,6 +100,8 @@ def test_sarif_format_follows_2_1_0() -> None:
         (["lint", f"{MODELS}:not_a_pair"], "must return (model, example_inputs)"),
         (["lint", "no_such_package.module:f"], "cannot import 'no_such_package.module'"),
         (["explain", "EG999"], "no code 'EG999'"),
+        (["check", "x.pte", "--runtim"], "unrecognized arguments: --runtim"),  # no abbreviations
+        (["lint", f"{MODELS}:nope", "--selec", "EG"], "unrecognized arguments: --selec"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
