@@ -150,19 +150,24 @@ def test_bad_named_data_keys(programs: dict[str, Written], damage: str) -> None:
     assert ("named data with an empty key" if damage == "empty key" else "appears 2 times") in found
 
 
-def test_named_data_shorter_than_the_weight_xnnpack_reads(programs: dict[str, Written]) -> None:
-    """The weights-cache SIGSEGV: XNNPACK packs (and memcmps) as many bytes as the tensor needs."""
+@pytest.mark.parametrize("which", ["filter", "bias"])
+def test_named_data_shorter_than_the_weight_xnnpack_reads(programs: dict[str, Written], which: str) -> None:
+    """The weights-cache SIGSEGV: XNNPACK packs (and memcmps) as many bytes as the tensor needs.
+    Said once, by EG508 (EG515 leaves a bias held as named data to it)."""
     data = programs["xnnpack"].pte.read_bytes()
     pte = PteFile(data)
-    weight = read_payload(pte.delegates[0].data).constants[0]
+    payload = read_payload(pte.delegates[0].data)
+    weight = next(c for c in payload.constants if (c.value_id in payload.bias_elements()) == (which == "bias"))
     entry = next(e for e in pte.program.named_data if e.key == weight.named_key)
 
     def shrink(program: Program) -> None:
         program.segments[entry.segment_index].size = weight.nbytes // 2
 
-    found = messages(rewrite(data, shrink), "EG508")
+    report = check_pte(rewrite(data, shrink))
+    found = " ".join(f.message for f in report.with_code("EG508"))
     assert f"needs {weight.nbytes} bytes of named data '{weight.named_key}', which has {weight.nbytes // 2}" in found
     assert "XNNPACK would read past its end" in found
+    assert not report.with_code("EG515")
 
 
 def test_named_data_key_that_no_file_holds(programs: dict[str, Written]) -> None:
@@ -262,16 +267,35 @@ def valid() -> dict[str, bytes]:
     return valid_programs()
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state",
-        "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv net, portable", "conv, portable, channels last",
-        "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates", "linear on a 3-d input, portable",
-    ],
+VALID_NAMES = (
+    "two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state",
+    "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv net, portable", "conv, portable, channels last",
+    "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates", "linear on a 3-d input, portable",
 )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", VALID_NAMES)
 def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes], name: str) -> None:
     assert check_pte(valid[name], runtime=True).findings == ()
+
+
+def test_the_fast_program_parse_equals_executorchs(valid: dict[str, bytes], programs: dict[str, Written]) -> None:
+    """``parse_program`` converts with plans made once; it must give exactly the dataclasses
+    ExecuTorch's ``_flatbuffer_to_program`` gives, on every program the tests write."""
+    from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
+
+    from export_guards.pte.reader.program_table import parse_program
+
+    every = {**valid, **{name: written.pte.read_bytes() for name, written in programs.items()}}
+    for name, data in every.items():
+        table = data[: PteFile(data).program_size]
+        assert parse_program(table) == _flatbuffer_to_program(table), name
+
+
+def test_every_valid_program_is_checked(valid: dict[str, bytes]) -> None:
+    """The names above are needed before the programs are built; a program added to
+    ``valid_programs`` or ``architectures`` must be added there too, or this fails."""
+    assert sorted(valid) == sorted(VALID_NAMES)
 
 
 def test_shared_tables_do_not_hang_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.schema import DelegateCall, KernelCall, Program, Tensor
 from pte_models import write_programs
 from pte_structure import STRUCTURE_MUTATORS, Runner, edit_pte, edit_xnnpack_graphs, program_inputs
@@ -264,6 +266,34 @@ def test_an_internal_xnnpack_value_with_an_external_id_is_an_error_the_runtime_r
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
 
 
+def test_an_xnnpack_value_that_no_node_writes_is_an_error_the_runtime_misruns(seeds, runner, tmp_path) -> None:
+    def transpose_elsewhere(graph: dict) -> None:
+        _node_with(graph, "perm")["output_id"] = _node_with(graph, "filter_id")["output_id"]  # the convolution reads value 1, now unwritten
+
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], transpose_elsewhere, which=0)
+    (finding,) = eg.check_pte(mutant).with_code("EG515")
+    assert "reads value 1, which no node writes" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) in ("wrong output", "error", "crash")
+
+
+@pytest.mark.parametrize(
+    ("delegate", "value", "external_id", "outcome"),
+    [(0, 1, 1, "same output"), (1, 3, 2, "same output"), (1, 3, 1, "crash")],
+    ids=["transposed input in the output's slot", "linear output in the output's slot, add in place", "linear output in an input's slot"],
+)
+def test_an_internal_xnnpack_value_listed_before_its_external_value_shares_the_slot(delegate, value, external_id, outcome, seeds, runner, tmp_path) -> None:
+    """Listed before the external value of its id, an internal value shares that value's slot:
+    a warning where every node still finds the value it names there, an error where one does not."""
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], lambda graph: _value(graph, id_out=value).update(external_id=external_id), which=delegate)
+    (finding,) = eg.check_pte(mutant).with_code("EG515")
+    assert f"value {value} is internal but has external id {external_id}" in finding.message
+    if outcome == "same output":
+        assert finding.severity is eg.Severity.WARNING and "every node finds there the value it names" in finding.message
+    else:
+        assert finding.severity is eg.Severity.ERROR and "reads value 4 from that slot while it holds value 3" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == outcome
+
+
 @pytest.mark.parametrize(("delegate", "outcome"), [(0, "error"), (1, "crash")], ids=["convolution", "fully connected"])
 def test_a_filter_that_is_not_a_constant_is_an_error_the_runtime_fails_on(delegate: int, outcome: str, seeds, runner, tmp_path) -> None:
     def filter_on_the_input(graph: dict) -> None:
@@ -319,15 +349,107 @@ def _mm_argument(program: Program, position: int) -> Tensor:
 def test_an_unusual_dim_order_on_a_kernel_tensor_is_an_error_the_kernel_rejects(seeds, runner, tmp_path) -> None:
     mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, -1), "dim_order", [1, 0]))  # mm's out
     (finding,) = eg.check_pte(mutant).with_code("EG516")
-    assert finding.severity is eg.Severity.ERROR and "they refuse the call" in finding.message
+    assert finding.severity is eg.Severity.ERROR and "aten::add takes it" in finding.message  # the add that reads mm's out
     assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == "error"
 
 
-def test_an_unusual_dim_order_on_a_method_input_is_a_warning_the_callers_tensor_replaces(seeds, runner, tmp_path) -> None:
-    mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, 0), "dim_order", [1, 0]))  # the input x
+def test_an_unusual_dim_order_that_only_dim_order_blind_kernels_take_is_a_warning_and_runs_as_before(seeds, runner, tmp_path) -> None:
+    """The input x goes only to mm, whose optimized kernel (the one executorch.runtime links)
+    reads the bytes as contiguous whatever the dim order says."""
+    mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, 0), "dim_order", [1, 0]))
     report = eg.check_pte(mutant)
-    assert not report.errors and "a method input" in report.with_code("EG516")[0].message
+    assert not report.errors and "ignore dim orders" in report.with_code("EG516")[0].message
     assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == "same output"
+
+
+class _Applies(torch.nn.Module):
+    def __init__(self, function: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function(x)
+
+
+_MATRIX = torch.randn(4, 5)
+_BATCHED = torch.randn(2, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("function", "shape", "outcome"),
+    [
+        (lambda x: x @ _MATRIX, (3, 4), "same output"),
+        (lambda x: torch.bmm(x, _BATCHED), (2, 3, 4), "same output"),
+        (torch.exp, (3, 4), "same output"),
+        (torch.nn.functional.gelu, (3, 4), "same output"),
+        (lambda x: torch.nn.functional.layer_norm(x, (4,)), (3, 4), "same output"),
+        (torch.relu, (3, 4), "error"),
+        (lambda x: torch.log_softmax(x, -1), (3, 4), "error"),
+        (lambda x: x.sum(-1), (2, 3, 4), "error"),
+    ],
+    ids=["mm", "bmm", "exp", "gelu", "layer norm", "relu", "log softmax", "sum"],
+)
+def test_the_dim_order_blind_kernels_are_those_the_runtime_runs_as_contiguous(function, shape, outcome, runner, tmp_path) -> None:
+    """EG516's table of kernels that ignore dim orders, proved operator by operator: a reversed
+    dim order on the input runs with the original output where the table says so (a warning),
+    and is refused where it does not (an error)."""
+    from export_guards.pte.rules.values import _DIM_ORDER_BLIND
+
+    torch.manual_seed(0)
+    exported = torch.export.export(_Applies(function), (torch.randn(*shape),))
+    original = to_edge_transform_and_lower(exported).to_executorch().buffer
+
+    def reverse_the_input(program: Program) -> None:
+        plan = program.execution_plan[0]
+        tensor = plan.values[plan.inputs[0]].val
+        tensor.dim_order = list(reversed(tensor.dim_order))
+
+    mutant = edit_pte(original, reverse_the_input)
+    (finding,) = eg.check_pte(mutant).with_code("EG516")
+    assert (finding.severity is eg.Severity.WARNING) == (outcome == "same output"), finding.message
+    plan = deserialize_pte_binary(original).program.execution_plan[0]
+    operators = {plan.operators[c.op_index].name for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall)}
+    assert (outcome == "same output") == (operators <= _DIM_ORDER_BLIND)
+    assert Outcome(runner, tmp_path, original).of(mutant) == outcome
+
+
+def test_an_unusual_dim_order_on_a_method_input_is_an_error_when_a_checking_kernel_takes_it(seeds, runner, tmp_path) -> None:
+    """The runtime copies the caller's bytes into the method's input tensor, which keeps its dim
+    order: the convolution kernel sees [1, 0, 2, 3] and refuses the call."""
+
+    def transpose_the_input(program: Program) -> None:
+        plan = program.execution_plan[0]
+        plan.values[plan.inputs[0]].val.dim_order = [1, 0, 2, 3]
+
+    mutant = edit_pte(seeds["portable"], transpose_the_input)
+    (finding,) = eg.check_pte(mutant).with_code("EG516")
+    assert finding.severity is eg.Severity.ERROR and "aten::convolution takes it" in finding.message
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"
+
+
+@pytest.mark.parametrize(("shift", "outcome"), [(0, "same output"), (4, "wrong output")], ids=["onto its own bytes", "four bytes on"])
+def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(shift: int, outcome: str, runner, tmp_path) -> None:
+    """``position[:4]`` (a slice of leading elements) placed on ``position``'s own bytes writes
+    them unchanged while both are alive: no overlap that matters. Four bytes on, it overwrites
+    ``position`` before ``position`` is read again."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+    from pte_models import InitializedState
+
+    torch.manual_seed(0)
+    exported = torch.export.export(InitializedState(), (torch.randn(2, 4),))
+    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["position", "scale"])])
+    original = to_edge_transform_and_lower(exported).to_executorch(config).buffer
+
+    def onto_the_source(program: Program) -> None:
+        plan = program.execution_plan[0]
+        call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::slice_copy")
+        source, out = (plan.values[call.args[k]].val.allocation_info for k in (0, -1))
+        out.memory_id, out.memory_offset_low = source.memory_id, source.memory_offset_low + shift
+
+    mutant = edit_pte(original, onto_the_source)
+    assert ("EG518" in errors(mutant)) == (outcome != "same output")
+    assert Outcome(runner, tmp_path, original).of(mutant) == outcome
 
 
 def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_before(runner, tmp_path) -> None:

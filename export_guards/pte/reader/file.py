@@ -19,16 +19,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import final
+from typing import Any, final
 
-from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
 from executorch.exir._serialize._program import _ExtendedHeader
 from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (
     Program as _ProgramTable,
 )
 from executorch.exir.schema import DataLocation, Program, SubsegmentOffsets
+from flatbuffers import number_types
 from flatbuffers.table import Table
 
+from export_guards.pte.reader.program_table import parse_program
 from export_guards.ruleset import describe_error
 
 __all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "PteFile", "Region", "SubsegmentTable", "open_bytes"]
@@ -172,8 +173,8 @@ class PteFile:
             )
             return None
         try:
-            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND), _verified_strings():
-                program = _flatbuffer_to_program(bytes(self.data[: self.program_size]))
+            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND), _reader_for_the_parse():
+                program = parse_program(bytes(self.data[: self.program_size]))
             missing = _first_missing_field(program, "program")
             if missing:
                 self.problems.append(f"the program flatbuffer lacks {missing}, which the schema requires")
@@ -299,29 +300,41 @@ class PteFile:
 def _first_missing_field(value: object, path: str) -> str | None:
     """The first field that the schema requires but the flatbuffer left out (read as None):
     damaged tables parse, so the rules could not otherwise trust any field."""
+    missing = _missing(value)
+    return path + "".join(reversed(missing)) if missing is not None else None
+
+
+def _missing(value: object) -> list[str] | None:
+    """The path to the first required field left out, innermost part first."""
     if isinstance(value, list):
         for i, item in enumerate(value):
-            missing = _first_missing_field(item, f"{path}[{i}]")
-            if missing:
-                return missing
+            missing = _missing(item)
+            if missing is not None:
+                return [*missing, f"[{i}]"]
         return None
-    if not dataclasses.is_dataclass(value):
-        return None
-    for name, hint in _type_hints(type(value)).items():
+    for name, required, nested in _field_plan(type(value)):
         item = getattr(value, name, None)
         if item is None:
-            if type(None) not in typing.get_args(hint):
-                return f"{path}.{name}"
-        elif isinstance(item, list) or dataclasses.is_dataclass(item):
-            missing = _first_missing_field(item, f"{path}.{name}")
-            if missing:
-                return missing
+            if required:
+                return [f".{name}"]
+        elif nested:
+            missing = _missing(item)
+            if missing is not None:
+                return [*missing, f".{name}"]
     return None
 
 
 @functools.cache
-def _type_hints(cls: type) -> dict[str, object]:
-    return typing.get_type_hints(cls)
+def _field_plan(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+    """Per field of a schema dataclass (none for another type): its name, whether the schema
+    requires it, and whether it can hold dataclasses (a list of numbers need not be walked)."""
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    return tuple((name, type(None) not in typing.get_args(hint), _holds_dataclasses(hint)) for name, hint in typing.get_type_hints(cls).items())
+
+
+def _holds_dataclasses(hint: object) -> bool:
+    return dataclasses.is_dataclass(hint) or any(_holds_dataclasses(arg) for arg in typing.get_args(hint))
 
 
 # A valid program parses at megabytes a second; one whose tables are shared by many references
@@ -331,12 +344,14 @@ PARSE_BYTES_PER_SECOND = 2e6
 
 
 @contextlib.contextmanager
-def _verified_strings() -> Iterator[None]:
-    """Read strings as the runtime's flatbuffer verifier checks them: their bytes and the NUL
-    after them inside the buffer. Python's reader slices past the end in silence, so a program
-    size cut short by a byte or two still parses here, where the runtime refuses the program.
-    (The reader's ``Table`` is patched for the parse: the generated classes offer no other hook.)"""
-    read = Table.String
+def _reader_for_the_parse() -> Iterator[None]:
+    """The flatbuffer reader's ``Table``, patched for the parse (the generated classes offer no
+    other hook). Strings are read as the runtime's flatbuffer verifier checks them: their bytes
+    and the NUL after them inside the buffer. Python's reader slices past the end in silence, so
+    a program size cut short by a byte or two would parse here, where the runtime refuses the
+    program. Scalars and vtable offsets are read as the reader reads them, minus its layers of
+    calls (a third of the parse): same checks, same values, same errors."""
+    read, get, offset = Table.String, Table.Get, Table.Offset
 
     def verified(self: Table, off: int) -> bytes:
         at = off + int.from_bytes(self.Bytes[off : off + 4], "little")
@@ -349,11 +364,26 @@ def _verified_strings() -> Iterator[None]:
             )
         return bytes(self.Bytes[at + 4 : end])
 
-    Table.String = verified
+    def fast_get(self: Table, flags: Any, off: int) -> Any:
+        if not 0 <= off <= _UOFFSET_MAX:  # number_types.enforce_number's check and error
+            raise TypeError(f"bad number {off} for type uint32")
+        return flags.py_type(flags.packer_type.unpack_from(self.Bytes, off)[0])
+
+    def fast_offset(self: Table, vtable_offset: int) -> int:
+        vtable = self.Pos - fast_get(self, _SOFFSET, self.Pos)
+        if vtable_offset < fast_get(self, _VOFFSET, vtable):
+            return fast_get(self, _VOFFSET, vtable + vtable_offset)
+        return 0
+
+    Table.String, Table.Get, Table.Offset = verified, fast_get, fast_offset
     try:
         yield
     finally:
-        Table.String = read
+        Table.String, Table.Get, Table.Offset = read, get, offset
+
+
+_UOFFSET_MAX = 2**32 - 1
+_SOFFSET, _VOFFSET = number_types.SOffsetTFlags, number_types.VOffsetTFlags
 
 
 class _ParseTimeout(BaseException):

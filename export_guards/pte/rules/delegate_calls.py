@@ -27,12 +27,12 @@ from export_guards.pte.reader.xnnpack import (
     EXTERNAL_INPUT,
     EXTERNAL_OUTPUT,
     INVALID_ID,
-    XnnConstant,
     XnnNode,
     XnnPayload,
     XnnValue,
 )
 from export_guards.pte.reader.xnnpack_shapes import infer_shapes
+from export_guards.pte.reader.xnnpack_slots import shared_slots
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
@@ -189,16 +189,21 @@ def _roles(values: list[XnnValue]) -> str:
 def xnnpack_graph_invalid(context: PteContext) -> Iterator[Hit]:
     for delegate, payload in context.xnnpack_payloads:
         if isinstance(payload, XnnPayload):
-            stored = {c.value_id: _stored_bytes(context, c) for c in payload.constants}
-            for problem in _graph_problems(payload, {k: v for k, v in stored.items() if v is not None}):
+            inline = {c.value_id: c.size for c in payload.constants if not c.named_key}  # named data is EG508's
+            for problem in _graph_problems(payload, inline):
                 yield Hit(f"{delegate}: {problem}", method=delegate.method)
-
-
-def _stored_bytes(context: PteContext, constant: XnnConstant) -> int | None:
-    if not constant.named_key:
-        return constant.size
-    found = context.named_data.get(constant.named_key)
-    return found[1].size if found else None
+            for shared in shared_slots(payload):
+                where = f"{delegate}: value {shared.value_id} is internal but has external id {shared.external_id}"
+                if shared.problem is not None:
+                    yield Hit(f"{where}: {shared.problem}", method=delegate.method)
+                else:
+                    yield Hit(
+                        f"{where}: XNNPACK defines it in the slot of that external value, and every node finds there the value "
+                        f"it names{shared.caveat}, so the runtime runs the graph as written (though XNNPACK may refuse some node "
+                        f"kinds on an external value); ExecuTorch gives no internal value an external id",
+                        method=delegate.method,
+                        severity=Severity.WARNING,
+                    )
 
 
 def _graph_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator[str]:
@@ -211,12 +216,7 @@ def _graph_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator[
         if value.flags & ~(EXTERNAL_INPUT | EXTERNAL_OUTPUT):
             yield f"value {value.value_id} has flags {value.flags:#x}; the runtime takes only external input (1) and output (2)"
         if not value.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT):
-            if value.external_id != INVALID_ID:
-                yield (
-                    f"value {value.value_id} is internal but has external id {value.external_id}: XNNPACK defines it in "
-                    f"the place of external value {value.external_id} (the runtime fails to load or run the graph)"
-                )
-            continue
+            continue  # an external id on an internal value: reader/xnnpack_slots.py
         if value.external_id == INVALID_ID:
             yield (
                 f"value {value.value_id} is flagged external {'output' if value.flags & EXTERNAL_OUTPUT else 'input'} "
@@ -243,7 +243,10 @@ def _dataflow_problems(payload: XnnPayload) -> Iterator[str]:
             if value_id not in defined:
                 yield f"node {n} ({node.kind}) reads value {value_id}, which the graph does not define"
             elif value_id not in ready:
-                yield f"node {n} ({node.kind}) reads value {value_id}, which no node writes and is neither an input nor a constant"
+                yield (
+                    f"node {n} ({node.kind}) reads value {value_id}, which no node writes and is neither an input nor a constant: "
+                    f"it reads whatever XNNPACK's memory planner left where it places that value"
+                )
         for value_id in node.writes:
             if value_id not in defined:
                 yield f"node {n} ({node.kind}) writes value {value_id}, which the graph does not define"
@@ -267,7 +270,8 @@ def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator
     """A convolution's or fully connected layer's bias holds one value per output channel, as
     the filter and the node's parameters give them: XNNPACK reads that many from it (a
     non-constant or wrongly shaped bias crashes it). ``stored``: constant value id -> the bytes
-    the program holds for it (the serialized shape of a bias is not what XNNPACK reads by)."""
+    the payload holds inline for it (the serialized shape of a bias is not what XNNPACK reads
+    by; a bias held as named data is EG508's)."""
     values = {v.value_id: v for v in payload.values}
     for n, node in enumerate(payload.nodes):
         filter_, bias = (values.get(node.operand(f)) for f in ("FilterId", "BiasId"))  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from executorch.exir.schema import ExecutionPlan, KernelCall, Tensor
+from executorch.exir.schema import DelegateCall, ExecutionPlan, Int, KernelCall, Tensor
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_written, tensor_arguments, views
@@ -21,7 +21,7 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
     if program is None:
         return
     for plan in program.execution_plan:
-        kernel_tensors = _aten_kernel_tensors(plan)
+        takers = _takers(plan)
         for index, value in enumerate(plan.values):
             tensor = value.val
             if not isinstance(tensor, Tensor):
@@ -34,40 +34,66 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
                     f"rejects it at load (1.2 and later) or computes wrong strides (earlier)",
                     method=plan.name,
                 )
-            elif index in kernel_tensors and order != list(range(rank)) and order != _CHANNELS_LAST.get(rank):
-                what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {order}, and {kernel_tensors[index]} takes it"
-                if index in plan.inputs:  # the caller's tensor takes its place, in the caller's dim order
-                    yield Hit(
-                        f"{what}: a method input, so the caller's tensor decides the layout the kernel sees; "
-                        f"a caller that follows this dim order is refused (ExecuTorch's ATen kernels take only "
-                        f"contiguous and channels-last ones)",
-                        method=plan.name,
-                        severity=Severity.WARNING,
-                    )
-                else:
-                    yield Hit(
-                        f"{what}: ExecuTorch's ATen kernels take only contiguous and channels-last dim orders "
-                        f"(they refuse the call)",
-                        method=plan.name,
-                    )
+            elif index in takers and order != list(range(rank)) and order != _CHANNELS_LAST.get(rank):
+                yield _unusual_dim_order(plan, index, takers[index])
 
 
 _CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
 
+# ATen kernels that neither check nor use a tensor's dim order: the optimized kernels that
+# executorch.runtime links for these read and write the bytes as contiguous. (Their portable
+# kernels, and ExecuTorch's other kernels, refuse the call. A method input is no exception: the
+# runtime copies the caller's bytes into the method's tensor, which keeps its dim order.) Proved
+# operator by operator in tests/test_pte_runtime_agreement.py.
+_DIM_ORDER_BLIND = frozenset({"aten::mm", "aten::bmm", "aten::exp", "aten::gelu", "aten::native_layer_norm"})
 
-def _aten_kernel_tensors(plan: ExecutionPlan) -> dict[int, str]:
-    """Each tensor an ATen kernel call reads or writes -> the first such operator's name."""
-    found: dict[int, str] = {}
+
+def _unusual_dim_order(plan: ExecutionPlan, index: int, takers: list[str]) -> Hit:
+    """A dim order that is a permutation but neither contiguous nor channels-last, on a tensor
+    that ATen kernels take (``takers``: what takes it, as ``_takers`` names them)."""
+    tensor = plan.values[index].val
+    what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {list(tensor.dim_order)}"
+    refusing = next((t for t in takers if t.startswith("aten::") and t not in _DIM_ORDER_BLIND), None)
+    if refusing is not None:
+        return Hit(
+            f"{what}, and {refusing} takes it: ExecuTorch's kernels take only contiguous and channels-last dim "
+            f"orders and refuse the call",
+            method=plan.name,
+        )
+    blind = ", ".join(sorted({t for t in takers if t.startswith("aten::")}))
+    # XNNPACK permutes dims by the dim order, dim_order_ops copy by it, and the caller gets strides from it
+    ordered = next((t for t in takers if t == "a delegate" or t.startswith("dim_order_ops::")), "the caller" if index in plan.outputs else None)
+    if ordered is not None:
+        return Hit(
+            f"{what}: {blind} read and write its bytes as contiguous, while {ordered} takes them in this dim order "
+            f"(the values arrive permuted)",
+            method=plan.name,
+        )
+    return Hit(
+        f"{what}, and {', '.join(sorted(set(takers)))} take it: the optimized kernels executorch.runtime links for "
+        f"{blind} ignore dim orders and read the bytes as contiguous, so it runs there; ExecuTorch's portable kernels "
+        f"refuse the call (a runtime built with them fails)",
+        method=plan.name,
+        severity=Severity.WARNING,
+    )
+
+
+def _takers(plan: ExecutionPlan) -> dict[int, list[str]]:
+    """Each tensor that an ATen kernel call reads or writes -> what takes it: the operator name
+    of every kernel call, and "a delegate" for each delegate call."""
+    takers: dict[int, list[str]] = {}
     for chain in plan.chains:
         for instruction in chain.instructions:
             call = instruction.instr_args
-            if not isinstance(call, KernelCall) or not 0 <= call.op_index < len(plan.operators):
+            if isinstance(call, DelegateCall):
+                name = "a delegate"
+            elif isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
+                name = plan.operators[call.op_index].name
+            else:
                 continue
-            operator = plan.operators[call.op_index]
-            if operator.name.startswith("aten::"):
-                for index in tensor_arguments(plan, call.args):
-                    found.setdefault(index, operator.name)
-    return found
+            for index in tensor_arguments(plan, call.args):
+                takers.setdefault(index, []).append(name)
+    return {index: names for index, names in takers.items() if any(n.startswith("aten::") for n in names)}
 
 
 @rule("EG517")
@@ -98,14 +124,53 @@ def arena_overlap(context: PteContext) -> Iterator[Hit]:
     for plan, accesses in context.straight_methods:
         lifetimes, roots = _lifetimes(plan, accesses)
         for a, b, first, last in _overlaps(plan, lifetimes):
-            if roots[a] == roots[b]:
-                continue  # views on their base's memory
+            if roots[a] == roots[b] or _copied_onto_itself(plan, accesses, a, b, first, last):
+                continue  # views on their base's memory; a copy of its own bytes
             yield Hit(
                 f"tensor values {a} and {b} of method '{plan.name}' share bytes of arena "
                 f"{plan.values[a].val.allocation_info.memory_id} while both are alive (instructions {first} "
                 f"to {last}): one overwrites the other",
                 method=plan.name,
             )
+
+
+# Copies that write their input's leading bytes unchanged (a contiguous tensor's view, squeeze,
+# clone, or slice of leading elements): placed at their input's offset, they change nothing.
+_BYTE_COPIES = frozenset({"aten::view_copy", "aten::squeeze_copy", "aten::unsqueeze_copy", "aten::clone", "aten::alias_copy", "aten::slice_copy"})
+
+
+def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], a: int, b: int, first: int, last: int) -> bool:
+    """Whether instruction ``first`` writes one of ``a``, ``b`` as a byte copy of the other onto
+    the other's own bytes, and neither is written again while both are alive: the bytes they
+    share never disagree (memory planning may place them so)."""
+    call = plan.chains[0].instructions[first].instr_args
+    if not isinstance(call, KernelCall) or not call.args or not 0 <= call.op_index < len(plan.operators):
+        return False
+    name = plan.operators[call.op_index].name
+    for target, source in ((a, b), (b, a)):
+        if name in _BYTE_COPIES and call.args[0] == source and target in accesses[first].writes and _same_leading_bytes(plan, call, source, target):
+            later = accesses[first + 1 : last + 1]
+            return not any({a, b} & (access.writes | access.maybe | access.in_place) for access in later)
+    return False
+
+
+def _same_leading_bytes(plan: ExecutionPlan, call: KernelCall, source: int, target: int) -> bool:
+    s, t = plan.values[source].val, plan.values[target].val
+    slots = arena_slot(plan, source), arena_slot(plan, target)
+    if None in slots or slots[0][:2] != slots[1][:2] or s.scalar_type != t.scalar_type:  # type: ignore[index]
+        return False
+    if list(s.dim_order) != list(range(len(s.sizes))) or list(t.dim_order) != list(range(len(t.sizes))):
+        return False
+    if plan.operators[call.op_index].name != "aten::slice_copy":
+        return True
+    dim, start, _, step = (_int(plan, i) for i in call.args[1:5])  # slice_copy(self, dim, start, end, step, out)
+    rank = len(s.sizes)
+    return dim is not None and step == 1 and start in (0, None) and all(size == 1 for size in s.sizes[: dim % rank if rank else 0])
+
+
+def _int(plan: ExecutionPlan, index: int) -> int | None:
+    value = plan.values[index].val if 0 <= index < len(plan.values) else None
+    return value.int_val if isinstance(value, Int) else None
 
 
 def _planned(plan: ExecutionPlan, index: int) -> bool:
