@@ -3,8 +3,9 @@
 ExecuTorch's ``_flatbuffer_to_program`` unpacks the flatbuffer with its generated object API and
 then converts every value to the dataclasses by inspecting its type hints, once per value. Here
 the unpacking is ExecuTorch's own, and the conversion follows the same rules with a plan made
-once per dataclass and field type, which takes a third off the parse of a small program (the
-check's largest cost). ``tests/test_pte_check.py`` compares the two on every program it writes.
+once per dataclass and field type, which takes about a fifth off the parse of a small program
+(the check's largest cost). ``tests/test_pte_check.py`` compares the two on every program it
+writes.
 """
 
 from __future__ import annotations
