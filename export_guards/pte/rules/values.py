@@ -146,9 +146,10 @@ def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], a: int, b: 
     call = plan.chains[0].instructions[first].instr_args
     if not isinstance(call, KernelCall) or not call.args or not 0 <= call.op_index < len(plan.operators):
         return False
-    name = plan.operators[call.op_index].name
+    if plan.operators[call.op_index].name not in _BYTE_COPIES:
+        return False
     for target, source in ((a, b), (b, a)):
-        if name in _BYTE_COPIES and call.args[0] == source and target in accesses[first].writes and _same_leading_bytes(plan, call, source, target):
+        if call.args[0] == source and target in accesses[first].writes and _same_leading_bytes(plan, call, source, target):
             later = accesses[first + 1 : last + 1]
             return not any({a, b} & (access.writes | access.maybe | access.in_place) for access in later)
     return False
@@ -163,7 +164,9 @@ def _same_leading_bytes(plan: ExecutionPlan, call: KernelCall, source: int, targ
         return False
     if plan.operators[call.op_index].name != "aten::slice_copy":
         return True
-    dim, start, _, step = (_int(plan, i) for i in call.args[1:5])  # slice_copy(self, dim, start, end, step, out)
+    if len(call.args) < 6:
+        return False  # slice_copy(self, dim, start, end, step, out); fewer is EG512's
+    dim, start, _, step = (_int(plan, i) for i in call.args[1:5])
     rank = len(s.sizes)
     return dim is not None and step == 1 and start in (0, None) and all(size == 1 for size in s.sizes[: dim % rank if rank else 0])
 
