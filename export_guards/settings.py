@@ -14,7 +14,7 @@ from typing import Any, Literal, final, get_args
 from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, RETIRED
 
-__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "PLACEMENT_POLICIES", "Backend", "PlacementPolicy", "Settings"]
+__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings"]
 
 Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
@@ -27,6 +27,22 @@ DEVICE_MEMORY_BACKENDS: tuple[str, ...] = ("cuda",)
 PlacementPolicy = Literal["error", "copy"]
 """``"error"`` raises on a misplaced constant; ``"copy"`` copies constants to the host."""
 PLACEMENT_POLICIES: tuple[str, ...] = get_args(PlacementPolicy)
+
+RECIPES: tuple[str, ...] = (
+    "arm_ethos_u55_int8", "arm_ethos_u65_int8", "arm_ethos_u85_int8", "arm_tosa_a16w8", "arm_tosa_fp", "arm_tosa_int8",
+    "arm_vgf_fp", "arm_vgf_int8",
+    "coreml_codebook_weight_only", "coreml_fp16", "coreml_fp32", "coreml_pt2e_int8_static", "coreml_pt2e_int8_weight_only",
+    "coreml_torchao_int4_weight_only_per_channel", "coreml_torchao_int4_weight_only_per_group",
+    "coreml_torchao_int8_weight_only_per_channel", "coreml_torchao_int8_weight_only_per_group",
+    "qnn_fp16",
+    "xnnpack_fp32", "xnnpack_pt2e_int8_dynamic_per_channel", "xnnpack_pt2e_int8_static_per_channel",
+    "xnnpack_pt2e_int8_static_per_tensor", "xnnpack_torchao_int8da_int4w_per_channel", "xnnpack_torchao_int8da_int4w_per_tensor",
+)  # fmt: skip
+"""Every recipe name ExecuTorch 1.5 defines for the backends whose recipes the guards offer
+(XNNPACK, Core ML, Qualcomm, Arm), known without importing ExecuTorch so that a misspelt name is
+an error before any work. Whether one can be made here still depends on its backend's SDK
+(``export_guards.recipes.recipe_names()`` lists those); a test keeps this table equal to
+ExecuTorch's recipe types."""
 
 
 @final
@@ -44,8 +60,8 @@ class Settings:
         placement: what a guarded export does with device constants (``PLACEMENT_POLICIES``).
         fold: whether a guarded export folds constant-only computations.
         recipe: an ExecuTorch recipe (``executorch.export``) to export with instead of
-            ``backend``, by name (``"xnnpack_fp32"``; ``export_guards.recipes.recipe_names()``
-            lists them); the name is checked when the recipe is made.
+            ``backend``, by name (``"xnnpack_fp32"``; one of ``RECIPES``, of which
+            ``export_guards.recipes.recipe_names()`` lists those this machine can make).
     """
 
     select: tuple[str, ...] = ("EG",)
@@ -86,8 +102,10 @@ class Settings:
         }
         if not isinstance(self.fold, bool):
             raise ValueError(f"fold must be true or false, not {self.fold!r}")
-        if self.recipe is not None and (not isinstance(self.recipe, str) or not self.recipe.strip()):
-            raise ValueError(f"recipe must be a recipe name such as 'xnnpack_fp32', not {self.recipe!r}")
+        if self.recipe is not None and self.recipe not in RECIPES:
+            close = difflib.get_close_matches(str(self.recipe), RECIPES, n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else f"; recipes: {', '.join(RECIPES)}"
+            raise ValueError(f"recipe {self.recipe!r} is not one of ExecuTorch's recipe names{hint}")
         for name, value in normalised.items():
             object.__setattr__(self, name, value)
         if not any(self.enabled(code) for code in CATALOG):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import difflib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 import traceback
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StepFailed", "TargetError", "first_line", "load_target", "parse_arguments", "step", "target_file"]
+__all__ = ["StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
 
 
 class TargetError(ValueError):
@@ -64,6 +66,7 @@ def load_target(target: str, arguments: Mapping[str, Any] | None = None) -> tupl
             or the factory returned something else than ``(model, example_inputs)``; the
             message names the exception and the user's line that raised it.
     """
+    check_target(target)
     path, module_part, name = _parse(target)
     factory = getattr(_import(path, module_part), name, None)
     if not callable(factory):
@@ -74,6 +77,92 @@ def load_target(target: str, arguments: Mapping[str, Any] | None = None) -> tupl
 def target_file(target: str) -> Path | None:
     """The file a ``path/to/file.py:factory`` target names (``None`` for a module target)."""
     return _parse(target)[0]
+
+
+def check_target(target: str) -> Path | None:
+    """What can be said of ``target`` without running any of it: the file exists, parses, and
+    binds the factory's name at its top level. Returns the source file (a module target's too,
+    found without importing it; ``None`` where it has none, such as a compiled module).
+
+    The factory's name is looked for among the names the module's top level binds; a module
+    that may make names at run time (``from x import *``, a module ``__getattr__``, writes to
+    ``globals()``) is given the benefit of the doubt, and the import decides.
+
+    Raises:
+        TargetError: the target is malformed, names a file that is missing or does not parse,
+            or a name its module does not define (with the closest names it does define).
+    """
+    path, module_part, name = _parse(target)
+    source = path if path is not None else _module_source(module_part)
+    if source is None:
+        return None
+    try:
+        tree = ast.parse(source.read_bytes(), filename=str(source))
+    except SyntaxError as error:
+        where = f"{source}:{error.lineno}" if error.lineno else str(source)
+        raise TargetError(f"{where}: syntax error: {error.msg}") from None
+    except (OSError, ValueError) as error:  # unreadable, or null bytes
+        raise TargetError(f"cannot read {source}: {error}") from None
+    bound, dynamic = _top_level_names(tree)
+    if name not in bound and not dynamic:
+        close = difflib.get_close_matches(name, sorted(bound), n=3)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise TargetError(f"{source} defines no {name!r}{hint}")
+    return source
+
+
+def _module_source(module_part: str) -> Path | None:
+    """The ``.py`` file of a dotted module name, found as ``import`` would find it but without
+    running any package's ``__init__``; ``None`` where only the import can tell."""
+    top, *rest = module_part.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        raise TargetError(f"cannot import {module_part!r}: no such module")
+    for part in rest:
+        locations = spec.submodule_search_locations
+        found = importlib.machinery.PathFinder.find_spec(part, list(locations)) if locations else None
+        if found is None:  # made at import time, or absent: the import says which
+            return None
+        spec = found
+    origin = Path(spec.origin) if spec.origin else None
+    return origin if origin is not None and origin.suffix == ".py" and origin.is_file() else None
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """The names a module's top level may bind (definitions, assignments, imports, and names
+    declared ``global`` anywhere), and whether it may bind others at run time: a star import,
+    a module ``__getattr__``, ``globals()`` or ``exec`` anywhere, ``setattr`` or ``vars`` at the
+    top level. Counting a name too many only weakens the hint; the import still decides."""
+    bound = {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
+    dynamic = any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "exec")
+        for node in ast.walk(tree)
+    )
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)  # its body is another scope
+            dynamic |= node.name == "__getattr__" and not isinstance(node, ast.ClassDef)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                dynamic |= alias.name == "*"
+                bound.add(alias.asname or alias.name.partition(".")[0])
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "vars"):
+            dynamic = True
+        if not isinstance(node, ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return bound, dynamic
 
 
 def _parse(target: str) -> tuple[Path | None, str, str]:

@@ -75,7 +75,19 @@ def native_noise():
 
 
 def slow():
+    import sys
     import time
 
-    time.sleep(60)  # long enough to be interrupted
+    print("the factory is running", file=sys.stderr, flush=True)  # the test signals after this line
+    time.sleep(600)  # long enough to be interrupted
     return clean()
+
+
+def removes_a_folder(then="clean"):
+    """Removes the folder named by ``EG_TEST_REMOVE`` while the model is built (so the report
+    that was to be written there cannot be), then builds the model ``then`` names."""
+    import os
+    import shutil
+
+    shutil.rmtree(os.environ["EG_TEST_REMOVE"])
+    return {"clean": clean, "training_mode": training_mode}[then]()

@@ -96,7 +96,7 @@ def test_sarif_format_follows_2_1_0() -> None:
     [
         (["lint", "no-colon-here"], "must be path/to/file.py:factory"),
         (["lint", "missing.py:factory"], "no such file"),
-        (["lint", f"{MODELS}:nope"], "has no callable 'nope'"),
+        (["lint", f"{MODELS}:nope"], "defines no 'nope'"),
         (["lint", f"{MODELS}:not_a_pair"], "must return (model, example_inputs)"),
         (["lint", "no_such_package.module:f"], "cannot import 'no_such_package.module'"),
         (["explain", "EG999"], "no code 'EG999'"),
@@ -152,8 +152,8 @@ def test_stdout_carries_only_the_report_even_when_the_model_prints(tmp_path: Pat
     assert done.returncode == 0
     assert json.loads(done.stdout)["version"] == 1
     assert "the factory talks on stdout" in done.stderr
-    unwritable = run("lint", f"{MODELS}:clean", "--output", str(tmp_path / "missing" / "x.pte"))
-    assert unwritable.returncode == 2 and f"writing {tmp_path / 'missing' / 'x.pte'} failed" in unwritable.stderr
+    made = run("lint", f"{MODELS}:clean", "--output", str(tmp_path / "missing" / "x.pte"))
+    assert made.returncode == 0 and (tmp_path / "missing" / "x.pte").read_bytes()[4:8] == b"ET12"  # the folder is made, as ruff does
 
 
 def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(tmp_path: Pat
 
 def test_the_program_file_is_written_atomically_or_not_left_stale(tmp_path: Path) -> None:
     out = tmp_path / "model.pte"
-    out.write_bytes(b"the previous export")
+    out.write_bytes(b"\0\0\0\0ET12 the previous export")  # a program: the stale-output rule removes only the tool's kind
     done = run("lint", f"{MODELS}:training_mode", "--pte", str(out), "-q")
     assert done.returncode == 1 and not out.exists()
     assert f"removed {out}" in done.stderr and "export-guards: exporting" not in done.stderr  # -q: no progress
@@ -191,27 +191,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def test_ctrl_c_exits_130_in_one_line_and_leaves_no_stale_program(tmp_path: Path) -> None:
-    import signal
-    import time
-
-    out = tmp_path / "model.pte"
-    out.write_bytes(b"the previous export")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "export_guards", "lint", f"{MODELS}:slow", "--pte", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS,
-    )
-    assert process.stderr is not None
-    line = process.stderr.readline()  # the first progress line: the model is being built
-    assert "exporting and linting" in line
-    time.sleep(1)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
-    assert stderr.strip().splitlines()[-1] == "export-guards: interrupted" and "Traceback" not in stderr
-    assert not out.exists() and stdout == ""
 
 
 def test_conventional_options(tmp_path: Path) -> None:

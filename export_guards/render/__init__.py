@@ -1,15 +1,35 @@
-"""Renderers: a report as text for people, JSON and SARIF 2.1.0 for machines.
+"""Renderers: a report as text for people, JSON, SARIF 2.1.0 and GitHub annotations for
+machines, or counted per code.
 
 Renderers read findings; they never compute them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+from export_guards.render.github import render_github
 from export_guards.render.json import render_json
+from export_guards.render.recognize import is_report
 from export_guards.render.sarif import render_sarif
+from export_guards.render.statistics import render_statistics
 from export_guards.render.text import render_text
+from export_guards.report import Report
 
-__all__ = ["FORMATS", "render_json", "render_sarif", "render_text"]
+__all__ = ["FORMATS", "STATISTICS_FORMATS", "is_report", "render", "render_json", "render_sarif", "render_text"]
 
-FORMATS = {"text": render_text, "json": render_json, "sarif": render_sarif}
-"""Renderer by format name, as ``--format`` takes it."""
+FORMATS: dict[str, Callable[..., str]] = {"text": render_text, "json": render_json, "sarif": render_sarif, "github": render_github}
+"""Renderer by format name, as ``--output-format`` takes it."""
+STATISTICS_FORMATS = ("text", "json")
+"""The formats ``--statistics`` counts in."""
+
+
+def render(report: Report, output_format: str, *, statistics: bool = False, verbose: bool = False, root: Path | None = None) -> str:
+    """``report`` in ``output_format`` (a key of :data:`FORMATS`), or counted per code with
+    ``statistics``; ``verbose`` lists text info findings one by one; ``root`` is the folder
+    SARIF's URIs are relative to."""
+    if statistics:
+        return render_statistics(report, output_format)
+    options = {"text": {"verbose": verbose}, "sarif": {"root": root}}.get(output_format, {})
+    return FORMATS[output_format](report, **options)

@@ -12,10 +12,9 @@ from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeade
 
 from export_guards.pte.reader.file import Region
 from export_guards.pte.reader.flatc import generated_reader
+from export_guards.pte.reader.identity import DATA_IDENTIFIER as IDENTIFIER
 
 __all__ = ["PtdFile"]
-
-IDENTIFIER = b"FT01"
 
 
 @final

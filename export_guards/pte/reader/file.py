@@ -29,6 +29,7 @@ from executorch.exir.schema import DataLocation, Program, SubsegmentOffsets
 from flatbuffers import number_types
 from flatbuffers.table import Table
 
+from export_guards.pte.reader.identity import PROGRAM_IDENTIFIER as FILE_IDENTIFIER
 from export_guards.pte.reader.program_table import parse_program
 from export_guards.ruleset import describe_error
 
@@ -36,7 +37,6 @@ __all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "Pte
 
 # The runtime's minimum alignment for tensor and delegate data (alignof(max_align_t)).
 MIN_ALIGNMENT = 16
-FILE_IDENTIFIER = b"ET12"
 
 
 @final

@@ -1,0 +1,79 @@
+"""The ``export-guards`` command: ``lint`` a model before export, ``check`` a written ``.pte``,
+list and explain the codes.
+
+Exit codes: 0 clean, 1 findings at or above the fail level (0 with ``--exit-zero``), 2 a usage
+error or a step that failed (building the model, export, lowering, writing), 128+N a signal
+(130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). stdout carries only the report; progress and problems
+go to stderr. Usage errors (bad options, missing or unparsable files, an unknown factory or
+recipe, an output path that would overwrite an input or a file that is not the tool's) are
+found before torch or ExecuTorch loads.
+
+One module per command (``lint``, ``check``, ``codes``); ``arguments`` parses, ``outputs`` is
+the only code that writes or removes a file the user named, ``signals`` turns signals into
+one exception, ``console`` keeps stdout for the report.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from export_guards.cli import check, codes, lint
+from export_guards.cli.arguments import UsageError, parser
+from export_guards.cli.console import write_stdout
+from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR
+from export_guards.cli.signals import Interrupted, Interrupts
+from export_guards.targets import StepFailed
+
+__all__ = ["main"]
+
+_COMMANDS = {"lint": lint.run, "check": check.run, "rules": codes.rules, "explain": codes.explain}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    with Interrupts() as interrupts:  # first: an interrupt during start-up is one too
+        try:
+            try:
+                return _run(argv, interrupts)
+            finally:
+                interrupts.check()  # an interrupt that some code swallowed still ends the run
+        except Interrupted as stop:
+            print(f"export-guards: interrupted ({stop.name})", file=sys.stderr)
+            return stop.exit_code
+        except KeyboardInterrupt:  # code that caught ours raised its own
+            print("export-guards: interrupted (SIGINT)", file=sys.stderr)
+            return 130
+
+
+def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
+    top = parser()
+    args = top.parse_args(argv)
+    if args.version:
+        write_stdout(f"export-guards {_version()}\n")
+        return EXIT_CLEAN
+    if args.command is None:
+        top.print_help(sys.stderr)
+        return EXIT_ERROR
+    try:
+        return _COMMANDS[args.command](args, interrupts)
+    except UsageError as error:
+        print(f"export-guards: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except StepFailed as error:
+        interrupts.check()  # a library turned the interrupt into an error of its own
+        print(f"export-guards: {error}", file=sys.stderr)
+        if getattr(args, "verbose", False) and error.__cause__ is not None:
+            traceback.print_exception(error.__cause__)
+        elif error.__cause__ is not None:
+            print("(run with -v for the full traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _version() -> str:
+    try:
+        return version("export-guards")
+    except PackageNotFoundError:
+        return "unknown (not installed)"

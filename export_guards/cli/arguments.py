@@ -1,0 +1,127 @@
+"""The command's arguments: the parser of every command, and the settings they make with
+``[tool.export-guards]``. Imports neither torch nor ExecuTorch."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from export_guards.render import FORMATS, STATISTICS_FORMATS
+from export_guards.ruleset import CATALOG, Stage
+from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
+
+__all__ = ["UsageError", "parser", "recipe_made_here", "settings_from"]
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``export-guards`` and its commands (``args.command`` names the one given)."""
+    # allow_abbrev=False: a gate must not read a typo such as `--runtim` as `--runtime`
+    top = argparse.ArgumentParser(prog="export-guards", description="Safety checks for PyTorch to ExecuTorch exports.", allow_abbrev=False)
+    top.add_argument("--version", action="store_true", help="print the version and exit")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
+
+    linting = commands.add_parser("lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False)
+    linting.add_argument("target", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs)")
+    linting.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="an argument for the factory, as a Python literal (else text); repeat for several")
+    _export_options(linting)
+    linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found")
+    linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
+    _report_options(linting)
+
+    checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
+    checking.add_argument("program", nargs="?", type=Path, help="the .pte file")
+    checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
+    checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
+    _export_options(checking, " (with --reproducible)")
+    _report_options(checking)
+
+    rules = commands.add_parser("rules", help="list every code", allow_abbrev=False)
+    rules.add_argument("--output-format", "--format", dest="output_format", choices=("text", "json"), default="text", help="text (default) or json")
+
+    explain = commands.add_parser("explain", help="print one code's documentation", allow_abbrev=False)
+    explain.add_argument("code", help="a code, such as EG210")
+    return top
+
+
+def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
+    lowering = command.add_mutually_exclusive_group()
+    lowering.add_argument("--backend", choices=BACKENDS, help=f"partitioner to lower with (default xnnpack){suffix}")
+    lowering.add_argument("--recipe", metavar="NAME", help=f"export with this ExecuTorch recipe instead (xnnpack_fp32, xnnpack_pt2e_int8_static_per_channel, ...){suffix}")
+    command.add_argument("--placement", choices=PLACEMENT_POLICIES, help=f"device constants: report them, or copy them to the host (default error){suffix}")
+    command.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help=f"fold constant-only weights (default on){suffix}")
+
+
+def _report_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--select", help="comma-separated codes or prefixes to report (default EG: all)")
+    command.add_argument("--ignore", help="comma-separated codes or prefixes not to report")
+    command.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
+    command.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings reach the fail level (errors of the tool itself still exit 2)")
+    command.add_argument("--output-format", "--format", dest="output_format", choices=tuple(FORMATS), default="text", help="report format: text (default), json, sarif, or github (Actions annotations)")
+    command.add_argument("--report-file", type=Path, metavar="PATH", help="write the report here, atomically, instead of stdout (missing folders are made)")
+    command.add_argument("--force", action="store_true", help="replace a file at an output path even when it is not a program or report that export-guards writes")
+    command.add_argument("--statistics", action="store_true", help="count the findings per code instead of listing them")
+    command.add_argument("--config", type=Path, help="pyproject.toml to read [tool.export-guards] from (default ./pyproject.toml)")
+    loudness = command.add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", action="store_true", help="print no progress, only problems")
+    loudness.add_argument("-v", "--verbose", action="store_true", help="list info findings one by one; show library warnings and full tracebacks")
+
+
+def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings:
+    """``[tool.export-guards]`` of ``--config`` (default ./pyproject.toml), then the command line.
+
+    Raises:
+        UsageError: a bad option, key or value, or a selection that reports nothing that the
+            command checks (its ``stages``).
+    """
+    if args.statistics and args.output_format not in STATISTICS_FORMATS:
+        raise UsageError(f"--statistics counts findings as text or json, not {args.output_format}")
+    path = args.config or Path("pyproject.toml")
+    if args.config is not None and not path.is_file():
+        raise UsageError(f"no configuration file at {path}")
+    given = {
+        "select": _codes(args.select) if args.select else None,
+        "ignore": _codes(args.ignore) if args.ignore else None,
+        "fail_level": args.fail_level,
+        "backend": args.backend,
+        "placement": args.placement,
+        "fold": args.fold,
+        "recipe": args.recipe,
+    }
+    try:
+        settings = Settings.from_pyproject(path) if path.is_file() else Settings()
+        settings = settings.updated({k: v for k, v in given.items() if v is not None}, "the command line")
+    except (OSError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    if not any(settings.enabled(code) for code, r in CATALOG.items() if r.stage in stages):
+        raise UsageError(
+            f"the selection (select {list(settings.select)}, ignore {list(settings.ignore)}) reports nothing that "
+            f"`{args.command}` checks; `export-guards rules` lists which codes each command reports"
+        )
+    return settings
+
+
+def _codes(codes: str) -> tuple[str, ...]:
+    return tuple(c.strip().upper() for c in codes.split(",") if c.strip())
+
+
+def recipe_made_here(settings: Settings) -> None:
+    """The settings' recipe can be made with this ExecuTorch and the backend SDKs installed
+    here (its name is known to be one: ``Settings`` checks it without torch).
+
+    Raises:
+        UsageError: it cannot, naming the recipes that can.
+    """
+    if settings.recipe is None:
+        return
+    from export_guards.recipes import recipe_type
+
+    try:
+        recipe_type(settings.recipe)
+    except ValueError as error:
+        raise UsageError(str(error)) from None

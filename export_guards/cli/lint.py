@@ -1,0 +1,77 @@
+"""``export-guards lint``: export a model with the guards, report, and write the program."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from export_guards.cli.arguments import UsageError, recipe_made_here, settings_from
+from export_guards.cli.console import progress, quiet_libraries, stdout_to_stderr
+from export_guards.cli.outputs import Outputs
+from export_guards.cli.reporting import deliver, exit_code, project_root
+from export_guards.cli.signals import Interrupts
+from export_guards.report import Report, SourceLocation
+from export_guards.targets import TargetError, check_target, parse_arguments, step, target_file
+
+__all__ = ["run"]
+
+
+def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
+    """Lint ``args.target``; exit code as :func:`~export_guards.cli.reporting.exit_code`."""
+    settings = settings_from(args, ("program", "partitioned", "action"))
+    try:
+        arguments = parse_arguments(args.arg)
+        source = check_target(args.target)  # missing, unparsable, no such factory: before any import
+    except TargetError as error:
+        raise UsageError(str(error)) from None
+    outputs = Outputs(inputs=[source], force=args.force, interrupts=interrupts)
+    pte_path = outputs.claim(_pte_path(args), "program", "--pte" if args.output is None else "--output")
+    outputs.claim(args.report_file, "report", "--report-file")
+    with outputs:
+        quiet_libraries(args.verbose)
+        with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
+            from export_guards.pipeline import export_target
+
+            recipe_made_here(settings)
+            fold = "on" if settings.fold else "off"
+            progress(args, f"exporting and linting {args.target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
+            try:
+                result = export_target(args.target, arguments, config=settings)
+            except TargetError as error:
+                raise UsageError(str(error)) from None
+        report = with_factory_location(result.report, args.target)
+        failing = report.at_least(settings.fail_level)
+        written = True
+        if result.edge is None:  # a constant the host cannot read stopped the export
+            progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
+        elif pte_path is not None and failing:
+            progress(args, f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}", ongoing=False)
+        elif pte_path is not None:
+            with stdout_to_stderr(), step("writing the program (to_executorch)"):
+                program = result.to_pte()
+            written = outputs.write(pte_path, program)
+            if written:
+                progress(args, f"wrote {pte_path}", ongoing=False)
+        delivered = deliver(args, report, outputs, root=project_root(source))
+    return exit_code(args, failed=bool(failing) or result.edge is None, complete=written and delivered)
+
+
+def _pte_path(args: argparse.Namespace) -> Path | None:
+    if args.output is not None:
+        if args.pte is not None:
+            raise UsageError("give --pte only (--output is its former name)")
+        print("export-guards: --output is deprecated: use --pte (the report goes to --report-file)", file=sys.stderr)
+        return args.output
+    return args.pte
+
+
+def with_factory_location(report: Report, target: str) -> Report:
+    """Findings that no user frame places point at the factory: the nearest user code."""
+    path = target_file(target)
+    if path is None:
+        return report
+    name = target.rpartition(":")[2]
+    lines = path.read_text().splitlines()
+    line = next((i for i, text in enumerate(lines, 1) if text.lstrip().startswith(f"def {name}(")), 1)
+    return report.located_at(SourceLocation(str(path), line, lines[line - 1].strip() if lines else ""))
