@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-campaign bench-cli clean
+.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-campaign bench-cli clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,8 +15,22 @@ $(INSTALLED): pyproject.toml constraints.txt
 demo: $(INSTALLED)
 	$(PY) examples/demo.py
 
+# Everything, on every core (pytest-xdist; an idle worker takes tests from a busy one, so one
+# long file does not hold the run up). CI runs this.
 test: $(INSTALLED)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
+
+# Line coverage of export_guards/ by the whole suite, every process counted (coverage.py).
+coverage: $(INSTALLED)
+	rm -f .coverage .coverage.*
+	$(PY) -m coverage run -m pytest -n auto --dist worksteal -q
+	$(PY) -m coverage combine -q
+	$(PY) -m coverage report --format=total
+
+# The inner loop: the engine, settings, renderers, readers and rules on shared programs; the
+# fuzz with fewer cases. No subprocess, no slow export.
+test-fast: $(INSTALLED)
+	$(PY) -m pytest tests -n auto --dist worksteal -m "not slow and not subprocess" --pte-fuzz-cases 200
 
 bench: $(INSTALLED)
 	$(PY) benchmarks/placement.py

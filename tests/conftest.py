@@ -1,12 +1,17 @@
-"""Shared fixtures: the test-only device (built once a session) and the devices to run on."""
+"""Shared fixtures: the test-only device (built once a session), the devices to run on, the
+programs many tests read (lowered once a session, handed out read-only), and the command run
+in this process."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -27,6 +32,17 @@ DEVICES = [
         ),
     ),
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        # a worker's share of the cores, for its torch (as the plugin sets it) and for the
+        # processes its tests start (the command, the runtime), which would each take them all
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        share = max(1, cores // int(workers))
+        torch.set_num_threads(share)
+        os.environ["OMP_NUM_THREADS"] = str(share)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -90,3 +106,58 @@ def last_json(completed: subprocess.CompletedProcess[str]) -> dict[str, object]:
         f"scenario exited {completed.returncode}:\n{completed.stderr[-4000:]}"
     )
     return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="session")
+def written_programs(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, object]:
+    """``pte_models.write_programs``, once a session: portable, XNNPACK, external-data and
+    mutable-buffer programs on disk. Read them; a test that damages one edits a copy of its
+    bytes and writes it under its own ``tmp_path``."""
+    from pte_models import write_programs
+
+    return MappingProxyType(write_programs(tmp_path_factory.mktemp("programs")))
+
+
+@pytest.fixture(scope="session")
+def architecture_programs() -> Mapping[str, bytes]:
+    """``pte_models.architectures()``, once a session: realistic programs, as bytes."""
+    from pte_models import architectures
+
+    return MappingProxyType(architectures())
+
+
+@pytest.fixture(scope="session")
+def valid_program_bytes(architecture_programs: Mapping[str, bytes]) -> Mapping[str, bytes]:
+    """``pte_models.valid_programs()``, once a session, sharing the architectures."""
+    from pte_models import valid_programs
+
+    return MappingProxyType(valid_programs(architecture_programs))
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one run of the command gave: its exit code and what it wrote to fd 1 and 2."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Ran]:
+    """Run ``export-guards ARGS`` in this process, from ``cwd`` (default tests/): for what the
+    process does not matter to. Signals, start-up without torch and the console script itself
+    are tested in subprocesses."""
+    from export_guards.cli import main
+
+    def invoke(*args: object, cwd: Path = TESTS) -> Ran:
+        monkeypatch.chdir(cwd)
+        capfd.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit:  # argparse's usage errors
+            code = exit.code if isinstance(exit.code, int) else 2
+        out, err = capfd.readouterr()
+        return Ran(code, out, err)
+
+    return invoke

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,9 +108,10 @@ class InitializedState(torch.nn.Module):
         return x @ self.weight + self.position[:4] + self.scale.sum()
 
 
-def valid_programs() -> dict[str, bytes]:
+def valid_programs(lowered_architectures: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
     """Programs as ExecuTorch writes them, for shapes of program the checks must accept: two
-    methods, a dynamic batch, bool / int64 inputs, quantized XNNPACK, initialised state."""
+    methods, a dynamic batch, bool / int64 inputs, quantized XNNPACK, initialised state; and
+    the :func:`architectures` (``lowered_architectures`` when they were lowered already)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -142,7 +144,7 @@ def valid_programs() -> dict[str, bytes]:
     state = torch.export.export(InitializedState(), (torch.randn(2, 4),))
     config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["position", "scale"])])
     programs["initialised state"] = to_edge_transform_and_lower(state).to_executorch(config).buffer
-    programs.update(architectures())
+    programs.update(architectures() if lowered_architectures is None else lowered_architectures)
     return programs
 
 

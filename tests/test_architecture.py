@@ -172,6 +172,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "status"),
     [
@@ -193,6 +194,7 @@ def test_what_needs_no_model_answers_without_torch(args: list[str], status: int)
     assert done.returncode == status
 
 
+@pytest.mark.subprocess
 def test_rules_lists_and_explain_explains_every_code() -> None:
     listed = run_cli("rules")
     assert [line.split()[0] for line in listed.stdout.splitlines()] == list(CATALOG)

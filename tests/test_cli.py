@@ -1,13 +1,16 @@
-"""The export-guards command, end to end in a subprocess, as a user runs it."""
+"""The export-guards command end to end, as a user runs it: in this process (the ``cli`` fixture),
+and in a subprocess where the process matters (fd 1, library noise at start-up)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import Ran
 
 TESTS = Path(__file__).parent
 MODELS = TESTS / "cli_models.py"
@@ -19,9 +22,9 @@ def run(*args: str, cwd: Path = TESTS) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_clean_model_exits_0_and_writes_the_pte(tmp_path: Path) -> None:
+def test_clean_model_exits_0_and_writes_the_pte(cli: Callable[..., Ran], tmp_path: Path) -> None:
     out = tmp_path / "model.pte"
-    done = run("lint", f"{MODELS}:clean", "--pte", str(out), "-v")
+    done = cli("lint", f"{MODELS}:clean", "--pte", str(out), "-v")
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.stat().st_size > 0 and out.read_bytes()[4:8] == b"ET12"
     assert "EG402 [info] 1 of 1 compute ops delegated (100%) to XnnpackBackend" in done.stdout
@@ -30,32 +33,32 @@ def test_clean_model_exits_0_and_writes_the_pte(tmp_path: Path) -> None:
     assert "exporting" not in done.stdout
 
 
-def test_findings_at_the_fail_level_exit_1_and_keep_the_pte_back(tmp_path: Path) -> None:
+def test_findings_at_the_fail_level_exit_1_and_keep_the_pte_back(cli: Callable[..., Ran], tmp_path: Path) -> None:
     out = tmp_path / "model.pte"
-    done = run("lint", f"{MODELS}:training_mode", "--output", str(out))
+    done = cli("lint", f"{MODELS}:training_mode", "--output", str(out))
     assert done.returncode == 1
     assert "EG301 [error] dropout 'dropout' runs in training mode" in done.stdout
     assert "module: 1 (Dropout)" in done.stdout
     assert "fix: Call model.eval() before torch.export." in done.stdout
     assert not out.exists()
     assert "not writing" in done.stderr
-    ignored = run("lint", f"{MODELS}:training_mode", "--ignore", "EG3", "--format", "json")
+    ignored = cli("lint", f"{MODELS}:training_mode", "--ignore", "EG3", "--format", "json")
     assert ignored.returncode == 0
     assert all(not f["code"].startswith("EG3") for f in json.loads(ignored.stdout)["findings"])
 
 
-def test_device_constants_are_reported_not_crashed_on(trapdev: object) -> None:
-    done = run("lint", f"{MODELS}:on_trapdev")
+def test_device_constants_are_reported_not_crashed_on(cli: Callable[..., Ran], trapdev: object) -> None:
+    done = cli("lint", f"{MODELS}:on_trapdev")
     assert done.returncode == 1, done.stderr[-2000:]
     assert "EG101 [error] parameter 'weight' (float32[3, 4], 48 bytes) is on trapdev:0" in done.stdout
-    copied = run("lint", f"{MODELS}:on_trapdev", "--placement", "copy", "--format", "json")
+    copied = cli("lint", f"{MODELS}:on_trapdev", "--placement", "copy", "--format", "json")
     assert copied.returncode == 0
     codes = [f["code"] for f in json.loads(copied.stdout)["findings"]]
     assert codes.count("EG103") == 2 and "EG101" not in codes
 
 
-def test_json_format_is_stable_and_complete() -> None:
-    done = run("lint", f"{MODELS}:reparametrized", "--no-fold", "--format", "json")
+def test_json_format_is_stable_and_complete(cli: Callable[..., Ran]) -> None:
+    done = cli("lint", f"{MODELS}:reparametrized", "--no-fold", "--format", "json")
     assert done.returncode == 0  # warnings only; the fail level is error
     document = json.loads(done.stdout)
     assert document["version"] == 1
@@ -68,14 +71,14 @@ def test_json_format_is_stable_and_complete() -> None:
     assert set(foldable) == {"code", "severity", "message", "method", "node", "constant", "location", "fix", "module", "artifact", "region"}
     assert "Expected weight to be a static param" in by_code["EG401"]["message"]
 
-    folded = json.loads(run("lint", f"{MODELS}:reparametrized", "--format", "json").stdout)
+    folded = json.loads(cli("lint", f"{MODELS}:reparametrized", "--format", "json").stdout)
     folded_codes = {f["code"]: f for f in folded["findings"]}
     assert "EG210" not in folded_codes and "EG212" not in folded_codes and "EG401" not in folded_codes
     assert [f["code"] for f in folded["findings"]].count("EG201") == 1  # the fold fixed it: one finding
 
 
-def test_sarif_format_follows_2_1_0() -> None:
-    done = run("lint", f"{MODELS}:training_mode", "--format", "sarif")
+def test_sarif_format_follows_2_1_0(cli: Callable[..., Ran]) -> None:
+    done = cli("lint", f"{MODELS}:training_mode", "--format", "sarif")
     assert done.returncode == 1
     sarif = json.loads(done.stdout)
     assert sarif["version"] == "2.1.0" and "sarif" in sarif["$schema"]
@@ -104,85 +107,85 @@ def test_sarif_format_follows_2_1_0() -> None:
         (["lint", f"{MODELS}:nope", "--selec", "EG"], "unrecognized arguments: --selec"),
     ],
 )
-def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
-    done = run(*args)
+def test_usage_errors_exit_2_with_one_clear_line(cli: Callable[..., Ran], args: list[str], message: str) -> None:
+    done = cli(*args)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
 
 
-def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose() -> None:
-    done = run("lint", f"{MODELS}:broken")
+def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose(cli: Callable[..., Ran]) -> None:
+    done = cli("lint", f"{MODELS}:broken")
     assert done.returncode == 2
     assert "export-guards: torch.export failed:" in done.stderr and "run with -v" in done.stderr
     assert "cli_models.py:" in done.stderr and "if x.sum() > 0:" in done.stderr  # the user's line
     assert "Traceback" not in done.stderr
-    verbose = run("lint", f"{MODELS}:broken", "--verbose")
+    verbose = cli("lint", f"{MODELS}:broken", "--verbose")
     assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
 
 
-def test_rules_and_explain() -> None:
-    listed = run("rules")
+def test_rules_and_explain(cli: Callable[..., Ran]) -> None:
+    listed = cli("rules")
     assert listed.returncode == 0
     lines = listed.stdout.splitlines()
     assert [line.split()[0] for line in lines] == sorted(line.split()[0] for line in lines)
     assert any(line.startswith("EG210  foldable-weight") for line in lines)
-    explained = run("explain", "eg212")
+    explained = cli("explain", "eg212")
     assert explained.returncode == 0
     assert explained.stdout.startswith("EG212 reparametrization-leftover (warning")
     assert "## EG212 reparametrization-leftover" in explained.stdout  # the docs page section
 
 
-def test_pyproject_configuration_and_command_line_precedence(tmp_path: Path) -> None:
+def test_pyproject_configuration_and_command_line_precedence(cli: Callable[..., Ran], tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.export-guards]\nignore = ["EG301"]\nfail-level = "warning"\n[tool.export-guards.severity]\nEG402 = "warning"\n'
     )
-    done = run("lint", f"{MODELS}:training_mode", "--format", "json", cwd=tmp_path)
+    done = cli("lint", f"{MODELS}:training_mode", "--format", "json", cwd=tmp_path)
     document = json.loads(done.stdout)
     assert "EG301" not in {f["code"] for f in document["findings"]}
     assert done.returncode == 1  # EG402 raised to warning, and warnings fail
-    assert run("lint", f"{MODELS}:training_mode", "--fail-level", "error", cwd=tmp_path).returncode == 0
+    assert cli("lint", f"{MODELS}:training_mode", "--fail-level", "error", cwd=tmp_path).returncode == 0
     (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselct = ["EG"]\n')
-    typo = run("lint", f"{MODELS}:clean", cwd=tmp_path)
+    typo = cli("lint", f"{MODELS}:clean", cwd=tmp_path)
     assert typo.returncode == 2 and "unknown setting(s) selct" in typo.stderr
 
 
-def test_stdout_carries_only_the_report_even_when_the_model_prints(tmp_path: Path) -> None:
+@pytest.mark.subprocess  # fd 1 and library warnings at start-up: a fresh process
+def test_stdout_carries_only_the_report_even_when_the_model_prints() -> None:
     done = run("lint", f"{MODELS}:noisy", "--format", "json")
     assert done.returncode == 0
     assert json.loads(done.stdout)["version"] == 1
     assert "the factory talks on stdout" in done.stderr
-    made = run("lint", f"{MODELS}:clean", "--output", str(tmp_path / "missing" / "x.pte"))
-    assert made.returncode == 0 and (tmp_path / "missing" / "x.pte").read_bytes()[4:8] == b"ET12"  # the folder is made, as ruff does
 
 
-def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(tmp_path: Path) -> None:
+def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(cli: Callable[..., Ran], tmp_path: Path) -> None:
     empty = tmp_path / "empty.pte"
     empty.write_bytes(b"")
     for select, hint in (("XYZ999", "no code nor prefix"), ("EG5O1", "did you mean EG501?")):
-        done = run("check", str(empty), "--select", select)
+        done = cli("check", str(empty), "--select", select)
         assert done.returncode == 2 and hint in done.stderr and done.stdout == ""
     (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselect = ["XYZ999"]\n')
-    configured = run("check", str(empty), cwd=tmp_path)
+    configured = cli("check", str(empty), cwd=tmp_path)
     assert configured.returncode == 2 and "'XYZ999'" in configured.stderr
-    nothing = run("check", str(empty), "--select", "EG3")
+    nothing = cli("check", str(empty), "--select", "EG3")
     assert nothing.returncode == 2 and "reports nothing that `check` checks" in nothing.stderr
-    assert run("check", str(empty), "--select", "EG501").returncode == 1  # a real selection: the empty file fails
+    assert cli("check", str(empty), "--select", "EG501").returncode == 1  # a real selection: the empty file fails
 
 
-def test_the_program_file_is_written_atomically_or_not_left_stale(tmp_path: Path) -> None:
+def test_the_program_file_is_written_atomically_or_not_left_stale(cli: Callable[..., Ran], tmp_path: Path) -> None:
     out = tmp_path / "model.pte"
     out.write_bytes(b"\0\0\0\0ET12 the previous export")  # a program: the stale-output rule removes only the tool's kind
-    done = run("lint", f"{MODELS}:training_mode", "--pte", str(out), "-q")
+    done = cli("lint", f"{MODELS}:training_mode", "--pte", str(out), "-q")
     assert done.returncode == 1 and not out.exists()
     assert f"removed {out}" in done.stderr and "export-guards: exporting" not in done.stderr  # -q: no progress
-    written = run("lint", f"{MODELS}:clean", "--pte", str(out), "--report-file", str(tmp_path / "r.json"), "--output-format", "json")
+    written = cli("lint", f"{MODELS}:clean", "--pte", str(out), "--report-file", str(tmp_path / "r.json"), "--output-format", "json")
     assert written.returncode == 0 and out.read_bytes()[4:8] == b"ET12" and written.stdout == ""
     assert json.loads((tmp_path / "r.json").read_text())["version"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "r.json"]  # no temporary file left
     assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()
-    deprecated = run("lint", f"{MODELS}:clean", "--output", str(out))
+    deprecated = cli("lint", f"{MODELS}:clean", "--output", str(tmp_path / "missing" / "x.pte"))
     assert deprecated.returncode == 0 and "--output is deprecated: use --pte" in deprecated.stderr
+    assert (tmp_path / "missing" / "x.pte").read_bytes()[4:8] == b"ET12"  # the folder is made, as ruff does
 
 
 def _umask() -> int:
@@ -193,27 +196,28 @@ def _umask() -> int:
     return mask
 
 
-def test_conventional_options(tmp_path: Path) -> None:
-    version = run("--version")
+def test_conventional_options(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    version = cli("--version")
     assert version.returncode == 0 and version.stdout.startswith("export-guards ")
-    listed = json.loads(run("rules", "--output-format", "json").stdout)
+    listed = json.loads(cli("rules", "--output-format", "json").stdout)
     assert {"code", "name", "severity", "stage", "summary", "fix", "url"} <= set(listed[0])
     assert "EG201" in {r["code"] for r in listed}
-    done = run("lint", f"{MODELS}:training_mode", "--exit-zero", "--statistics")
+    done = cli("lint", f"{MODELS}:training_mode", "--exit-zero", "--statistics")
     assert done.returncode == 0
     rows = done.stdout.splitlines()
     assert any(r.split()[:2] == ["1", "EG301"] and r.endswith("[error]") for r in rows), done.stdout
-    github = run("lint", f"{MODELS}:training_mode", "--output-format", "github")
+    github = cli("lint", f"{MODELS}:training_mode", "--output-format", "github")
     assert github.returncode == 1
     (dropout,) = [line for line in github.stdout.splitlines() if "EG301" in line]
     assert dropout.startswith("::error file=") and ",title=EG301 train-mode-dropout::" in dropout
     assert ",line=" in dropout and "%0AFix: Call model.eval()" in dropout
-    sized = run("lint", f"{MODELS}:sized", "--arg", "size=12", "--arg", "channels=2", "--output-format", "json")
+    sized = cli("lint", f"{MODELS}:sized", "--arg", "size=12", "--arg", "channels=2", "--output-format", "json")
     assert sized.returncode == 0, sized.stderr[-2000:]
-    bad = run("lint", f"{MODELS}:sized", "--arg", "size")
+    bad = cli("lint", f"{MODELS}:sized", "--arg", "size")
     assert bad.returncode == 2 and "--arg takes NAME=VALUE" in bad.stderr
 
 
+@pytest.mark.subprocess  # fd 1 and library warnings at start-up: a fresh process
 def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
     done = run("lint", f"{MODELS}:native_noise", "--output-format", "json")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -235,15 +239,15 @@ def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
         ("exits", "building the model failed: the target called sys.exit(3)"),
     ],
 )
-def test_errors_name_the_step_in_the_users_terms(factory: str, message: str) -> None:
-    done = run("lint", f"{MODELS}:{factory}")
+def test_errors_name_the_step_in_the_users_terms(cli: Callable[..., Ran], factory: str, message: str) -> None:
+    done = cli("lint", f"{MODELS}:{factory}")
     assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and done.stdout == ""
     if factory == "raises":
         assert 'return weights["linear"], ()' in done.stderr  # the factory's own line
 
 
-def test_reproducible_check_of_a_failing_factory_says_why() -> None:
-    done = run("check", "--reproducible", f"{MODELS}:raises")
+def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran]) -> None:
+    done = cli("check", "--reproducible", f"{MODELS}:raises")
     assert done.returncode == 2
     assert "raises() raised KeyError: 'linear'" in done.stderr and 'return weights["linear"]' in done.stderr

@@ -1,19 +1,22 @@
 """The command never loses a user's file, answers a wrong command before torch loads, and ends
-cleanly on a signal or a closed pipe: end to end, in subprocesses, as a user runs it."""
+cleanly on a signal or a closed pipe: end to end as a user runs it, in subprocesses where the
+process is the point (start-up without torch, signals, a closed pipe)."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import Ran
 
 from export_guards.settings import RECIPES
 from export_guards.targets import TargetError, check_target
@@ -118,6 +121,7 @@ def _files(*folders: Path) -> dict[Path, bytes]:
     return {path: path.read_bytes() for folder in folders for path in folder.rglob("*") if path.is_file() and not path.is_symlink()}
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_usage_error_is_one_line_before_torch_and_touches_no_file(
     case: str, tmp_path: Path, torchless: dict[str, str], program: tuple[Path, Path]
@@ -134,50 +138,68 @@ def test_a_usage_error_is_one_line_before_torch_and_touches_no_file(
     assert _files(tmp_path, pte.parent) == before, "a usage error changed or removed a file"
 
 
-def test_a_file_that_is_not_the_tools_survives_a_failed_run_and_is_replaced_only_with_force(tmp_path: Path) -> None:
+def test_a_file_that_is_not_the_tools_survives_a_failed_run_and_is_replaced_only_with_force(cli: Callable[..., Ran], tmp_path: Path) -> None:
     mine = tmp_path / "model.pte"
     mine.write_bytes(b"the user's own file")
-    failed = run("lint", f"{MODELS}:training_mode", "--pte", mine, "--force", "-q")
+    failed = cli("lint", f"{MODELS}:training_mode", "--pte", mine, "--force", "-q")
     assert failed.returncode == 1 and mine.read_bytes() == b"the user's own file"
     assert "removed" not in failed.stderr
-    replaced = run("lint", f"{MODELS}:clean", "--pte", mine, "--force", "-q")
+    replaced = cli("lint", f"{MODELS}:clean", "--pte", mine, "--force", "-q")
     assert replaced.returncode == 0 and mine.read_bytes()[4:8] == b"ET12"
     old_report = tmp_path / "report.json"
     old_report.write_text(json.dumps({"version": 1, "findings": [], "summary": {}}))
-    again = run("lint", f"{MODELS}:training_mode", "--pte", mine, "--report-file", old_report, "--output-format", "json", "-q")
+    again = cli("lint", f"{MODELS}:training_mode", "--pte", mine, "--report-file", old_report, "--output-format", "json", "-q")
     assert again.returncode == 1 and not mine.exists(), "an earlier program is not left to be taken for this run's"
     assert json.loads(old_report.read_text())["summary"]["error"] == 1, "an earlier report of ours is replaced"
 
 
 @pytest.mark.parametrize(("then", "status"), [("clean", 2), ("training_mode", 1)])
-def test_a_report_that_cannot_be_written_goes_to_stdout(tmp_path: Path, then: str, status: int) -> None:
+def test_a_report_that_cannot_be_written_goes_to_stdout(
+    cli: Callable[..., Ran], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str, status: int
+) -> None:
     folder = tmp_path / "reports"
     folder.mkdir()
-    env = dict(os.environ, EG_TEST_REMOVE=str(folder))
-    done = run("lint", f"{MODELS}:removes_a_folder", "--arg", f"then={then}", "--report-file", folder / "r.json", "--output-format", "json", env=env)
+    monkeypatch.setenv("EG_TEST_REMOVE", str(folder))
+    done = cli("lint", f"{MODELS}:removes_a_folder", "--arg", f"then={then}", "--report-file", folder / "r.json", "--output-format", "json")
     assert done.returncode == status, done.stderr  # 1: what was found; 2: a clean run whose report was not written
     assert f"writing {folder / 'r.json'} failed" in done.stderr and "the report follows on stdout" in done.stderr
     assert json.loads(done.stdout)["version"] == 1
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell starts
+@contextlib.contextmanager
+def _building_slowly(out: Path, *, sighup: object) -> Iterator[subprocess.Popen[str]]:
+    """``lint --pte out`` of a model whose factory sleeps, started with SIGINT ignored (as a
+    background job of a non-interactive shell starts) and SIGHUP as ``sighup``: yielded once the
+    factory says it runs, so that no signal depends on timing; killed after, whatever happened."""
+
+    def start() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, sighup)
+
+    process = subprocess.Popen(
+        [*COMMAND, "lint", f"{MODELS}:slow", "--pte", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS, preexec_fn=start,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "the factory is running" in line:
+                break
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
 def test_a_signal_exits_128_plus_n_in_one_line_and_leaves_no_program(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "model.pte"
     out.write_bytes(b"\0\0\0\0ET12 the previous export")
-    process = subprocess.Popen(
-        [*COMMAND, "lint", f"{MODELS}:slow", "--pte", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS, preexec_fn=_ignore_sigint,
-    )  # fmt: skip
-    assert process.stderr is not None
-    for line in process.stderr:  # no timing: the signal goes once the factory says it runs
-        if "the factory is running" in line:
-            break
-    process.send_signal(signum)
-    stdout, stderr = process.communicate(timeout=120)
+    with _building_slowly(out, sighup=signal.SIG_DFL) as process:
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signum, stderr
     assert stderr.strip().splitlines()[-1] == f"export-guards: interrupted ({signal.Signals(signum).name})"
     assert "Traceback" not in stderr and stdout == ""
@@ -185,22 +207,16 @@ def test_a_signal_exits_128_plus_n_in_one_line_and_leaves_no_program(tmp_path: P
     assert sorted(tmp_path.iterdir()) == [], "no temporary file is left"
 
 
+@pytest.mark.subprocess
 def test_sighup_stays_ignored_under_nohup(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [*COMMAND, "lint", f"{MODELS}:slow", "--pte", str(tmp_path / "model.pte")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
-    )  # fmt: skip
-    assert process.stderr is not None
-    for line in process.stderr:
-        if "the factory is running" in line:
-            break
-    process.send_signal(signal.SIGHUP)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    with _building_slowly(tmp_path / "model.pte", sighup=signal.SIG_IGN) as process:
+        process.send_signal(signal.SIGHUP)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM and stderr.strip().endswith("interrupted (SIGTERM)")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args", [["rules"], ["explain", "EG101"], ["rules", "--output-format", "json"], ["lint", "--help"], ["--version"]])
 def test_a_closed_pipe_ends_quietly(args: list[str], torchless: dict[str, str]) -> None:
     read, write = os.pipe()

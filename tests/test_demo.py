@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # the demo, as make demo runs it
+
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
 
 

@@ -26,6 +26,7 @@ def test_the_docs_have_examples() -> None:
     assert len(python_blocks()) >= 5
 
 
+@pytest.mark.slow  # most examples export and lower a model
 @pytest.mark.parametrize("code", python_blocks())
 def test_documented_example_runs(code: str, trapdev: object) -> None:
     exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})

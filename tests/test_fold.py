@@ -16,6 +16,9 @@ from torch.nn.utils import parametrize
 import export_guards as eg
 import fold_models as zoo
 
+pytestmark = [pytest.mark.slow]  # real models folded, lowered and run
+
+
 MIXED = [zoo.APIS[name] for name in zoo.APIS]
 COMPUTE = ("convolution", "linear", "addmm", "mm")
 

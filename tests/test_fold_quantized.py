@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
@@ -16,6 +17,9 @@ import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.ops import aten_name
 from export_guards.testing.compare import run_pte
+
+pytestmark = [pytest.mark.slow]  # models quantized, folded, lowered and run
+
 
 SIGNAL = (torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(0)),)
 COMPUTE = ("convolution", "linear", "addmm", "mm")

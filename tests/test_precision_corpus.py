@@ -17,6 +17,9 @@ import export_guards as eg
 import precision_corpus
 from export_guards.testing.compare import compare_outputs, run_pte
 
+pytestmark = [pytest.mark.slow]  # a corpus of architectures, exported and run
+
+
 TOLERANCE = {"float": 1e-3, "quantized": 5e-2}  # a quantized net is compared with its own eager model
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import Ran
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.schema import Program, Tensor
-from pte_models import Written, valid_programs, write_programs
+from pte_models import Written
 from pte_mutations import rewrite
 
 from export_guards.pte.check import check_pte
@@ -23,8 +23,8 @@ TESTS = Path(__file__).parent
 
 
 @pytest.fixture(scope="session")
-def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Written]:
-    return write_programs(tmp_path_factory.mktemp("programs"))
+def programs(written_programs: dict[str, Written]) -> dict[str, Written]:
+    return written_programs
 
 
 def codes(data: bytes, **kwargs: object) -> set[str]:
@@ -33,12 +33,6 @@ def codes(data: bytes, **kwargs: object) -> set[str]:
 
 def messages(data: bytes, code: str) -> str:
     return "\n".join(f.message for f in check_pte(data).with_code(code))
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "export_guards", *args], capture_output=True, text=True, cwd=TESTS, timeout=900
-    )
 
 
 @pytest.mark.parametrize("name", ["portable", "xnnpack", "mutable"])
@@ -191,34 +185,36 @@ def test_damaged_data_file(programs: dict[str, Written], tmp_path: Path) -> None
 # The command line.
 
 
-def test_check_command_exit_codes(programs: dict[str, Written], tmp_path: Path) -> None:
-    assert run("check", str(programs["xnnpack"].pte)).returncode == 0
+def test_check_command_exit_codes(cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path) -> None:
+    assert cli("check", str(programs["xnnpack"].pte)).returncode == 0
     empty = tmp_path / "empty.pte"
     empty.write_bytes(b"")
-    done = run("check", str(empty), "--format", "json")
+    done = cli("check", str(empty), "--format", "json")
     assert done.returncode == 1
     assert json.loads(done.stdout)["findings"][0]["code"] == "EG501"
-    missing = run("check", str(tmp_path / "missing.pte"))
+    missing = cli("check", str(tmp_path / "missing.pte"))
     assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
-    folder = run("check", str(tmp_path))
-    assert folder.returncode == 2 and "is a directory, not a file" in folder.stderr
-    assert run("check").returncode == 2
+    folder = cli("check", str(tmp_path))
+    assert folder.returncode == 2 and "is a folder, not a file" in folder.stderr
+    assert cli("check").returncode == 2
 
 
-def test_check_command_with_data_files_and_sarif(programs: dict[str, Written]) -> None:
+def test_check_command_with_data_files_and_sarif(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:
     written = programs["external"]
-    assert run("check", str(written.pte), *[a for p in written.data_files for a in ("--data", str(p))]).returncode == 0
-    two = run("check", str(written.pte), "--runtime", *[a for p in written.data_files * 2 for a in ("--data", str(p))])
-    assert two.returncode == 2 and "the runtime smoke run loads one data file" in two.stderr
-    done = run("check", str(written.pte), "--format", "sarif")
+    assert cli("check", str(written.pte), *[a for p in written.data_files for a in ("--data", str(p))]).returncode == 0
+    two = cli("check", str(written.pte), "--runtime", *[a for p in written.data_files * 2 for a in ("--data", str(p))])
+    assert two.returncode == 2 and "--runtime loads one data file" in two.stderr
+    done = cli("check", str(written.pte), "--format", "sarif")
     assert done.returncode == 1
     assert {r["ruleId"] for r in json.loads(done.stdout)["runs"][0]["results"]} == {"EG508"}
 
 
+@pytest.mark.subprocess
 def test_runtime_smoke_check_passes_a_good_program(programs: dict[str, Written]) -> None:
     assert check_pte(programs["xnnpack"].pte, runtime=True).findings == ()
 
 
+@pytest.mark.subprocess
 def test_runtime_smoke_check_reports_a_failure_without_raising(programs: dict[str, Written]) -> None:
     report = check_pte(programs["external"].pte, runtime=True)  # its data file is not given
     [finding] = report.with_code("EG511")
@@ -236,6 +232,7 @@ class ChannelsLastNorm(torch.nn.Module):
         return self.norm(x.to(memory_format=torch.channels_last))
 
 
+@pytest.mark.subprocess
 def test_runtime_smoke_check_names_the_failing_kernel() -> None:
     program = torch.export.export(ChannelsLastNorm().eval(), (torch.randn(1, 4, 6, 6),))
     data = to_edge_transform_and_lower(program).to_executorch().buffer
@@ -246,14 +243,16 @@ def test_runtime_smoke_check_names_the_failing_kernel() -> None:
     assert "in operator aten::native_group_norm.out" in finding.message
 
 
-def test_reproducible_export(tmp_path: Path) -> None:
-    done = run("check", "--reproducible", "pte_models.py:example", "--format", "json")
+@pytest.mark.subprocess
+def test_reproducible_export(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    done = cli("check", "--reproducible", "pte_models.py:example", "--format", "json")
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert json.loads(done.stdout)["findings"] == []
 
 
-def test_unreproducible_export_names_the_constants() -> None:
-    done = run("check", "--reproducible", "pte_models.py:unseeded", "--format", "json")
+@pytest.mark.subprocess
+def test_unreproducible_export_names_the_constants(cli: Callable[..., Ran]) -> None:
+    done = cli("check", "--reproducible", "pte_models.py:unseeded", "--format", "json")
     assert done.returncode == 1, done.stderr[-2000:]
     findings = json.loads(done.stdout)["findings"]
     assert {f["code"] for f in findings} == {"EG510"}
@@ -262,9 +261,9 @@ def test_unreproducible_export_names_the_constants() -> None:
     assert any("XNNPACK's weight cache re-packs it" in f["message"] for f in findings)
 
 
-@pytest.fixture(scope="module")
-def valid() -> dict[str, bytes]:
-    return valid_programs()
+@pytest.fixture(scope="session")
+def valid(valid_program_bytes: dict[str, bytes]) -> dict[str, bytes]:
+    return valid_program_bytes
 
 
 VALID_NAMES = (
@@ -274,6 +273,7 @@ VALID_NAMES = (
 )  # fmt: skip
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", VALID_NAMES)
 def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes], name: str) -> None:
     assert check_pte(valid[name], runtime=True).findings == ()

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from pte_models import Written, write_programs
+from pte_models import Written
 from pte_mutations import MUTATIONS, mutate
 from pte_structure import STRUCTURE_MUTATORS
 
@@ -25,9 +25,9 @@ REGRESSIONS = Path(__file__).parent / "pte_regressions"
 CASE_TIMEOUT_S = 30  # a check takes milliseconds: this long is a hang
 
 
-@pytest.fixture(scope="module")
-def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Written]:
-    return write_programs(tmp_path_factory.mktemp("seeds"))
+@pytest.fixture(scope="session")
+def seeds(written_programs: dict[str, Written]) -> dict[str, Written]:
+    return written_programs
 
 
 class Hang(BaseException):
@@ -109,6 +109,7 @@ def test_regression(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert assert_checked(path.read_bytes(), path.name).errors
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("runtime-*.pte")), ids=lambda p: p.name)
 def test_regression_that_crashed_the_runtime(path: Path, seeds: dict[str, Written]) -> None:
     """Damage the fuzzer found that once passed the check and then killed executorch.runtime:

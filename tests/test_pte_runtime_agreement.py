@@ -14,16 +14,17 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.schema import DelegateCall, KernelCall, Program, Tensor
-from pte_models import write_programs
 from pte_structure import STRUCTURE_MUTATORS, Runner, edit_pte, edit_xnnpack_graphs, program_inputs
 
 import export_guards as eg
 from export_guards.pte.reader.dataflow import method_accesses
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every claim is run in the runtime, in a child process
 
-@pytest.fixture(scope="module")
-def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    return {name: written.pte.read_bytes() for name, written in write_programs(tmp_path_factory.mktemp("seeds")).items() if not written.data_files}
+
+@pytest.fixture(scope="session")
+def seeds(written_programs) -> dict[str, bytes]:
+    return {name: written.pte.read_bytes() for name, written in written_programs.items() if not written.data_files}
 
 
 @pytest.fixture(scope="module")
@@ -452,13 +453,11 @@ def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(shift: in
     assert Outcome(runner, tmp_path, original).of(mutant) == outcome
 
 
-def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_before(runner, tmp_path) -> None:
-    from pte_models import architectures
-
+def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_before(runner, tmp_path, architecture_programs) -> None:
     from export_guards.pte.context import PteContext
     from export_guards.pte.reader.file import PteFile
 
-    original = architectures()["transformer block, xnnpack"]
+    original = architecture_programs["transformer block, xnnpack"]
     ((plan, accesses),) = PteContext(PteFile(original)).straight_methods
     written = {**dict.fromkeys(plan.inputs, -1), **{v: i for i, a in enumerate(accesses) for v in a.writes}}
 
@@ -495,8 +494,8 @@ def test_a_filter_of_other_dims_than_its_node_parameters_is_an_error_the_runtime
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
 
 
-def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_error_the_runtime_refuses(runner, tmp_path) -> None:
-    written = write_programs(tmp_path)["external"]
+def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_error_the_runtime_refuses(runner, tmp_path, written_programs) -> None:
+    written = written_programs["external"]
     original = written.pte.read_bytes()
 
     def integer_offset(program: Program) -> None:
@@ -506,7 +505,7 @@ def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_er
     mutant = edit_pte(original, integer_offset)
     (finding,) = eg.check_pte(mutant, data_files=written.data_files).with_code("EG508")
     assert "InvalidExternalData" in finding.message
-    inputs, path = tmp_path / "inputs.pt", written.pte.parent / "mutant.pte"
+    inputs, path = tmp_path / "inputs.pt", tmp_path / "mutant.pte"
     torch.save(program_inputs(original), inputs)
     path.write_bytes(mutant)
     assert runner.run(written.pte, written.data_files[0], inputs)["outcome"] == "ok"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # each test is a pytest run in a child process
+
 pytest_plugins = ["pytester"]
 
 MODELS = '''

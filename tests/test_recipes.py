@@ -3,12 +3,13 @@ here, on the reparametrized decoder and a transformer block, stock against guard
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import Ran
 from executorch.export import ExportRecipe, export
 from torch import nn
 
@@ -20,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 import decoder  # noqa: E402 - examples/decoder.py
 import transformer  # noqa: E402 - examples/transformer.py
+
+pytestmark = [pytest.mark.slow]  # recipes quantize and lower real models
+
 
 XNNPACK_RECIPES = [name for name in eg.recipe_names() if name.startswith("xnnpack_")]
 
@@ -144,9 +148,9 @@ def test_the_fixture_takes_a_recipe_by_name(check_export, assert_delegated) -> N
     assert_delegated(result)
 
 
-def test_the_command_takes_a_recipe_by_name(tmp_path: Path) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "export_guards", *args], capture_output=True, text=True, cwd=ROOT, timeout=600)
+def test_the_command_takes_a_recipe_by_name(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    def run(*args: str) -> Ran:
+        return cli(*args, cwd=ROOT)
 
     out = tmp_path / "decoder.pte"
     done = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_pt2e_int8_static_per_channel", "--pte", str(out))

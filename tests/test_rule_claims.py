@@ -12,6 +12,8 @@ from torch import nn
 
 import export_guards as eg
 
+pytestmark = [pytest.mark.slow]  # each claim is proved in a real export and run
+
 
 def run_pte(model: nn.Module, inputs: tuple[torch.Tensor, ...], times: int = 1) -> list[list[torch.Tensor]]:
     """Export ``model`` (portable kernels) and run its program ``times`` times in one loaded method."""

@@ -14,14 +14,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import torch
+from conftest import Ran
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from torch import nn
@@ -290,23 +290,21 @@ def test_fingerprints_hold_across_roots_working_directories_and_node_numbering(
     assert before and all(kept[line] == fingerprint for line, fingerprint in before.items())
 
 
-def command(*args: str, cwd: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "export_guards", *args, "--format", "sarif", "-q"], capture_output=True, text=True, cwd=cwd
-    )
+def command(cli: Callable[..., Ran], *args: str, cwd: Path) -> dict[str, Any]:
+    done = cli(*args, "--format", "sarif", "-q", cwd=cwd)
     assert done.returncode == 1, done.stderr[-2000:]
     return validated(done.stdout)
 
 
-def test_the_command_writes_the_same_fingerprints_from_any_working_directory(tmp_path: Path) -> None:
+def test_the_command_writes_the_same_fingerprints_from_any_working_directory(cli: Callable[..., Ran], tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / "models").mkdir(parents=True)
     (project / ".git").mkdir()
     (project / "models" / "net.py").write_text(MODEL)
     shutil.copy(DAMAGED, project / "models" / "damaged.pte")
 
-    at_root = command("lint", "models/net.py:factory", cwd=project)
-    inside = command("lint", "net.py:factory", cwd=project / "models")
+    at_root = command(cli, "lint", "models/net.py:factory", cwd=project)
+    inside = command(cli, "lint", "net.py:factory", cwd=project / "models")
     assert fingerprints(at_root) == fingerprints(inside) and len(fingerprints(at_root)) >= 4
     assert at_root["runs"][0]["results"] == inside["runs"][0]["results"]
     assert {physical(r)["artifactLocation"]["uri"] for r in results(at_root)} == {"models/net.py"}  # the factory places the rest
@@ -316,7 +314,7 @@ def test_the_command_writes_the_same_fingerprints_from_any_working_directory(tmp
         "def factory():",  # the outer nn.Dropout: no user frame, so the factory's line
     }
 
-    checked = [command("check", path, cwd=cwd) for path, cwd in (("models/damaged.pte", project), ("damaged.pte", project / "models"))]
+    checked = [command(cli, "check", path, cwd=cwd) for path, cwd in (("models/damaged.pte", project), ("damaged.pte", project / "models"))]
     assert fingerprints(checked[0]) == fingerprints(checked[1])
     assert checked[0]["runs"][0]["results"] == checked[1]["runs"][0]["results"]
     assert physical(results(checked[0])[0])["artifactLocation"] == {"uri": "models/damaged.pte", "uriBaseId": ROOT_ID}

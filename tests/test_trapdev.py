@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 import torch
 
 from conftest import run_script
@@ -22,6 +23,7 @@ def test_round_trip_and_ops_run_on_trapdev(trapdev: torch.device) -> None:
     assert torch.allclose(conv.to(trapdev)(image.to(trapdev)).cpu(), expected)
 
 
+@pytest.mark.subprocess
 def test_host_read_of_a_trapdev_pointer_dies_with_sigsegv() -> None:
     completed = run_script("trapdev_read.py")
     assert completed.returncode == -signal.SIGSEGV, completed.stderr[-2000:]

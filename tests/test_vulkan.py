@@ -11,6 +11,9 @@ from torch import nn
 
 import export_guards as eg
 
+pytestmark = [pytest.mark.slow]  # Vulkan's partitioner preprocesses real models
+
+
 vulkan = pytest.importorskip("executorch.backends.vulkan.partitioner.vulkan_partitioner", reason="this ExecuTorch has no Vulkan backend")
 
 

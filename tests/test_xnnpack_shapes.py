@@ -9,7 +9,6 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.schema import DelegateCall
-from pte_models import architectures
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.file import PteFile
@@ -48,15 +47,11 @@ def _zoo() -> bytes:
     return to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
 
 
-def _programs() -> dict[str, bytes]:
-    programs = {"node zoo": _zoo()}
-    programs.update((name, data) for name, data in architectures().items() if "xnnpack" in name and "dynamic" not in name)
-    return programs
-
-
 @pytest.fixture(scope="module")
-def programs() -> dict[str, bytes]:
-    return _programs()
+def programs(architecture_programs: dict[str, bytes]) -> dict[str, bytes]:
+    programs = {"node zoo": _zoo()}
+    programs.update((name, data) for name, data in architecture_programs.items() if "xnnpack" in name and "dynamic" not in name)
+    return programs
 
 
 def test_following_each_graph_from_the_program_inputs_gives_the_serialized_dims(programs) -> None:

@@ -33,8 +33,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         raise UsageError(str(error)) from None
     outputs = Outputs(inputs=[args.program, *args.data, source], force=args.force, interrupts=interrupts)
     outputs.claim(args.report_file, "report", "--report-file")
-    with outputs:
-        quiet_libraries(args.verbose)
+    with outputs, quiet_libraries(args.verbose):
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
         report = Report()

@@ -37,25 +37,37 @@ def write_stdout(text: str) -> None:
         os.close(null)
 
 
-def quiet_libraries(verbose: bool) -> None:
-    """Keep torch's, torchao's and ExecuTorch's warnings and log lines off the terminal (they
-    are not the user's problems); ``-v`` shows them. The user's own warnings still show."""
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool) -> Iterator[None]:
+    """Keep torch's, torchao's and ExecuTorch's warnings and log lines off the terminal for the
+    block (they are not the user's problems); ``-v`` shows them. The user's own warnings still
+    show. Levels and the warning hook are restored after, so that a caller in the same process
+    (a test) finds them as they were."""
     if verbose:
+        yield
         return
-    for name in _LIBRARIES:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    import torch  # noqa: F401  (its import resets its loggers' levels: set them again after)
-
-    for name in _LIBRARIES:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    roots = tuple(str(Path(p).resolve()) for p in sys.path if "-packages" in p) + (os.path.dirname(os.__file__),)
+    loggers = [logging.getLogger(name) for name in _LIBRARIES]
+    levels = [logger.level for logger in loggers]
     original = warnings.showwarning
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        import torch  # noqa: F401  (its first import resets its loggers' levels: set them again after)
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
-        if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned
-            original(message, category, filename, lineno, *rest)
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        roots = tuple(str(Path(p).resolve()) for p in sys.path if "-packages" in p) + (os.path.dirname(os.__file__),)
 
-    warnings.showwarning = show
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
+            if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned
+                original(message, category, filename, lineno, *rest)
+
+        warnings.showwarning = show
+        yield
+    finally:
+        warnings.showwarning = original
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -28,8 +28,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     outputs = Outputs(inputs=[source], force=args.force, interrupts=interrupts)
     pte_path = outputs.claim(_pte_path(args), "program", "--pte" if args.output is None else "--output")
     outputs.claim(args.report_file, "report", "--report-file")
-    with outputs:
-        quiet_libraries(args.verbose)
+    with outputs, quiet_libraries(args.verbose):
         with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
             from export_guards.pipeline import export_target
 
