@@ -34,15 +34,10 @@ DEVICES = [
 ]
 
 
+@pytest.hookimpl(trylast=True)  # after the plugin has given this worker's torch its share of the cores
 def pytest_configure(config: pytest.Config) -> None:
-    workers = getattr(config, "workerinput", {}).get("workercount")
-    if workers and "OMP_NUM_THREADS" not in os.environ:
-        # a worker's share of the cores, for its torch (as the plugin sets it) and for the
-        # processes its tests start (the command, the runtime), which would each take them all
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        share = max(1, cores // int(workers))
-        torch.set_num_threads(share)
-        os.environ["OMP_NUM_THREADS"] = str(share)
+    if hasattr(config, "workerinput"):  # the same share for the processes its tests start (the command, the runtime)
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
