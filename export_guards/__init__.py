@@ -7,44 +7,75 @@ which every pytest run loads) stays cheap until torch and ExecuTorch are needed.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from export_guards.analysis.delegation import DelegationSummary, delegation_summary
-    from export_guards.errors import ConstantPlacementError, GuardError, LintError, LoweringFailed
-    from export_guards.linter import LintConfig, lint
-    from export_guards.passes.defaults import guard_passes
-    from export_guards.passes.emit import EmitPlacementPass, emit_passes
-    from export_guards.passes.fold import CONSTANT_FOLDED, FoldConstantsPass, fold_constants, fold_non_core_constants
-    from export_guards.passes.lint import LintPass
-    from export_guards.passes.module_fold import PARAMETRIZATION_FOLDED, fold_parametrizations
-    from export_guards.passes.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
-    from export_guards.passes.placement import (
-        CONSTANT_COPIED,
-        CONSTANT_ON_DEVICE,
-        CONSTANT_WITHOUT_DATA,
-        ConstantPlacementPass,
-        check_constant_placement,
-        guard_constant_placement,
+if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type checkers read
+    from export_guards.analysis.delegation import (
+        DelegationSummary as DelegationSummary,
+        delegation_summary as delegation_summary,
     )
-    from export_guards.passes.result import GuardGraphPassResult, GuardPassResult
-    from export_guards.pipeline import GuardedExport, export_with_guards, export_with_recipe, lower_with_guards
-    from export_guards.pte.check import ExportFailed, check_pte, check_reproducible, compare_pte
-    from export_guards.recipes import guard_recipe, recipe_names, recipe_report
-    from export_guards.report import Finding, Report, Severity, SourceLocation
-    from export_guards.ruleset import CATALOG as RULES
-    from export_guards.ruleset import Rule
-    from export_guards.settings import PlacementPolicy, Settings
+    from export_guards.errors import (
+        ConstantPlacementError as ConstantPlacementError,
+        GuardError as GuardError,
+        LintError as LintError,
+        LoweringFailed as LoweringFailed,
+    )
+    from export_guards.linter import LintConfig as LintConfig, lint as lint
+    from export_guards.passes.defaults import guard_passes as guard_passes
+    from export_guards.passes.fold import (
+        FoldConstantsPass as FoldConstantsPass,
+        fold_constants as fold_constants,
+        fold_non_core_constants as fold_non_core_constants,
+    )
+    from export_guards.passes.lint import LintPass as LintPass
+    from export_guards.passes.module_fold import fold_parametrizations as fold_parametrizations
+    from export_guards.passes.placement import (
+        DEVICE_BACKENDS as DEVICE_BACKENDS,
+        ConstantPlacementPass as ConstantPlacementPass,
+        EmitPlacementPass as EmitPlacementPass,
+        GuardedPartitioner as GuardedPartitioner,
+        check_constant_placement as check_constant_placement,
+        emit_passes as emit_passes,
+        guard_constant_placement as guard_constant_placement,
+        guard_partitioners as guard_partitioners,
+    )
+    from export_guards.passes.result import (
+        GuardGraphPassResult as GuardGraphPassResult,
+        GuardPassResult as GuardPassResult,
+    )
+    from export_guards.pipeline import (
+        GuardedExport as GuardedExport,
+        export_with_guards as export_with_guards,
+        export_with_recipe as export_with_recipe,
+        lower_with_guards as lower_with_guards,
+    )
+    from export_guards.pte.check import (
+        ExportFailed as ExportFailed,
+        check_pte as check_pte,
+        check_reproducible as check_reproducible,
+        compare_pte as compare_pte,
+    )
+    from export_guards.recipes import (
+        guard_recipe as guard_recipe,
+        recipe_names as recipe_names,
+        recipe_report as recipe_report,
+    )
+    from export_guards.report import (
+        Finding as Finding,
+        Report as Report,
+        Severity as Severity,
+        SourceLocation as SourceLocation,
+    )
+    from export_guards.ruleset import RULES as RULES
+    from export_guards.ruleset import Rule as Rule
+    from export_guards.settings import PlacementPolicy as PlacementPolicy, Settings as Settings
 
 _EXPORTS = {
-    "CONSTANT_COPIED": "export_guards.passes.placement",
-    "CONSTANT_FOLDED": "export_guards.passes.fold",
-    "CONSTANT_ON_DEVICE": "export_guards.passes.placement",
-    "CONSTANT_WITHOUT_DATA": "export_guards.passes.placement",
     "ConstantPlacementError": "export_guards.errors",
     "ConstantPlacementPass": "export_guards.passes.placement",
-    "DEVICE_BACKENDS": "export_guards.passes.partitioner",
-    "EmitPlacementPass": "export_guards.passes.emit",
+    "DEVICE_BACKENDS": "export_guards.passes.placement",
+    "EmitPlacementPass": "export_guards.passes.placement",
     "DelegationSummary": "export_guards.analysis.delegation",
     "ExportFailed": "export_guards.pte.check",
     "Finding": "export_guards.report",
@@ -52,13 +83,12 @@ _EXPORTS = {
     "GuardError": "export_guards.errors",
     "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",
-    "GuardedPartitioner": "export_guards.passes.partitioner",
+    "GuardedPartitioner": "export_guards.passes.placement",
     "GuardedExport": "export_guards.pipeline",
     "LintConfig": "export_guards.linter",
     "LintError": "export_guards.errors",
     "LintPass": "export_guards.passes.lint",
     "LoweringFailed": "export_guards.errors",
-    "PARAMETRIZATION_FOLDED": "export_guards.passes.module_fold",
     "PlacementPolicy": "export_guards.settings",
     "RULES": "export_guards.ruleset",
     "Report": "export_guards.report",
@@ -75,10 +105,10 @@ _EXPORTS = {
     "export_with_recipe": "export_guards.pipeline",
     "fold_constants": "export_guards.passes.fold",
     "fold_non_core_constants": "export_guards.passes.fold",
-    "emit_passes": "export_guards.passes.emit",
+    "emit_passes": "export_guards.passes.placement",
     "fold_parametrizations": "export_guards.passes.module_fold",
     "guard_constant_placement": "export_guards.passes.placement",
-    "guard_partitioners": "export_guards.passes.partitioner",
+    "guard_partitioners": "export_guards.passes.placement",
     "guard_passes": "export_guards.passes.defaults",
     "guard_recipe": "export_guards.recipes",
     "lint": "export_guards.linter",
@@ -86,65 +116,29 @@ _EXPORTS = {
     "recipe_names": "export_guards.recipes",
     "recipe_report": "export_guards.recipes",
 }
-_RENAMED = {"RULES": "CATALOG"}  # public name -> the name in its module
 
-__all__ = [
-    "CONSTANT_COPIED",
-    "CONSTANT_FOLDED",
-    "CONSTANT_ON_DEVICE",
-    "CONSTANT_WITHOUT_DATA",
-    "ConstantPlacementError",
-    "ConstantPlacementPass",
-    "DEVICE_BACKENDS",
-    "DelegationSummary",
-    "EmitPlacementPass",
-    "ExportFailed",
-    "Finding",
-    "FoldConstantsPass",
-    "GuardError",
-    "GuardGraphPassResult",
-    "GuardPassResult",
-    "GuardedExport",
-    "GuardedPartitioner",
-    "LintConfig",
-    "LintError",
-    "LintPass",
-    "LoweringFailed",
-    "PARAMETRIZATION_FOLDED",
-    "PlacementPolicy",
-    "RULES",
-    "Report",
-    "Rule",
-    "Settings",
-    "Severity",
-    "SourceLocation",
-    "check_constant_placement",
-    "check_pte",
-    "check_reproducible",
-    "compare_pte",
-    "delegation_summary",
-    "export_with_guards",
-    "export_with_recipe",
-    "emit_passes",
-    "fold_constants",
-    "fold_non_core_constants",
-    "fold_parametrizations",
-    "guard_constant_placement",
-    "guard_partitioners",
-    "guard_passes",
-    "guard_recipe",
-    "lint",
-    "lower_with_guards",
-    "recipe_names",
-    "recipe_report",
-]
+_DEPRECATED_CODES = {
+    "CONSTANT_ON_DEVICE": "EG101",
+    "CONSTANT_WITHOUT_DATA": "EG102",
+    "CONSTANT_COPIED": "EG103",
+    "CONSTANT_FOLDED": "EG201",
+    "PARAMETRIZATION_FOLDED": "EG202",
+}
+"""Bare code constants of 0.1, kept for old scripts: a code is its string (``"EG103"``), and its
+rule is ``RULES["EG103"]``."""
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED_CODES:
+        code = _DEPRECATED_CODES[name]
+        warnings.warn(f"export_guards.{name} is deprecated: use the code {code!r} (its rule: export_guards.RULES[{code!r}])", DeprecationWarning, stacklevel=2)
+        return code
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'export_guards' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -8,26 +8,23 @@ from typing import Any, final
 
 import torch
 from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
-from executorch.exir.backend.partitioner import Partitioner
 from executorch.export import ExportRecipe
 from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
+from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
-from export_guards.linter import LINT_RULES, lint
-from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, PLACEMENT_RULES
+from export_guards.ledger import Ledger
+from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE
 from export_guards.passes.defaults import guard_passes
-from export_guards.passes.emit import emit_passes
 from export_guards.passes.fold import fold_non_core_constants
 from export_guards.passes.module_fold import fold_parametrizations
-from export_guards.passes.partitioner import guard_partitioners
-from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement
-from export_guards.passes.result import recorded
-from export_guards.recipes import guard_recipe, quantizes_modules, recipe_named, recipe_report
+from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement, emit_passes, guard_partitioners
+from export_guards.recipes import guard_recipe, ledger_of, quantizes_modules, recipe_named, recipe_report, session_programs
 from export_guards.report import Report
-from export_guards.ruleset import describe_error, settle
-from export_guards.settings import DEVICE_MEMORY_BACKENDS, Backend, PlacementPolicy, Settings
+from export_guards.ruleset import describe_error
+from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
 __all__ = ["Backend", "GuardedExport", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
@@ -137,31 +134,23 @@ def export_with_recipe(
 
     settings = config or Settings()
     chosen = recipe_named(recipe) if isinstance(recipe, str) else recipe
-    folded = Report()
+    guarded = guard_recipe(chosen, fold=settings.fold, placement=settings.placement)
+    ledger = ledger_of(guarded)
     if quantizes_modules(chosen) and settings.fold:  # torchao cannot quantize a reparametrized module: fold it first
         model, folded = fold_parametrizations(model)
-        folded = settle(folded, settings)
-    guarded = guard_recipe(chosen, fold=settings.fold, placement=settings.placement)
+        ledger.put(None, "fold parametrizations", folded)
     session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded)
     try:
         session.export()
     except ConstantPlacementError as error:
-        return GuardedExport(session.get_exported_program(), None, folded + settle(error.report, settings))
+        return GuardedExport(session.get_exported_program(), None, ledger.report(session_programs(session), settings, stopped=error.report))
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why
-        found = _program_lint(session, settings)
+        found = ledger.report(session_programs(session), settings)
         raise LoweringFailed(f"the recipe's export failed: {describe_error(error)}", found) from error
-    report = folded + recipe_report(session, settings)
+    report = recipe_report(session, settings)
     return GuardedExport(session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer())
-
-
-def _program_lint(session: Any, settings: Settings) -> Report:
-    """The program-stage lint of a session's torch.export programs, if it made them."""
-    try:
-        return lint(session.get_exported_program(), settings, rules=LINT_RULES.without(PLACEMENT_RULES))
-    except (RuntimeError, KeyError):
-        return Report()
 
 
 def lower_with_guards(
@@ -203,48 +192,34 @@ def lower_with_guards(
     """
     given = {"backend": backend, "placement": placement, "fold": fold}
     settings = (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, "lower_with_guards")
-    report = Report()
+    ledger = Ledger()
     if settings.placement == "copy":
         try:
             copied = ConstantPlacementPass("copy")(program)
-            program, report = copied.exported_program, settle(copied.report, settings)
+            program = copied.exported_program
+            ledger.put(None, "copy", copied.report)
         except GuardError:
             pass  # constants without data: reported below
-    partitioners = guard_partitioners(_partitioners(settings.backend))
+    backend = backend_named(settings.backend)
+    partitioners = guard_partitioners(backend.partitioners())
     unreadable = check_constant_placement(program)
-    if settings.backend in DEVICE_MEMORY_BACKENDS:  # the guarded partitioners check device constants
+    if backend.holds_device_memory:  # the guarded partitioners check device constants
         unreadable = Report.of(f for f in unreadable if f.code != CONSTANT_ON_DEVICE)
-    report += lint(program, settings, rules=LINT_RULES.without(PLACEMENT_RULES))  # that fact once, above
     if unreadable:  # say why the export stopped, whatever the settings select
-        return GuardedExport(program, None, report + unreadable)
+        return GuardedExport(program, None, ledger.report(program, settings, stopped=unreadable))
 
     if settings.fold:  # what to_edge would reject (non-core ATen weight math) is folded before it
         program, early = fold_non_core_constants(program)
-        report += settle(early, settings)
-    passes = [recorded(guard) for guard in guard_passes(fold=settings.fold, partitioner=partitioners or None)]
+        ledger.put(None, "fold before to_edge", early)
+    passes = ledger.recorded(None, guard_passes(fold=settings.fold, partitioner=partitioners or None))
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
     except ConstantPlacementError as error:  # a partition would have read device memory
-        return GuardedExport(program, None, report + error.report)
+        return GuardedExport(program, None, ledger.report(program, settings, stopped=error.report))
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
-        raise LoweringFailed(f"to_edge_transform_and_lower failed: {describe_error(error)}", report) from error
-    report += settle((f for guard in passes for found in guard.reports for f in found), settings)
-    if settings.backend == "xnnpack":  # the partitioned-stage rules speak of XNNPACK's decisions
-        report += lint(edge, settings, stage="partitioned", reasons={"forward": reasons})
+        raise LoweringFailed(f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(program, settings)) from error
+    report = ledger.report(program, settings, edge=edge, partitioned_lint=backend.partitioned_lint, reasons={"forward": reasons})
     return GuardedExport(program, edge, report)
-
-
-def _partitioners(backend: Backend) -> list[Partitioner]:
-    """The partitioners of ``backend``, imported only when asked for."""
-    if backend == "xnnpack":
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-        return [XnnpackPartitioner()]
-    if backend == "cuda":
-        from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
-
-        return [CudaPartitioner([])]
-    return []

@@ -19,11 +19,19 @@ import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, final
+from typing import TYPE_CHECKING, Any, NoReturn, final
 
 import pytest
 
 from export_guards.settings import BACKENDS, Settings
+
+if TYPE_CHECKING:  # the plugin loads in every pytest run: torch and the pipeline load when a fixture runs
+    import torch
+
+    from export_guards.analysis.delegation import DelegationSummary
+    from export_guards.pipeline import GuardedExport
+    from export_guards.report import Report
+    from export_guards.testing.compare import OutputError
 
 pytest.register_assert_rewrite("export_guards.testing")
 
@@ -117,16 +125,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 class ExportCheck:
     """What ``check_export`` produced: the guarded export and the ``.pte`` bytes."""
 
-    export: Any  # GuardedExport
+    export: GuardedExport
     pte: bytes
-    comparisons: list[list[Any]] = field(default_factory=list)  # per input set, per output
+    comparisons: list[list[OutputError]] = field(default_factory=list)  # per input set, per output
 
     @property
-    def report(self) -> Any:
+    def report(self) -> Report:
+        """The export's findings."""
         return self.export.report
 
     @property
-    def delegation(self) -> Any:
+    def delegation(self) -> DelegationSummary | None:
+        """Compute ops delegated and left portable (``None`` if not lowered)."""
         return self.export.delegation
 
 
@@ -171,18 +181,18 @@ def _eg_fail(request: pytest.FixtureRequest) -> Callable[..., NoReturn]:
     # Relative to where pytest was started, whatever directory a test moves to.
     root = (config.invocation_params.dir / folder) if folder else None
 
-    def fail(message: str, export: Any, pte: bytes | Callable[[], bytes | None] | None = None) -> NoReturn:
+    def fail(message: str, export: GuardedExport, pte: bytes | Callable[[], bytes | None] | None = None) -> NoReturn:
         pytest.fail(message + _save(root, request.node.nodeid, export, pte), pytrace=False)
 
     return fail
 
 
 @pytest.fixture
-def guarded_export(export_guards_settings: Settings) -> Callable[..., Any]:
+def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExport]:
     """``guarded_export(model, example_inputs, **settings) -> GuardedExport``: export with
     the guards (placement, fold, lint before and after partitioning). Never fails the test."""
 
-    def run(model: Any, example_inputs: Sequence[Any], **overrides: Any) -> Any:
+    def run(model: torch.nn.Module, example_inputs: Sequence[object], **overrides: Any) -> GuardedExport:
         settings = _with_overrides(export_guards_settings, overrides, "guarded_export")
         return _export(settings, model, example_inputs)
 
@@ -203,10 +213,10 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     _import_runtime()
 
     def check(
-        model: Any,
-        example_inputs: Sequence[Any],
+        model: torch.nn.Module,
+        example_inputs: Sequence[object],
         *,
-        extra_inputs: Sequence[Sequence[Any]] = (),
+        extra_inputs: Sequence[Sequence[object]] = (),
         atol: float = 1e-5,
         rtol: float = 1e-5,
         **overrides: Any,
@@ -260,7 +270,7 @@ def assert_delegated(_eg_fail: Callable[..., NoReturn]) -> Callable[..., None]:
     is outside ``portable_allowed`` (op names such as ``"convolution"``); the message names
     each op left out, its source line and the partitioner's reason."""
 
-    def check(result: Any, *, min_fraction: float = 1.0, portable_allowed: Sequence[str] = ()) -> None:
+    def check(result: ExportCheck | GuardedExport, *, min_fraction: float = 1.0, portable_allowed: Sequence[str] = ()) -> None:
         export = getattr(result, "export", result)
         summary = export.delegation
         if summary is None:
@@ -284,7 +294,7 @@ def assert_delegated(_eg_fail: Callable[..., NoReturn]) -> Callable[..., None]:
 
 
 @pytest.fixture
-def eg_device(request: pytest.FixtureRequest) -> Any:
+def eg_device(request: pytest.FixtureRequest) -> torch.device:
     """Each device to run on: ``cpu``; ``cuda`` where present; ``trapdev`` with ``--eg-trapdev``."""
     import torch
 
@@ -295,7 +305,7 @@ def eg_device(request: pytest.FixtureRequest) -> Any:
     return torch.device(request.param)
 
 
-def _export(settings: Settings, model: Any, example_inputs: Sequence[Any]) -> Any:
+def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object]) -> GuardedExport:
     """``export_with_guards`` with ``settings``."""
     from export_guards.pipeline import export_with_guards
 
@@ -324,7 +334,7 @@ def _artifact_folder(root: Path, test_name: str) -> Path:
     return root / f"{readable}-{digest}"
 
 
-def _save(root: Path | None, test_name: str, export: Any, pte: bytes | Callable[[], bytes | None] | None) -> str:
+def _save(root: Path | None, test_name: str, export: GuardedExport, pte: bytes | Callable[[], bytes | None] | None) -> str:
     """Keep the failing check's artifacts under ``root``; returns the line that says where, or
     why they could not be kept (never an exception: that would hide the test's own failure)."""
     if root is None:

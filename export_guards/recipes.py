@@ -6,31 +6,28 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
+import torch
 from executorch.exir import ExecutorchBackendConfig
 from executorch.exir.backend.partitioner import Partitioner
 from executorch.export import ExportRecipe, ExportSession, LoweringRecipe, QuantizationRecipe, RecipeType, StageType, recipe_registry
 from torch import nn
 from torch.export import ExportedProgram
+from torch.fx import GraphModule
 
-from export_guards.linter import LINT_RULES, lint
-from export_guards.linter.rules.placement import PLACEMENT_RULES
+from export_guards.backends import partitioned_lint_applies
+from export_guards.ledger import Ledger, Recorded
 from export_guards.passes.defaults import guard_passes
-from export_guards.passes.emit import emit_passes
-from export_guards.passes.fold import fold_non_core_constants
+from export_guards.passes.fold import fold_constants, fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
-from export_guards.passes.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
-from export_guards.passes.placement import check_policy, guard_constant_placement
-from export_guards.passes.result import Recorded, recorded
-from export_guards.report import Finding, Report
-from export_guards.ruleset import settle
+from export_guards.passes.placement import DEVICE_BACKENDS, ConstantPlacementPass, GuardedPartitioner, check_policy, emit_passes, guard_partitioners
+from export_guards.report import Report
 from export_guards.settings import PlacementPolicy, Settings
 
-__all__ = ["guard_recipe", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type"]
+__all__ = ["guard_recipe", "ledger_of", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
 
 # The backends whose recipe providers register themselves when their ``recipes`` package is
 # imported; those that cannot be imported here (their SDK is missing) are left out.
@@ -52,8 +49,8 @@ def guard_recipe(
 ) -> ExportRecipe:
     """A copy of ``recipe`` with the guards at every stage; ``recipe`` is left as it was.
 
-    - With ``placement="copy"``, the torch.export program's device constants are copied to
-      the host first (an ``aten_transform_passes`` entry: the one place where that is exact).
+    - With ``placement="copy"``, the torch.export program becomes its host twin first (an
+      ``aten_transform_passes`` entry), one ``EG103`` per copied constant.
     - With the fold on, constant-only computations that use ops outside core ATen, which
       ``to_edge`` rejects, are folded on the torch.export program (:func:`fold_non_core_constants`).
     - Every method's edge transform passes start with :func:`guard_passes` (placement, then
@@ -61,6 +58,11 @@ def guard_recipe(
     - The recipe's partitioners are guarded (:func:`guard_partitioners`), so a constant in
       device memory is stopped where a host reader would read it.
     - ``executorch_backend_config.passes`` ends with :func:`emit_passes`.
+    - With the fold on, a PT2E quantization recipe folds constant-only computations
+      (spectral / weight norm, parametrizations, weight standardization) on the captured
+      graph before its quantizer sees it (a ``pre_prepare_passes`` entry): the quantizer then
+      sees static weights, and its conv-batch-norm fusion, which needs a weight attribute,
+      works.
     - A torchao quantization config leaves reparametrized modules (weight / spectral norm,
       parametrizations) alone: torchao cannot replace a weight that is recomputed at every
       forward and the stock recipe fails on one ("attribute 'weight' already exists"); such a
@@ -77,14 +79,19 @@ def guard_recipe(
     if not isinstance(recipe, ExportRecipe):
         raise TypeError(f"guard_recipe takes an executorch.export.ExportRecipe, not {type(recipe).__name__}")
     check_policy(placement)
-    early = [*([_copy_to_host] if placement == "copy" else []), *([_FoldNonCore(max_growth)] if fold else [])]
+    ledger = Ledger()
+    early = [*([_CopyToHost(ledger)] if placement == "copy" else []), *([_FoldNonCore(ledger, max_growth)] if fold else [])]
     lowering = recipe.lowering_recipe or LoweringRecipe()
     partitioners = guard_partitioners(lowering.partitioners, device_backends=device_backends) if lowering.partitioners else None
-    guards = _RecipeGuards(fold, max_growth, partitioners)
+    guards = _RecipeGuards(ledger, fold, max_growth, partitioners)
     config = recipe.executorch_backend_config or ExecutorchBackendConfig()
+    quantization = _sparing_reparametrized(recipe.quantization_recipe)
+    if fold and quantization is not None and quantization.quantizers:
+        before = [*(quantization.pre_prepare_passes or []), _FoldBeforeQuantizer(ledger, max_growth)]
+        quantization = dataclasses.replace(quantization, pre_prepare_passes=before)
     return dataclasses.replace(
         recipe,
-        quantization_recipe=_sparing_reparametrized(recipe.quantization_recipe),
+        quantization_recipe=quantization,
         aten_transform_passes=[*(recipe.aten_transform_passes or []), *early],
         lowering_recipe=dataclasses.replace(
             lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])]
@@ -96,27 +103,46 @@ def guard_recipe(
 def recipe_report(session: ExportSession, config: Settings | None = None) -> Report:
     """The findings of a session exported with a :func:`guard_recipe` recipe, as
     ``lower_with_guards`` gives them, without exporting again: the program-stage lint of each
-    method's torch.export program, the fold's findings, and (for XNNPACK) the
-    partitioned-stage lint of the lowered program.
+    method's torch.export program, what the guards found and did (copies, folds), and (for
+    XNNPACK) the partitioned-stage lint of the lowered program. A guarded recipe keeps the
+    findings of its latest export.
 
     Raises:
         ValueError: the session did not export with a guarded recipe, or has not run.
     """
-    settings = config or Settings()
-    artifact = session.get_stage_artifacts().get(StageType.TORCH_EXPORT)
-    programs: dict[str, ExportedProgram] = dict(artifact.data) if artifact is not None and artifact.data else {}
-    records = {name: _RECORDS.get(program) for name, program in programs.items()}
-    early = [f for program in programs.values() for f in _EARLY_FOLDS.get(program, ())]
-    if not programs or not any(records.values()):
+    guards = _guards_of(getattr(session, "_export_recipe", None))
+    programs = session_programs(session)
+    if guards is None or not programs:
         raise ValueError(
             "recipe_report needs a session exported with a guarded recipe: "
             "executorch.export.export(model, [inputs], guard_recipe(recipe))"
         )
-    report = lint(programs, settings, rules=LINT_RULES.without(PLACEMENT_RULES))  # placement stopped the export or was fine
-    report += settle([*early, *(f for record in records.values() if record for f in record.findings())], settings)
-    if any(record and record.xnnpack for record in records.values()):  # the partitioned-stage rules speak of XNNPACK
-        report += lint(session.get_edge_program_manager(), settings, stage="partitioned")
-    return report
+    edge = session.get_edge_program_manager()
+    return guards.ledger.report(programs, config or Settings(), edge=edge, partitioned_lint=guards.partitioned_lint)
+
+
+def ledger_of(recipe: ExportRecipe) -> Ledger:
+    """The ledger of a :func:`guard_recipe` recipe: what the guards found in its latest export.
+
+    Raises:
+        ValueError: ``recipe`` is not guarded.
+    """
+    guards = _guards_of(recipe)
+    if guards is None:
+        raise ValueError("the recipe is not guarded: make it with guard_recipe(recipe)")
+    return guards.ledger
+
+
+def _guards_of(recipe: object) -> _RecipeGuards | None:
+    lowering = recipe.lowering_recipe if isinstance(recipe, ExportRecipe) else None
+    passes = (lowering.edge_transform_passes or []) if lowering is not None else []
+    return next((p for p in passes if isinstance(p, _RecipeGuards)), None)
+
+
+def session_programs(session: ExportSession) -> dict[str, ExportedProgram]:
+    """Each method's torch.export program of ``session``, once that stage has run."""
+    artifact = session.get_stage_artifacts().get(StageType.TORCH_EXPORT)
+    return dict(artifact.data) if artifact is not None and artifact.data else {}
 
 
 def recipe_names() -> list[str]:
@@ -163,37 +189,28 @@ def _recipe_types() -> dict[str, RecipeType]:
 
 @final
 @dataclass(frozen=True)
-class _Record:
-    """The guard passes made for one method of one export, and whether XNNPACK lowers it."""
-
-    method: str
-    passes: list[Recorded]
-    xnnpack: bool
-
-    def findings(self) -> list[Finding]:
-        """What the passes found, each naming the method."""
-        return _in_method((f for guard in self.passes for found in guard.reports for f in found), self.method)
-
-
-# What each guarded export recorded, by the torch.export program it lowered: kept as long as
-# that program (the session's artifact) is, never longer.
-_RECORDS: weakref.WeakKeyDictionary[ExportedProgram, _Record] = weakref.WeakKeyDictionary()
-
-
-@final
-@dataclass(frozen=True)
 class _RecipeGuards:
-    """A recipe's edge transform pass entry: ``(method, program) -> passes``."""
+    """A recipe's edge transform pass entry: ``(method, program) -> passes``, each recording
+    into the recipe's ledger."""
 
+    ledger: Ledger
     fold: bool
     max_growth: float
     partitioners: Sequence[GuardedPartitioner] | Mapping[str, Sequence[GuardedPartitioner]] | None
 
     def __call__(self, method: str, program: ExportedProgram) -> list[Recorded]:
-        own = self.partitioners.get(method) if isinstance(self.partitioners, Mapping) else self.partitioners
-        passes = [recorded(guard) for guard in guard_passes(fold=self.fold, max_growth=self.max_growth, partitioner=own or None)]
-        _RECORDS[program] = _Record(method, passes, any(_is_xnnpack(p.partitioner) for p in own or ()))
-        return passes
+        own = self._own(method)
+        return self.ledger.recorded(method, guard_passes(fold=self.fold, max_growth=self.max_growth, partitioner=own or None))
+
+    @property
+    def partitioned_lint(self) -> bool:
+        """Whether a backend whose decisions the partitioned-stage rules explain (XNNPACK)
+        lowers some method."""
+        lists = self.partitioners.values() if isinstance(self.partitioners, Mapping) else [self.partitioners or []]
+        return any(partitioned_lint_applies(_backend_id(p.partitioner)) for parts in lists for p in parts)
+
+    def _own(self, method: str) -> Sequence[GuardedPartitioner] | None:
+        return self.partitioners.get(method) if isinstance(self.partitioners, Mapping) else self.partitioners
 
 
 def quantizes_modules(recipe: ExportRecipe) -> bool:
@@ -228,35 +245,74 @@ class _SkipReparametrized:
         return _is_linear(module, fqn)
 
 
-# The findings of the fold made before to_edge, by the program it made.
-_EARLY_FOLDS: weakref.WeakKeyDictionary[ExportedProgram, Report] = weakref.WeakKeyDictionary()
-
-
 @final
 @dataclass(frozen=True)
 class _FoldNonCore:
     """A recipe's ``aten_transform_passes`` entry: :func:`fold_non_core_constants`."""
 
+    ledger: Ledger
     max_growth: float
 
     def __call__(self, method: str, program: ExportedProgram) -> ExportedProgram:
         folded, report = fold_non_core_constants(program, max_growth=self.max_growth)
-        if report:
-            _EARLY_FOLDS[folded] = Report.of(_in_method(report, method))
+        self.ledger.put(method, "fold before to_edge", report)
         return folded
 
 
-def _in_method(findings: Iterable[Finding], method: str) -> list[Finding]:
-    """``findings``, each naming ``method`` (a pass sees a program, not its method's name)."""
-    return [f if f.method else dataclasses.replace(f, method=method) for f in findings]
+@final
+@dataclass(frozen=True)
+class _CopyToHost:
+    """A recipe's ``aten_transform_passes`` entry: the torch.export program's host twin."""
+
+    ledger: Ledger
+
+    def __call__(self, method: str, program: ExportedProgram) -> ExportedProgram:
+        copied = ConstantPlacementPass("copy", method=method)(program)
+        self.ledger.put(method, "copy", copied.report)
+        return copied.exported_program
 
 
-def _copy_to_host(method: str, program: ExportedProgram) -> ExportedProgram:
-    return guard_constant_placement(program, policy="copy")
+@final
+@dataclass(frozen=True)
+class _FoldBeforeQuantizer:
+    """A PT2E recipe's ``pre_prepare_passes`` entry: the captured graph, its constant-only
+    computations folded (:func:`fold_constants`), so that the quantizer sees static weights.
+
+    The captured graph is exported again on inputs made from its placeholders' metadata
+    (dimensions that were symbolic stay dynamic), folded, and unlifted.
+    """
+
+    ledger: Ledger
+    max_growth: float
+
+    def __call__(self, model: GraphModule) -> GraphModule:
+        values = [node.meta.get("val") for node in model.graph.find_nodes(op="placeholder")]
+        inputs = tuple(_example(value) for value in values)
+        dynamic = tuple(_dynamic_dims(value) for value in values)
+        program = torch.export.export(model, inputs, dynamic_shapes=dynamic if any(dynamic) else None)
+        folded, report = fold_constants(program, max_growth=self.max_growth)
+        self.ledger.put(None, "fold before the quantizer", report)
+        return folded.module() if report else model
 
 
-def _is_xnnpack(partitioner: Partitioner) -> bool:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+def _example(value: object) -> object:
+    """A real input like a placeholder's value: zeros of its dtype, at its sizes' hints."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    return torch.zeros([_hint(size) for size in value.shape], dtype=value.dtype)
 
-    return isinstance(partitioner, XnnpackPartitioner)
 
+def _hint(size: int | torch.SymInt) -> int:
+    return size.node.hint if isinstance(size, torch.SymInt) else int(size)
+
+
+def _dynamic_dims(value: object) -> dict[int, object] | None:
+    if not isinstance(value, torch.Tensor):
+        return None
+    dims = {i: torch.export.Dim.AUTO for i, size in enumerate(value.shape) if isinstance(size, torch.SymInt)}
+    return dims or None
+
+
+def _backend_id(partitioner: Partitioner) -> str:
+    spec = getattr(partitioner, "delegation_spec", None)
+    return str(getattr(spec, "backend_id", ""))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, final, get_args
 
+from export_guards.backends import BACKEND_TABLE
 from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, RETIRED
 
@@ -20,8 +21,9 @@ Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
 ``"cuda"`` lowers with ExecuTorch's ``CudaPartitioner`` (AOTInductor; needs a CUDA machine),
 which holds device constants on purpose."""
-BACKENDS: tuple[str, ...] = get_args(Backend)
-DEVICE_MEMORY_BACKENDS: tuple[str, ...] = ("cuda",)
+BACKENDS: tuple[str, ...] = tuple(info.name for info in BACKEND_TABLE if info.name)
+"""The backends a setting may name, from the one table (``backends.BACKEND_TABLE``)."""
+DEVICE_MEMORY_BACKENDS: tuple[str, ...] = tuple(info.name for info in BACKEND_TABLE if info.name and info.holds_device_memory)
 """The backends whose partitioner reads device constants from the device itself."""
 
 PlacementPolicy = Literal["error", "copy"]

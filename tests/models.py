@@ -41,8 +41,18 @@ class EveryConstantKind(nn.Module):
 
 
 def to_device(model: nn.Module, device: torch.device | str) -> nn.Module:
-    """``model`` moved to ``device``, plain tensor attributes included."""
+    """``model`` moved to ``device``, plain tensor attributes included, tied parameters still
+    tied (``Module.to`` unties them on a device whose tensors cannot share a CPU tensor's
+    implementation, such as the test device; on CUDA they stay tied)."""
+    first_name: dict[int, str] = {}
+    ties = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        ties[name] = first_name.setdefault(id(parameter), name)
     model = model.to(device)
+    for name, first in ties.items():
+        if name != first:
+            owner, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(owner), attribute, model.get_parameter(first))
     for name, value in vars(model).items():
         if isinstance(value, torch.Tensor):
             setattr(model, name, value.to(device))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,18 +17,22 @@ import export_guards as eg
 from export_guards.ruleset import CATALOG, RuleSet
 from export_guards.ruleset.catalog import RETIRED
 
+if TYPE_CHECKING:
+    import torch
+
 PACKAGE = Path(eg.__file__).resolve().parent
 ROOT = PACKAGE.parent
 
 # Each room may import only the rooms before it in this order (and itself).
 LAYERS = [
-    {"report"},
+    {"report", "backends"},
     {"ruleset"},
     {"settings"},
     {"errors", "targets", "render"},
     {"analysis"},
     {"linter", "pte"},
     {"passes"},
+    {"ledger"},
     {"recipes"},
     {"pipeline"},
     {"testing"},
@@ -127,7 +132,7 @@ def test_the_layer_check_sees_imports() -> None:
     assert "export_guards.ruleset.catalog" in graph["export_guards.linter.rules.placement"] or (
         "export_guards.ruleset" in graph["export_guards.linter.rules.placement"]
     )
-    assert "export_guards.linter" in graph["export_guards.passes.placement"]
+    assert "export_guards.linter" in graph["export_guards.passes.placement.guard"]
     assert "export_guards.pipeline" in graph["export_guards.workers.export_once"]
 
 
@@ -203,3 +208,98 @@ def test_rules_lists_and_explain_explains_every_code() -> None:
         assert explained.returncode == 0, explained.stderr
         assert explained.stdout.startswith(f"{code} {registered.name} ({registered.severity.value}; ")
         assert registered.summary in explained.stdout and registered.help_uri in explained.stdout
+
+
+def pass_classes() -> list[type]:
+    """Every pass class that export_guards offers: ExecuTorch program passes and torch.fx passes."""
+    from executorch.exir.pass_base import ExportedProgramPassBase
+    from torch.fx.passes.infra.pass_base import PassBase
+
+    public = [getattr(eg, name) for name in eg.__all__]
+    return [value for value in public if isinstance(value, type) and issubclass(value, (ExportedProgramPassBase, PassBase))]
+
+
+def test_every_pass_declares_whether_it_changes_its_input() -> None:
+    classes = pass_classes()
+    assert {c.__name__ for c in classes} >= {"ConstantPlacementPass", "FoldConstantsPass", "LintPass", "EmitPlacementPass"}
+    assert [c.__name__ for c in classes if not isinstance(c.__dict__.get("changes_input"), bool)] == []
+
+
+def test_a_pass_that_says_it_keeps_its_input_keeps_it(trapdev: torch.device) -> None:
+    """Each program pass, on a program that gives it work (device constants to copy, a
+    spectral-normed weight to fold, a finding to report), leaves its input as it was."""
+    import torch
+
+    from models import EveryConstantKind, seeded, to_device
+
+    class Reparametrized(EveryConstantKind):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(8, 4))
+
+    model = to_device(seeded(Reparametrized), trapdev)
+    program = torch.export.export(model, model.example_inputs(trapdev))
+
+    def state(ep: torch.export.ExportedProgram) -> tuple[object, ...]:
+        tensors = {**ep.state_dict, **ep.constants}
+        return ep.graph_module.code, str(ep.graph_signature), {k: (id(v), v.device.type) for k, v in tensors.items()}
+
+    passes = [eg.ConstantPlacementPass("copy"), eg.FoldConstantsPass(), eg.LintPass(eg.Settings(fail_level=eg.Severity.ERROR, ignore=("EG1",)))]
+    assert not any(p.changes_input for p in passes)
+    for guard in passes:
+        before = state(program)
+        result = guard(program)
+        assert state(program) == before, f"{type(guard).__name__} changed its input"
+        assert result.modified == (result.exported_program is not program)
+    # The copy, then the fold on its result: each had work to do.
+    copied = passes[0](program).exported_program
+    assert passes[1](copied).modified
+
+
+def test_the_backends_table_is_the_one_list_of_backends() -> None:
+    import importlib.util
+    from typing import get_args
+
+    from export_guards.backends import BACKEND_TABLE, backend_named, partitioned_lint_applies
+    from export_guards.settings import BACKENDS, DEVICE_MEMORY_BACKENDS, Backend
+
+    assert BACKENDS == get_args(Backend)  # the type a setting is checked against, and the table
+    assert set(DEVICE_MEMORY_BACKENDS) == {"cuda"}
+    assert set(eg.DEVICE_BACKENDS) == {"CudaBackend", "MetalBackend"}
+    assert partitioned_lint_applies("XnnpackBackend") and not partitioned_lint_applies("VulkanBackend")
+    assert [type(p).__name__ for p in backend_named("xnnpack").partitioners()] == ["XnnpackPartitioner"]
+    assert backend_named("portable").partitioners() == []
+    for info in BACKEND_TABLE:  # each partitioner path names a class this ExecuTorch has
+        if info.partitioner:
+            module, _, name = info.partitioner.partition(":")
+            spec = importlib.util.find_spec(module)
+            assert spec is not None and spec.origin is not None, module
+            source = Path(spec.origin).read_text()
+            assert f"class {name}(" in source
+    with pytest.raises(ValueError, match="unknown backend 'vulkan'; the backends are 'xnnpack', 'portable', 'cuda'"):
+        backend_named("vulkan")
+
+
+def test_the_public_names_are_one_table_and_the_bare_codes_are_deprecated() -> None:
+    assert eg.__all__ == sorted(set(eg.__all__))
+    for name, code in {"CONSTANT_COPIED": "EG103", "CONSTANT_FOLDED": "EG201", "PARAMETRIZATION_FOLDED": "EG202"}.items():
+        assert name not in eg.__all__
+        with pytest.warns(DeprecationWarning, match=rf"use the code '{code}' \(its rule: export_guards.RULES\['{code}'\]\)"):
+            assert getattr(eg, name) == code
+        assert eg.RULES[code].code == code
+
+
+def test_every_public_name_is_in_the_table_and_re_exported_for_type_checkers() -> None:
+    """``_EXPORTS`` (what loads on first use) and the ``TYPE_CHECKING`` imports (what type
+    checkers read, each as ``X as X``) name the same things."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    typed = {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for stmt in node.body
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+        if alias.asname == alias.name
+    }
+    assert typed == set(eg.__all__)

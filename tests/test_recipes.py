@@ -1,5 +1,5 @@
 """The guards in ExecuTorch's recipe API: every recipe type this ExecuTorch offers that lowers
-here, on the reparametrized decoder and a transformer block, stock against guarded."""
+here, stock against guarded on the reparametrized decoder, and the recipe entry points."""
 
 from __future__ import annotations
 
@@ -25,13 +25,18 @@ import transformer  # noqa: E402 - examples/transformer.py
 pytestmark = [pytest.mark.slow]  # recipes quantize and lower real models
 
 
-XNNPACK_RECIPES = [name for name in eg.recipe_names() if name.startswith("xnnpack_")]
+STOCK_AGAINST_GUARDED = ["xnnpack_pt2e_int8_static_per_channel", "xnnpack_torchao_int8da_int4w_per_channel"]
+"""Stock against guarded on the decoder: PT2E's static int8, and torchao's int4 (whose stock form
+fails on a reparametrized layer). Every recipe on every kind of model, guarded, is the flow
+matrix's (tests/test_flow_matrix.py)."""
 
 
 transformer_block = transformer.model
 
 
-MODELS = {"decoder": lambda: decoder.model("mixed"), "transformer": transformer_block}
+MODELS = {"decoder": lambda: decoder.model("mixed")}
+"""Stock against guarded on the reparametrized decoder, where they differ; every recipe on every
+kind of model, guarded, is the flow matrix's (tests/test_flow_matrix.py)."""
 
 
 def error_against_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], pte: bytes) -> float:
@@ -46,9 +51,9 @@ def delegated(session) -> int:
     return eg.delegation_summary(session.get_edge_program_manager()).count("convolution", "linear", "addmm", "mm", "bmm")[0]
 
 
-@pytest.mark.parametrize("name", XNNPACK_RECIPES)
+@pytest.mark.parametrize("name", STOCK_AGAINST_GUARDED)
 @pytest.mark.parametrize("model_name", MODELS)
-def test_every_xnnpack_recipe_guarded_delegates_at_least_as_much_runs_and_matches(name: str, model_name: str) -> None:
+def test_a_guarded_recipe_delegates_at_least_as_much_as_stock_runs_and_matches(name: str, model_name: str) -> None:
     model, inputs = MODELS[model_name]()
     try:
         stock = export(model, [inputs], recipe_named(name))
@@ -77,7 +82,7 @@ def test_the_fp32_recipe_leaves_reparametrized_convs_portable_and_the_guarded_on
     assert eg.delegation_summary(stock.get_edge_program_manager()).count("convolution") == (0, 9)
     assert eg.delegation_summary(guarded.get_edge_program_manager()).count("convolution") == (9, 9)
     assert len(guarded.get_pte_buffer()) < len(stock.get_pte_buffer())
-    folds = eg.recipe_report(guarded).with_code(eg.CONSTANT_FOLDED)
+    folds = eg.recipe_report(guarded).with_code("EG201")
     assert {f.constant for f in folds} >= {"stem.0.weight", "head.weight"}, "each folded weight is reported once"
     assert len({f.constant for f in folds}) == len(folds)
 
@@ -108,7 +113,7 @@ def test_a_multi_method_recipe_export_is_guarded_per_method() -> None:
     for method, model, inputs in (("forward", forward, forward_inputs), ("other", other, other_inputs)):
         with torch.no_grad():
             torch.testing.assert_close(run_pte(pte, inputs, method)[0], model(*inputs), atol=1e-4, rtol=1e-4)
-    assert {f.method for f in eg.recipe_report(session).with_code(eg.CONSTANT_FOLDED)} == {"forward", "other"}
+    assert {f.method for f in eg.recipe_report(session).with_code("EG201")} == {"forward", "other"}
 
 
 def test_device_constants_are_stopped_or_copied_in_a_recipe_export(trapdev: torch.device) -> None:
@@ -116,7 +121,7 @@ def test_device_constants_are_stopped_or_copied_in_a_recipe_export(trapdev: torc
     on_device = model.to(trapdev)
     stopped = eg.export_with_recipe(on_device, [x.to(trapdev) for x in inputs], "xnnpack_fp32")
     assert stopped.edge is None
-    assert {f.code for f in stopped.report.errors} == {eg.CONSTANT_ON_DEVICE}
+    assert {f.code for f in stopped.report.errors} == {"EG101"}
     readers = {f.constant: f.message.rsplit("; ", 1)[-1] for f in stopped.report.errors}
     assert readers["qkv.weight"] == "XnnpackBackend's preprocess will read it from host memory"
     assert readers["norm1.weight"].startswith("no partition takes it, so the emitter will copy it")
@@ -139,7 +144,7 @@ def test_a_recipe_of_another_backend_that_lowers_here() -> None:
     assert not eg.delegation_summary(guarded.get_edge_program_manager()).portable
     assert len(guarded.get_pte_buffer()) <= len(stock.get_pte_buffer())
     assert not eg.check_pte(guarded.get_pte_buffer()).errors
-    assert eg.recipe_report(guarded).with_code(eg.CONSTANT_FOLDED)
+    assert eg.recipe_report(guarded).with_code("EG201")
 
 
 def test_the_fixture_takes_a_recipe_by_name(check_export, assert_delegated) -> None:

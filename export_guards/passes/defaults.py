@@ -8,14 +8,15 @@ from executorch.exir.backend.partitioner import Partitioner
 from executorch.exir.pass_base import ExportedProgramPassBase
 
 from export_guards.passes.fold import FoldConstantsPass
-from export_guards.passes.partitioner import GuardedPartitioner
-from export_guards.passes.placement import ConstantPlacementPass
+from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner
+from export_guards.settings import PlacementPolicy
 
 __all__ = ["guard_passes"]
 
 
 def guard_passes(
     *,
+    placement: PlacementPolicy = "error",
     fold: bool = True,
     max_growth: float = 2.0,
     partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None = None,
@@ -24,11 +25,11 @@ def guard_passes(
 
     They run after ``to_edge`` and before any partitioner:
 
-    1. ``ConstantPlacementPass("error")``: a constant that a delegate's preprocess or the
+    1. ``ConstantPlacementPass(placement)``: a constant that a delegate's preprocess or the
        emitter would read from device memory is reported instead of crashing the process
-       (it runs first, so that nothing is evaluated on such a constant). To copy device
-       constants to the host, apply ``guard_constant_placement(ep, policy="copy")`` to the
-       torch.export program first.
+       (it runs first, so that nothing is evaluated on such a constant); with
+       ``placement="copy"`` the method becomes its host twin instead, whose ``.pte`` is the
+       CPU export's, byte for byte (one ``EG103`` per copy).
     2. ``FoldConstantsPass(max_growth=max_growth)`` unless ``fold=False``: weights computed
        from constants only (spectral norm, weight norm, parametrizations, user code) become
        static parameters that delegates such as XNNPACK take.
@@ -42,6 +43,7 @@ def guard_passes(
         to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)
 
     Args:
+        placement: ``"error"`` or ``"copy"``, as for ``guard_constant_placement``.
         fold: run the fold.
         max_growth: the fold's growth limit (see ``FoldConstantsPass``).
         partitioner: the partitioners of this lowering, as given to
@@ -50,7 +52,8 @@ def guard_passes(
     Raises:
         TypeError: a partitioner is not guarded.
         ValueError: ``partitioner`` holds no partitioner for some method (nothing would
-            check what that method's backends or the emitter read).
+            check what that method's backends or the emitter read), or ``placement`` is not
+            a placement policy.
     """
     lists = list(partitioner.values()) if isinstance(partitioner, Mapping) else [partitioner] if partitioner is not None else []
     for parts in lists:
@@ -66,7 +69,7 @@ def guard_passes(
                 "wrap them with guard_partitioners([...]) and pass the same list to "
                 "to_edge_transform_and_lower(partitioner=...)"
             )
-    passes: list[ExportedProgramPassBase] = [ConstantPlacementPass("error", defer_device_constants=bool(lists))]
+    passes: list[ExportedProgramPassBase] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
     if fold:
         passes.append(FoldConstantsPass(max_growth=max_growth))
     return passes

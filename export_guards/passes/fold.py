@@ -104,6 +104,9 @@ class FoldConstantsPass(ExportedProgramPassBase):
             bloat the ``.pte``.
     """
 
+    changes_input = False
+    """The input program is never modified."""
+
     def __init__(self, *, max_growth: float = 2.0) -> None:
         if not max_growth > 0:
             raise ValueError(f"max_growth must be a positive number of times, not {max_growth!r}")

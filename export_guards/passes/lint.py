@@ -19,6 +19,9 @@ class LintPass(ExportedProgramPassBase):
     listing every finding at or above ``config.fail_level``; never modifies the program. The
     result's ``report`` holds every finding of that call."""
 
+    changes_input = False
+    """The program is only read."""
+
     def __init__(self, config: Settings | None = None, *, fold: bool | None = None) -> None:
         self.config = config or Settings()
         self.fold = fold

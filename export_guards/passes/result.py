@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-from torch.export import ExportedProgram
+from executorch.exir.pass_base import ExportedProgramPassResult
 from torch.fx.passes.infra.pass_base import PassResult
 
 from export_guards.report import Report
 
-__all__ = ["GuardGraphPassResult", "GuardPassResult", "Recorded", "recorded"]
+__all__ = ["GuardGraphPassResult", "GuardPassResult"]
 
 
 @dataclass(frozen=True)
@@ -32,24 +31,3 @@ class GuardGraphPassResult(PassResult):
         result = super().__new__(cls, graph_module, modified)
         result.report = report if report is not None else Report()
         return result
-
-
-class Recorded(ExportedProgramPassBase):
-    """A guard pass inside ``transform_passes``, which keep only the program of each result:
-    this one keeps, for the one export it is made for, the report of each call."""
-
-    def __init__(self, guard: ExportedProgramPassBase) -> None:
-        self.guard = guard
-        self.reports: list[Report] = []
-
-    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        result = self.guard(exported_program)
-        if isinstance(result, GuardPassResult):
-            self.reports.append(result.report)
-        return result
-
-
-def recorded(guard: ExportedProgramPassBase) -> Recorded:
-    """``guard``, recorded; named as ``guard``'s class, by which ExecuTorch's pass manager
-    names a pass that fails."""
-    return type(type(guard).__name__, (Recorded,), {})(guard)

@@ -5,9 +5,13 @@ from export_guards.ruleset.catalog import CATALOG, rule
 from export_guards.ruleset.engine import RULE_FAILED, Locate, RuleSet, describe_error, finding, run, settle
 from export_guards.ruleset.rule import DOCS_URL, STAGES, Check, Hit, Rule, Stage
 
+RULES = CATALOG
+"""The catalog under its public name, ``export_guards.RULES``: every code's rule."""
+
 __all__ = [
     "CATALOG",
     "DOCS_URL",
+    "RULES",
     "RULE_FAILED",
     "STAGES",
     "Check",

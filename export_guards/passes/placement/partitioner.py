@@ -19,28 +19,20 @@ from torch.export import ExportedProgram
 from export_guards.analysis.programs import ProgramConstant, iter_constants
 from export_guards.analysis.source import node_site
 from export_guards.analysis.storage import describe, first_user
+from export_guards.backends import device_backend_ids
 from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE
-from export_guards.passes.placement import placement_error
+from export_guards.passes.placement.guard import check_policy
+from export_guards.passes.placement.messages import FIX_BACKEND, FIX_EMITTER, placement_error
 from export_guards.report import Report
 from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.settings import PlacementPolicy
 
 __all__ = ["DEVICE_BACKENDS", "GuardedPartitioner", "guard_partitioners"]
 
-DEVICE_BACKENDS: tuple[str, ...] = ("CudaBackend", "MetalBackend")
+DEVICE_BACKENDS: tuple[str, ...] = device_backend_ids()
 """Backends (``DelegationSpec.backend_id``) that read device constants from their own device:
-the AOTInductor backends, whose ``preprocess`` moves the program to the device it compiles for."""
-
-_FIX = (
-    "move the model to the CPU before torch.export, or copy the constants to the host on the "
-    "torch.export program (guard_constant_placement(program, policy='copy'), or "
-    "lower_with_guards(..., placement='copy'))"
-)
-_FIX_BACKEND = (
-    _FIX + ", or, if {backend} reads device memory itself, declare it: "
-    "guard_partitioners(partitioners, device_backends=DEVICE_BACKENDS + ('{backend}',))"
-)
-_FIX_EMITTER = _FIX + ", or have to_executorch copy them: ExecutorchBackendConfig(passes=emit_passes('copy'))"
-
+the AOTInductor backends (``CudaBackend``, ``MetalBackend``), whose ``preprocess`` moves the
+program to the device it compiles for (``backends.BACKEND_TABLE``)."""
 
 class GuardedPartitioner(Partitioner):
     """A partitioner whose decision is checked before its backend's ``preprocess`` runs.
@@ -49,7 +41,9 @@ class GuardedPartitioner(Partitioner):
     raises :class:`~export_guards.ConstantPlacementError` (``EG101``: the constant, its
     device, the backend that would read it and the user's source line) instead of crashing
     in that backend's ``preprocess``. With ``last=True`` (the last partitioner of a method),
-    a device constant that no partition took raises too: the emitter would read it.
+    a device constant that no partition took raises too: the emitter would read it, unless
+    ``emitter="copy"`` says that ``to_executorch`` will copy it
+    (``ExecutorchBackendConfig(passes=emit_passes("copy"))``, which checks it then).
 
     Everything else (``ops_to_not_decompose``, the pre-decomposition transform, the spec,
     any other attribute) is the wrapped partitioner's own. The program is not modified.
@@ -58,9 +52,18 @@ class GuardedPartitioner(Partitioner):
         partitioner: the partitioner to guard.
         device_backends: the backend ids trusted to read device constants.
         last: whether no partitioner runs after this one on the same method.
+        emitter: ``"error"``, or ``"copy"`` when ``to_executorch`` runs ``emit_passes("copy")``.
     """
 
-    def __init__(self, partitioner: Partitioner, device_backends: Iterable[str] = DEVICE_BACKENDS, *, last: bool = True) -> None:
+    def __init__(
+        self,
+        partitioner: Partitioner,
+        device_backends: Iterable[str] = DEVICE_BACKENDS,
+        *,
+        last: bool = True,
+        emitter: PlacementPolicy = "error",
+    ) -> None:
+        check_policy(emitter)
         if isinstance(partitioner, GuardedPartitioner):
             partitioner = partitioner.partitioner
         if not isinstance(partitioner, Partitioner):
@@ -69,10 +72,11 @@ class GuardedPartitioner(Partitioner):
         self.partitioner = partitioner
         self.device_backends = frozenset(device_backends)
         self.last = last
+        self.emitter: PlacementPolicy = emitter
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         result = self.partitioner.partition(exported_program)
-        report = _host_reads_of_device_memory(result, self.device_backends, self.last)
+        report = _host_reads_of_device_memory(result, self.device_backends, self.last and self.emitter == "error")
         if report:
             raise placement_error(report)
         return result
@@ -99,15 +103,18 @@ class GuardedPartitioner(Partitioner):
 
 
 @overload
-def guard_partitioners(partitioners: Sequence[Partitioner], *, device_backends: Iterable[str] = ...) -> list[GuardedPartitioner]: ...
+def guard_partitioners(
+    partitioners: Sequence[Partitioner], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ...
+) -> list[GuardedPartitioner]: ...
 @overload
 def guard_partitioners(
-    partitioners: Mapping[str, Sequence[Partitioner]], *, device_backends: Iterable[str] = ...
+    partitioners: Mapping[str, Sequence[Partitioner]], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ...
 ) -> dict[str, list[GuardedPartitioner]]: ...
 def guard_partitioners(
     partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
     *,
     device_backends: Iterable[str] = DEVICE_BACKENDS,
+    emitter: PlacementPolicy = "error",
 ) -> list[GuardedPartitioner] | dict[str, list[GuardedPartitioner]]:
     """``partitioners`` (a list, or a dict of method name to list, as
     ``to_edge_transform_and_lower`` takes them), each wrapped in a :class:`GuardedPartitioner`;
@@ -123,20 +130,26 @@ def guard_partitioners(
         partitioners: ExecuTorch partitioners, in the order they will run.
         device_backends: backend ids trusted to read device constants themselves;
             :data:`DEVICE_BACKENDS` by default. Add your own backend's id to trust it.
+        emitter: ``"copy"`` when the device constants that no partition takes will be copied
+            at emission (``to_executorch(ExecutorchBackendConfig(passes=emit_passes("copy")))``),
+            as a backend that keeps some ops on the device wants; ``"error"`` (the default)
+            stops them here.
 
     Raises:
         TypeError: an element is not an ExecuTorch ``Partitioner``, or a backend id is not a string.
+        ValueError: ``emitter`` is not ``"error"`` or ``"copy"``.
     """
     trusted = (device_backends,) if isinstance(device_backends, str) else tuple(device_backends)
     if isinstance(device_backends, str) or not all(isinstance(b, str) for b in trusted):
         raise TypeError(f"device_backends must be backend id strings such as 'CudaBackend', not {device_backends!r}")
     if isinstance(partitioners, Mapping):
-        return {name: _guarded(list(parts), trusted) for name, parts in partitioners.items()}
-    return _guarded(list(partitioners), trusted)
+        return {name: _guarded(list(parts), trusted, emitter) for name, parts in partitioners.items()}
+    return _guarded(list(partitioners), trusted, emitter)
 
 
-def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...]) -> list[GuardedPartitioner]:
-    return [GuardedPartitioner(p, trusted, last=i == len(partitioners) - 1) for i, p in enumerate(partitioners)]
+def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...], emitter: PlacementPolicy) -> list[GuardedPartitioner]:
+    last = len(partitioners) - 1
+    return [GuardedPartitioner(p, trusted, last=i == last, emitter=emitter) for i, p in enumerate(partitioners)]
 
 
 def _host_reads_of_device_memory(result: PartitionResult, trusted: frozenset[str], last: bool) -> Report:
@@ -167,7 +180,7 @@ def _reader(constant: ProgramConstant, backends: Mapping[str, str], last: bool) 
 
 
 def _fix(reader: str) -> str:
-    return _FIX_EMITTER if reader == "emitter" else _FIX_BACKEND.format(backend=reader)
+    return FIX_EMITTER if reader == "emitter" else FIX_BACKEND.format(backend=reader)
 
 
 def _reads(reader: str) -> str:

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase
 
-from export_guards.analysis.programs import ConstantKind
-from export_guards.analysis.storage import unreadable_constants
 from export_guards.errors import GuardError
 from export_guards.linter import lint, lint_method
 from export_guards.linter.rules.placement import CONSTANT_WITHOUT_DATA, PLACEMENT_RULES
-from export_guards.passes.placement import check_policy, copy_findings, placement_error
+from export_guards.passes.placement.guard import check_policy
+from export_guards.passes.placement.host_copy import host_constants, host_graph
+from export_guards.passes.placement.messages import copy_findings, placement_error
 from export_guards.passes.result import GuardGraphPassResult
 from export_guards.report import Report
 from export_guards.settings import PlacementPolicy
@@ -36,8 +35,8 @@ def emit_passes(policy: PlacementPolicy = "error") -> list[PassBase]:
 
     Right before emission, every constant the emitter will read, in every method, must be in
     host memory: ``"error"`` raises :class:`~export_guards.ConstantPlacementError` naming each
-    one (its device, the node that uses it, the user's source line); ``"copy"`` has the
-    emitter read a host copy of each (exact: only the bytes are written at this stage).
+    one (its device, the node that uses it, the user's source line); ``"copy"`` emits the
+    method's host twin instead: its ``.pte`` is the CPU export's, byte for byte.
 
     Raises:
         ValueError: ``policy`` is not ``"error"`` or ``"copy"``.
@@ -53,14 +52,18 @@ class EmitPlacementPass(PassBase):
     caller, ``to_executorch`` (the program whose graph module is being passed), and raises a
     ``GuardError`` when called anywhere else.
 
-    With ``"copy"``, that program (the edge program, which ``to_executorch`` already rewrites
-    in place) afterwards holds host copies of the constants; the torch.export program, the
-    model and the device tensors are untouched. The result's ``report`` holds one ``EG103``
-    finding per copy.
+    With ``"copy"``, the pass returns the graph module of the program's host twin, and that
+    program (the edge program, which ``to_executorch`` rewrites in place anyway) takes the
+    twin's constants: it changes its input (``changes_input`` is ``True``), as every pass of
+    ``ExecutorchBackendConfig.passes`` may. The torch.export program, the model and the
+    device tensors are untouched. The result's ``report`` holds one ``EG103`` finding per copy.
 
     Args:
         policy: ``"error"`` or ``"copy"``, as for :func:`emit_passes`.
     """
+
+    changes_input = True
+    """With ``"copy"``, the method's program takes the host twin's constants."""
 
     def __init__(self, policy: PlacementPolicy = "error") -> None:
         check_policy(policy)
@@ -74,9 +77,11 @@ class EmitPlacementPass(PassBase):
         if self.policy == "error" or any(f.code == CONSTANT_WITHOUT_DATA for f in report.errors):
             others = {name: manager.exported_program(name) for name in manager.methods if name != method} if manager else {}
             raise placement_error(report + lint(others, rules=PLACEMENT_RULES) if others else report)
-        copies = copy_findings(method, program)
-        _copy_to_host(method, program)
-        return GuardGraphPassResult(graph_module, True, copies)
+        # The graph is twinned alone: to_executorch has made it non-functional (buffer
+        # write-backs), which an ExportedProgram refuses. An earlier pass may have replaced it.
+        copies, graph = copy_findings(method, program), host_graph(method, program, graph_module)
+        program._state_dict, program._constants = host_constants(program)  # their setters refuse
+        return GuardGraphPassResult(graph, True, copies)
 
 
 def _program_being_emitted(graph_module: GraphModule) -> tuple[EdgeProgramManager | None, str | None, ExportedProgram]:
@@ -104,24 +109,3 @@ def _program_being_emitted(graph_module: GraphModule) -> tuple[EdgeProgramManage
         "yourself, use check_constant_placement(program)",
         Report(),
     )
-
-
-def _copy_to_host(method: str | None, program: ExportedProgram) -> None:
-    """Point ``program`` at a host copy of each of its constants in device memory: new
-    state-dict and constants dicts (the old ones may be shared with the torch.export
-    program) and new graph attributes."""
-    state_dict, constants = dict(program.state_dict), dict(program.constants)
-    for constant, _ in unreadable_constants(method, program):
-        tensor = constant.tensor
-        host = tensor.detach().to("cpu")
-        if isinstance(tensor, torch.nn.Parameter):
-            host = torch.nn.Parameter(host, requires_grad=tensor.requires_grad)
-        if constant.kind is ConstantKind.GRAPH_ATTRIBUTE:
-            owner, _, name = str(constant.node.target).rpartition(".")
-            module = constant.node.graph.owning_module
-            setattr(module.get_submodule(owner) if owner else module, name, host)
-        elif constant.fqn in state_dict:
-            state_dict[constant.fqn] = host
-        else:
-            constants[constant.fqn] = host
-    program._state_dict, program._constants = state_dict, constants  # their setters refuse

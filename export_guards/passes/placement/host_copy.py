@@ -1,0 +1,130 @@
+"""The one host copy: a program's twin on the CPU, as if it had been exported there.
+
+Moving the constants is not enough once a graph was traced on a device: each node's metadata
+(out shapes, strides, dtypes) was computed by the device's kernels, and ExecuTorch sizes its
+out tensors from it. ``_native_batch_norm_legit_no_training`` is the known case: its stats
+outs are ``[C]`` on a device and ``[0]`` on the CPU, and ExecuTorch's kernel refuses ``[C]``.
+So the twin's graph is retraced on the host with ExecuTorch's own ``ExportPass``, which
+recomputes every node's metadata from inputs on the CPU; its ``.pte`` is the CPU export's,
+byte for byte, at whatever stage it is made (torch.export, edge, inside ``to_executorch``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from executorch.exir.pass_base import ExportPass
+from executorch.exir.program._program import _transform
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, TensorArgument
+from torch.fx import GraphModule
+from torch.utils import _pytree as pytree
+
+from export_guards.analysis.programs import ConstantKind
+from export_guards.analysis.storage import unreadable_constants
+from export_guards.linter import lint_method
+from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, PLACEMENT_RULES
+from export_guards.passes.placement.messages import placement_error
+from export_guards.ruleset import CATALOG
+
+__all__ = ["host_constants", "host_graph", "host_twin"]
+
+
+def host_twin(method: str | None, ep: ExportedProgram) -> ExportedProgram:
+    """A new program: ``ep`` on the CPU, its metadata recomputed there. ``ep`` is untouched.
+
+    Each constant of the state dict and the constants is copied to the host once, one at a
+    time; the example inputs are moved too.
+
+    Raises:
+        ConstantPlacementError: a constant is still unreadable on the twin (one without data).
+    """
+    state_dict, constants = host_constants(ep)
+    moved = ep._update(_moved_graph(method, ep, ep.graph_module), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
+    twin = _transform(moved, ExportPass())  # the retrace, and the signature that follows its names
+    _keep_input_names(ep.graph_module, twin.graph_module, twin.graph_signature)
+    if ep.example_inputs is not None:
+        twin._example_inputs = pytree.tree_map_only(torch.Tensor, _on_host, ep.example_inputs)
+    left = lint_method(twin, method, rules=PLACEMENT_RULES)
+    if left:
+        raise placement_error(left, advice=CATALOG[CONSTANT_ON_DEVICE].fix)
+    return twin
+
+
+def host_constants(ep: ExportedProgram) -> tuple[dict[str, torch.Tensor], dict[str, object]]:
+    """New state-dict and constants dicts of ``ep``, each device tensor copied to the host
+    once, one at a time."""
+    copies: dict[int, torch.Tensor] = {}  # a tensor under two names (a tied weight) is one tensor on the host too
+
+    def host(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in copies:
+            copies[id(tensor)] = _on_host(tensor)
+        return copies[id(tensor)]
+
+    state_dict = {name: host(tensor) for name, tensor in ep.state_dict.items()}
+    constants = {name: host(value) if isinstance(value, torch.Tensor) else value for name, value in ep.constants.items()}
+    return state_dict, constants
+
+
+def host_graph(method: str | None, ep: ExportedProgram, graph_module: GraphModule) -> GraphModule:
+    """A copy of ``graph_module`` (``ep``'s, or one that a pass made of it) retraced on the
+    CPU, its input names kept: for a graph that no longer makes a valid ``ExportedProgram``
+    (``to_executorch``'s, after its buffer write-backs)."""
+    retraced = ExportPass()(_moved_graph(method, ep, graph_module)).graph_module
+    _keep_input_names(graph_module, retraced)
+    return retraced
+
+
+def _moved_graph(method: str | None, ep: ExportedProgram, graph_module: GraphModule) -> GraphModule:
+    """A copy of ``graph_module`` whose inputs' metadata, device arguments, graph attributes
+    and delegates' original programs (which a retrace replays; their compiled blobs stay as
+    they are) are on the host; the other nodes' metadata is left for a retrace."""
+    graph = copy.deepcopy(graph_module)
+    _keep_input_names(graph_module, graph)
+    for constant, problem in unreadable_constants(method, ep):
+        if constant.kind is ConstantKind.GRAPH_ATTRIBUTE and problem.on_device:
+            owner, _, name = str(constant.node.target).rpartition(".")
+            setattr(graph.get_submodule(owner) if owner else graph, name, _on_host(constant.tensor))
+    for module in graph.modules():
+        if isinstance(module, LoweredBackendModule) and _traced_on_device(module.original_module):
+            module._original_exported_program = host_twin(None, module.original_module)
+    for node in graph.graph.nodes:
+        if "device" in node.kwargs:
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+        if node.op == "placeholder":
+            node.meta["val"] = pytree.tree_map_only(torch.Tensor, lambda value: value.to("cpu"), node.meta.get("val"))
+    return graph
+
+
+def _traced_on_device(ep: ExportedProgram) -> bool:
+    """Whether ``ep``'s inputs are on a device (its constants, or its metadata)."""
+    values = pytree.tree_leaves([node.meta.get("val") for node in ep.graph.find_nodes(op="placeholder")])
+    return any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in values)
+
+
+def _keep_input_names(source: GraphModule, retraced: GraphModule, signature: ExportGraphSignature | None = None) -> None:
+    """Give ``retraced``'s inputs (and ``signature``'s) ``source``'s names: a retrace and a
+    deepcopy rename a keyword (``input`` becomes ``input_1``), which a CPU export keeps."""
+    renamed = {}
+    for before, after in zip(source.graph.find_nodes(op="placeholder"), retraced.graph.find_nodes(op="placeholder"), strict=True):
+        if after.name != before.name:
+            renamed[after.name], after.name = before.name, before.name
+    if not renamed:
+        return
+    for spec in signature.input_specs if signature is not None else ():
+        if isinstance(spec.arg, TensorArgument) and spec.arg.name in renamed:
+            spec.arg = TensorArgument(name=renamed[spec.arg.name])
+    retraced.recompile()
+
+
+def _on_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A host copy of ``tensor`` (``tensor`` itself when it is there), a ``Parameter``
+    again if it was one."""
+    if tensor.device.type == "cpu":
+        return tensor
+    host = tensor.detach().to("cpu")
+    if isinstance(tensor, torch.nn.Parameter):
+        return torch.nn.Parameter(host, requires_grad=tensor.requires_grad)
+    return host

@@ -1,0 +1,249 @@
+"""Every guarded flow on every kind of model: the flow × model matrix.
+
+Rows are the architectures of ``flow_models``; columns are the ways in: the drop-in passes with
+each kind of partitioner, the emit passes, the guarded partitioners with the copy policy, and
+every XNNPACK recipe by name. Each cell either runs in ``executorch.runtime`` and matches eager
+(within the flow's tolerance; a copy cell gives the CPU twin's bytes), or is a limitation of
+stock ExecuTorch, which ``STOCK_LIMITS`` names and the test shows by the stock flow failing the
+same way (``docs/compatibility.md`` lists them). Each model is built, and each program lowered,
+once per test process.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+
+import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels a portable int8 program needs
+import export_guards as eg
+import models
+from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
+from export_guards.testing.compare import run_pte
+from flow_models import ROWS, Inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.slow]  # every cell lowers a model
+
+RECIPES = sorted(name for name in eg.recipe_names() if name.startswith("xnnpack_"))
+"""The recipes whose programs the runtime here can run (XNNPACK's); the others lower only
+where their SDK is (tests/test_recipes.py lowers Core ML's)."""
+
+# How far a flow's output may be from eager, relative to the output's largest magnitude:
+# float flows round, quantized recipes approximate by design, and XNNPACK's int8 kernels
+# requantize where eager's reference (quantize, dequantize, float op) does not.
+# The static int8 bound is the stock recipe's own error on the reparametrized rows folded by
+# hand (0.14 on "spectral norm", which the guarded recipe matches to the bit).
+TOLERANCE = {"xnnpack_pt2e_int8_dynamic": 0.05, "xnnpack_pt2e_int8_static": 0.2, "xnnpack_torchao_int8da_int4w": 0.25}
+QUANTIZED_ROW_TOLERANCE = 0.05
+FLOAT_TOLERANCE = 1e-4
+
+STOCK_LIMITS: dict[tuple[str, str], str] = {
+    # to_edge rejects the matrix exponential before any transform pass runs; the guarded
+    # entry points (lower_with_guards, the recipes) fold it first: fold_non_core_constants.
+    **{("orthogonal", flow): "linalg_matrix_exp.default is not in Core ATen opset" for flow in (
+        "guard_passes × portable", "guard_passes × XNNPACK", "guard_passes × Vulkan", "guard_passes × test device backend",
+        "emit_passes copy", "guard_partitioners + copy",
+    )},
+    # Vulkan's quantized-conv pattern expects its own quantizer's weight scales.
+    ("PT2E-quantized conv", "guard_passes × Vulkan"): "AssertionError in quantized_convolution.py",
+}  # fmt: skip
+"""Cells that stock ExecuTorch cannot do, with the stock failure they share (docs/compatibility.md)."""
+
+
+LOWERED_ONLY = {"guard_passes × Vulkan": "VulkanBackend"}
+"""Flows whose programs need a backend that the pip runtime lacks (by its backend id): they are
+lowered and checked, not run."""
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A cell's program, and the bytes it must equal (a copy's CPU twin), if any."""
+
+    pte: bytes
+    twin: bytes | None = None
+
+
+def fresh(name: str) -> tuple[torch.nn.Module, Inputs]:
+    """The row's model as built: a new one each time, as flows and eager calls may change a
+    model's state (and a model with the old ``weight_norm`` API cannot be deep-copied)."""
+    return ROWS[name]()
+
+
+@functools.cache
+def eager(name: str) -> torch.Tensor:
+    model, inputs = fresh(name)
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def export(model: torch.nn.Module, inputs: Inputs) -> torch.export.ExportedProgram:
+    """``torch.export`` as ExecuTorch's examples do it, without autograd: in grad mode, a
+    buffer written in place (the KV cache) fails ``to_executorch`` with "a leaf Variable
+    that requires grad is being used in an in-place operation", guards or not."""
+    with torch.no_grad():
+        return torch.export.export(model, inputs)
+
+
+def on_trapdev(name: str) -> torch.export.ExportedProgram:
+    from export_guards.testing import load_trapdev
+
+    device = load_trapdev()
+    model, inputs = fresh(name)
+    return export(models.to_device(model, device), tuple(x.to(device) for x in inputs))
+
+
+def exported(name: str) -> torch.export.ExportedProgram:
+    """A new export each time: a lowering may edit the program it is given (``to_executorch``
+    writes a mutated buffer's write-back into it)."""
+    return export(*fresh(name))
+
+
+def guard_passes_with(partitioner: Callable[[], object] | None, trusted: tuple[str, ...] = eg.DEVICE_BACKENDS) -> Callable[[str], Lowered]:
+    def lower(name: str) -> Lowered:
+        parts = eg.guard_partitioners([partitioner()], device_backends=trusted) if partitioner else []
+        edge = to_edge_transform_and_lower(exported(name), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts)
+        return Lowered(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+
+    return lower
+
+
+def vulkan() -> object:
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    return VulkanPartitioner()
+
+
+def device_backend(name: str) -> Lowered:
+    """Constants on the test device, lowered by a backend that reads device memory itself
+    (``device_backend.HostCopyBackend``, trusted); what it does not take is copied at emission."""
+    parts = eg.guard_partitioners([HostCopyPartitioner()], device_backends=(*eg.DEVICE_BACKENDS, BACKEND_ID), emitter="copy")
+    edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts)
+    return Lowered(runnable(edge).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer)
+
+
+def emit_copy(name: str) -> Lowered:
+    pte = to_edge(on_trapdev(name)).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer
+    return Lowered(pte, twin=to_edge(exported(name)).to_executorch().buffer)
+
+
+def partitioners_copy(name: str) -> Lowered:
+    """Constants on the test device, copied by the drop-in passes, lowered by guarded XNNPACK."""
+    parts = eg.guard_partitioners([XnnpackPartitioner()])
+    edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(placement="copy", partitioner=parts), partitioner=parts)
+    return Lowered(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer, twin=cell("guard_passes × XNNPACK", name).pte)
+
+
+def recipe(recipe_name: str) -> Callable[[str], Lowered]:
+    def lower(name: str) -> Lowered:
+        model, inputs = fresh(name)
+        return Lowered(eg.export_with_recipe(model, inputs, recipe_name).to_pte())
+
+    return lower
+
+
+FLOWS: dict[str, Callable[[str], Lowered]] = {
+    "guard_passes × portable": guard_passes_with(None),
+    "guard_passes × XNNPACK": guard_passes_with(XnnpackPartitioner),
+    "guard_passes × Vulkan": guard_passes_with(vulkan),
+    "guard_passes × test device backend": device_backend,
+    "emit_passes copy": emit_copy,
+    "guard_partitioners + copy": partitioners_copy,
+    **{f"recipe {name}": recipe(name) for name in RECIPES},
+}
+
+
+@functools.cache
+def cell(flow: str, name: str) -> Lowered:
+    return FLOWS[flow](name)
+
+
+def tolerance(name: str, flow: str) -> float:
+    recipe = next((t for prefix, t in TOLERANCE.items() if flow.removeprefix("recipe ").startswith(prefix)), FLOAT_TOLERANCE)
+    return max(recipe, QUANTIZED_ROW_TOLERANCE) if name == "PT2E-quantized conv" else recipe
+
+
+def cells(flows: list[str]) -> list[tuple[str, str]]:
+    """Every row through each of ``flows``, but for the stock limitations."""
+    return [(name, flow) for name in ROWS for flow in flows if (name, flow) not in STOCK_LIMITS]
+
+
+@pytest.mark.parametrize(("name", "flow"), cells([flow for flow in FLOWS if flow not in LOWERED_ONLY]))
+def test_the_cell_runs_and_matches_eager(name: str, flow: str) -> None:
+    lowered = cell(flow, name)
+    if lowered.twin is not None:
+        assert lowered.pte == lowered.twin, "the copy is not the CPU twin"
+    expected = eager(name)
+    _, inputs = fresh(name)
+    (actual,) = run_pte(lowered.pte, inputs)
+    error = (actual - expected).abs().max().item() / max(expected.abs().max().item(), 1e-6)
+    assert error <= tolerance(name, flow), f"{name} through {flow}: relative error {error:.3g}"
+
+
+@pytest.mark.parametrize(("name", "flow"), cells(list(LOWERED_ONLY)))
+def test_the_cell_lowers_to_a_well_formed_program_for_its_backend(name: str, flow: str) -> None:
+    lowered = cell(flow, name)
+    assert not eg.check_pte(lowered.pte).errors
+    assert f"{LOWERED_ONLY[flow]}".encode() in lowered.pte, "nothing was delegated to the backend"
+
+
+STOCK_FLOWS: dict[str, Callable[[], object] | None] = {"guard_passes × XNNPACK": XnnpackPartitioner, "guard_passes × Vulkan": vulkan}
+"""The stock form of a flow: the same lowering with this partitioner (none for the others)."""
+
+
+def failure(lower: Callable[[], object]) -> str:
+    """How ``lower`` fails: the root exception's type, message and the file that raised it."""
+    try:
+        lower()
+    except Exception as error:  # noqa: BLE001 - the test compares failures
+        root = error
+        while root.__cause__ is not None:
+            root = root.__cause__
+        where = traceback.extract_tb(root.__traceback__)[-1].filename.rsplit("/", 1)[-1]
+        message = str(root).strip()
+        return f"{type(root).__name__}{': ' + message if message else ''} in {where}"
+    return "no failure"
+
+
+@pytest.mark.parametrize(("name", "flow"), STOCK_LIMITS)
+def test_stock_limits_fail_the_stock_flow_the_same_way(name: str, flow: str) -> None:
+    """A cell the guards cannot do is one that stock ExecuTorch cannot do either: the stock
+    lowering of the same model fails the same way, and the docs name it."""
+    partitioner = STOCK_FLOWS.get(flow)
+    stock = failure(lambda: to_edge_transform_and_lower(exported(name), partitioner=[partitioner()] if partitioner else []).to_executorch())
+    guarded = failure(lambda: cell(flow, name))
+    assert stock == guarded
+    assert STOCK_LIMITS[(name, flow)] in stock
+    assert STOCK_LIMITS[(name, flow)] in (ROOT / "docs" / "compatibility.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["spectral norm", "weight-standardized conv"])
+def test_one_report_whichever_entry_point_ran(name: str) -> None:
+    """A copy is one EG103 per device constant and a fold one EG201 per folded weight, the
+    same from the direct entry point and from the recipe."""
+    from export_guards.testing import load_trapdev
+
+    device = load_trapdev()
+    settings = eg.Settings(placement="copy")
+    direct = eg.lower_with_guards(on_trapdev(name), config=settings)
+    model, inputs = fresh(name)
+    on_device = models.to_device(model, device)
+    with torch.no_grad():
+        recipe = eg.export_with_recipe(on_device, tuple(x.to(device) for x in inputs), "xnnpack_fp32", config=settings)
+
+    direct_copies, recipe_copies = ({f.constant for f in export.report.with_code("EG103")} for export in (direct, recipe))
+    assert direct_copies == set(on_trapdev(name).state_dict) | set(on_trapdev(name).constants)
+    # The recipe's strict torch.export drops the batch norm's unused counter: nothing else differs.
+    assert recipe_copies <= direct_copies
+    assert {c.rsplit(".", 1)[-1] for c in direct_copies - recipe_copies} <= {"num_batches_tracked"}
+    assert len(direct.report.with_code("EG201")) == len(recipe.report.with_code("EG201")) > 0
+    on_host = eg.export_with_recipe(*fresh(name), "xnnpack_fp32")
+    assert recipe.to_pte() == on_host.to_pte(), "the recipe's copy is not the CPU twin"
+    assert direct.to_pte() == eg.lower_with_guards(exported(name)).to_pte(), "the direct copy is not the CPU twin"
