@@ -201,7 +201,7 @@ def _quantized_conv() -> tuple[nn.Module, Inputs]:
     return convert_pt2e(prepared), inputs
 
 
-def _sequence(features: int = 4, steps: int = 3) -> Inputs:
+def _sequence(features: int = 4, steps: int = 2) -> Inputs:
     return (torch.randn(1, steps, features, generator=torch.Generator().manual_seed(1)),)
 
 

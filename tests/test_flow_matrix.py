@@ -65,10 +65,17 @@ lowered and checked, not run."""
 
 @dataclass(frozen=True)
 class Lowered:
-    """A cell's program, and the bytes it must equal (a copy's CPU twin), if any."""
+    """A cell's program, the bytes it must equal (a copy's CPU twin) if any, and the convs an
+    XNNPACK flow left on the portable kernels."""
 
     pte: bytes
     twin: bytes | None = None
+    portable_convs: int | None = None
+
+
+WEIGHTS_COMPUTED_IN_FORWARD = ("weight-standardized conv", "spectral norm", "weight norm")
+"""Rows whose conv weights stock lowering leaves computed (and the convs portable): every XNNPACK
+flow, the quantizing recipes included, must delegate each of their convs."""
 
 
 def fresh(name: str) -> tuple[torch.nn.Module, Inputs]:
@@ -110,7 +117,8 @@ def guard_passes_with(partitioner: Callable[[], object] | None, trusted: tuple[s
     def lower(name: str) -> Lowered:
         parts = eg.guard_partitioners([partitioner()], device_backends=trusted) if partitioner else []
         edge = to_edge_transform_and_lower(exported(name), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts)
-        return Lowered(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+        pte = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
+        return Lowered(pte, portable_convs=eg.delegation_summary(edge).portable["convolution"] if partitioner else None)
 
     return lower
 
@@ -144,7 +152,9 @@ def partitioners_copy(name: str) -> Lowered:
 def recipe(recipe_name: str) -> Callable[[str], Lowered]:
     def lower(name: str) -> Lowered:
         model, inputs = fresh(name)
-        return Lowered(eg.export_with_recipe(model, inputs, recipe_name).to_pte())
+        guarded = eg.export_with_recipe(model, inputs, recipe_name)
+        assert guarded.delegation is not None
+        return Lowered(guarded.to_pte(), portable_convs=guarded.delegation.portable["convolution"])
 
     return lower
 
@@ -180,6 +190,8 @@ def test_the_cell_runs_and_matches_eager(name: str, flow: str) -> None:
     lowered = cell(flow, name)
     if lowered.twin is not None:
         assert lowered.pte == lowered.twin, "the copy is not the CPU twin"
+    if name in WEIGHTS_COMPUTED_IN_FORWARD and lowered.portable_convs is not None:
+        assert lowered.portable_convs == 0, "a conv whose weight is computed in forward was left on the portable kernels"
     expected = eager(name)
     _, inputs = fresh(name)
     (actual,) = run_pte(lowered.pte, inputs)
@@ -224,7 +236,7 @@ def test_stock_limits_fail_the_stock_flow_the_same_way(name: str, flow: str) -> 
     assert STOCK_LIMITS[(name, flow)] in (ROOT / "docs" / "compatibility.md").read_text()
 
 
-@pytest.mark.parametrize("name", ["spectral norm", "weight-standardized conv"])
+@pytest.mark.parametrize("name", ["spectral norm"])
 def test_one_report_whichever_entry_point_ran(name: str) -> None:
     """A copy is one EG103 per device constant and a fold one EG201 per folded weight, the
     same from the direct entry point and from the recipe."""
