@@ -22,7 +22,7 @@ from export_guards.linter import LINT_RULES, lint
 from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
-from export_guards.ruleset import settle
+from export_guards.ruleset import settle, with_project_rules
 from export_guards.settings import Settings
 
 __all__ = ["PROGRAM_LINT_RULES", "Ledger", "Recorded"]
@@ -73,7 +73,7 @@ class Ledger:
         torch.export program), the ledger as ``settings`` select it, ``stopped`` (what
         stopped the export: always shown, whatever the settings), and, for a lowered
         ``edge`` whose backend the partitioned-stage rules speak of, that lint."""
-        report = lint(program, settings, rules=PROGRAM_LINT_RULES) + settle(self.findings, settings)
+        report = lint(program, settings, rules=with_project_rules(PROGRAM_LINT_RULES)) + settle(self.findings, settings)
         if stopped:
             report += stopped
         if edge is not None and partitioned_lint:

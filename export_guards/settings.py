@@ -14,8 +14,9 @@ from typing import Any, Literal, final, get_args
 from export_guards.backends import BACKEND_TABLE
 from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, RETIRED
+from export_guards.ruleset.registry import known_rules, project_prefixes
 
-__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings"]
+__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean"]
 
 Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
@@ -53,7 +54,9 @@ class Settings:
     """Everything a user can set, as in ``[tool.export-guards]`` of ``pyproject.toml``.
 
     Attributes:
-        select: codes or code prefixes to report (``"EG"``: all; ``"EG2"``: the weight rules).
+        select: codes or code prefixes to report (``"EG"``: all of export-guards' own;
+            ``"EG2"``: the weight rules). The default is ``"EG"`` and the prefix of every
+            project's rules installed (``export_guards.ruleset.registry``).
         ignore: codes or prefixes not to report; an ignore wins over a select of the same
             length or shorter (``select=["EG301"], ignore=["EG3"]`` still reports EG301).
         severity: per-code severity overrides.
@@ -66,7 +69,7 @@ class Settings:
             ``export_guards.recipes.recipe_names()`` lists those this machine can make).
     """
 
-    select: tuple[str, ...] = ("EG",)
+    select: tuple[str, ...] = field(default_factory=lambda: ("EG", *project_prefixes()))
     ignore: tuple[str, ...] = ()
     severity: Mapping[str, Severity] = field(default_factory=dict)
     fail_level: Severity = Severity.ERROR
@@ -110,7 +113,7 @@ class Settings:
             raise ValueError(f"recipe {self.recipe!r} is not one of ExecuTorch's recipe names{hint}")
         for name, value in normalised.items():
             object.__setattr__(self, name, value)
-        if not any(self.enabled(code) for code in CATALOG):
+        if not any(self.enabled(code) for code in CATALOG) and not any(map(self.enabled, known_rules())):
             raise ValueError(
                 f"select {list(self.select)} with ignore {list(self.ignore)} reports no code at all: "
                 "a check that selects nothing would always pass"
@@ -168,14 +171,21 @@ def _codes(value: object, key: str) -> tuple[str, ...]:
     for code in codes:  # a typo must not turn a rule off, nor select nothing
         if code in RETIRED:
             raise ValueError(f"{key} names {code}, which was {RETIRED[code]}: remove it")
-        if not any(known.startswith(code) for known in CATALOG) or not code:
-            raise ValueError(f"{key} names {code!r}, which is no code nor prefix of one{_closest(code)}")
+        if not code or not _names_a_code(code):
+            raise ValueError(f"{key} names {code!r}, which is no code nor prefix of one{did_you_mean(code)}")
     return codes
 
 
-def _closest(code: str) -> str:
-    """``; did you mean EG501?``, or how to list the codes when nothing is close."""
-    known = [k[:n] for k in CATALOG for n in range(2, len(k) + 1) if n == len(code)]
+def _names_a_code(prefix: str) -> bool:
+    """Whether ``prefix`` is a known code or the start of one (project rules load only for a
+    prefix that is not export-guards' own)."""
+    return any(known.startswith(prefix) for known in CATALOG) or any(known.startswith(prefix) for known in known_rules())
+
+
+def did_you_mean(code: str) -> str:
+    """``; did you mean EG501?`` (a known code, or a prefix as long as ``code``), or how to list
+    the codes when nothing is close."""
+    known = sorted({k[: len(code)] for k in known_rules() if len(k) >= len(code)})
     confused = code.translate(str.maketrans("OIL", "011"))  # letters typed for digits
     match = confused if confused in known else next(iter(difflib.get_close_matches(code, known, n=1)), None)
     hint = f"; did you mean {match}?" if match else ""
@@ -193,8 +203,8 @@ def _severities(value: object) -> dict[str, Severity]:
         normalized = str(code).strip().upper()
         if normalized in RETIRED:
             raise ValueError(f"severity names {normalized}, which was {RETIRED[normalized]}: remove it")
-        if normalized not in CATALOG:
-            raise ValueError(f"severity keys are rule codes such as EG304, not {code!r}{_closest(normalized)}")
+        if normalized not in CATALOG and normalized not in known_rules():
+            raise ValueError(f"severity keys are rule codes such as EG304, not {code!r}{did_you_mean(normalized)}")
         severities[normalized] = _severity(level, f"severity.{code}")
     return severities
 

@@ -11,6 +11,11 @@ def clean():
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval(), (torch.randn(1, 3, 8, 8),)
 
 
+def gated():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.Sigmoid()).eval(), (torch.randn(2, 4),)
+
+
 def training_mode():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),)

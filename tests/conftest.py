@@ -48,8 +48,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def every_emitted_code_is_registered_and_documented() -> Iterator[set[str]]:
-    """Record the code of every finding the suite makes in this process; at the end, each
-    must be in the catalog and have a section in docs/rules.md."""
+    """Record the code of every finding the suite makes in this process; at the end, each of
+    export-guards' own (EG) must be in the catalog and have a section in docs/rules.md (a
+    project rule's code is its package's to document)."""
     emitted: set[str] = set()
     original = Finding.__init__
 
@@ -63,7 +64,7 @@ def every_emitted_code_is_registered_and_documented() -> Iterator[set[str]]:
     finally:
         Finding.__init__ = original  # type: ignore[method-assign]
     rules_page = (TESTS.parent / "docs" / "rules.md").read_text()
-    unregistered = sorted(emitted - set(CATALOG))
+    unregistered = sorted(c for c in emitted - set(CATALOG) if c.startswith("EG"))
     undocumented = sorted(c for c in emitted & set(CATALOG) if f"## {c} {CATALOG[c].name}\n" not in rules_page)
     assert not unregistered and not undocumented, f"emitted but not registered: {unregistered}; not documented: {undocumented}"
 

@@ -394,7 +394,7 @@ def test_the_dim_order_blind_kernels_are_those_the_runtime_runs_as_contiguous(fu
     """EG516's table of kernels that ignore dim orders, proved operator by operator: a reversed
     dim order on the input runs with the original output where the table says so (a warning),
     and is refused where it does not (an error)."""
-    from export_guards.pte.rules.values import _DIM_ORDER_BLIND
+    from export_guards.pte.reader.operators import DIM_ORDER_BLIND
 
     torch.manual_seed(0)
     exported = torch.export.export(_Applies(function), (torch.randn(*shape),))
@@ -410,7 +410,7 @@ def test_the_dim_order_blind_kernels_are_those_the_runtime_runs_as_contiguous(fu
     assert (finding.severity is eg.Severity.WARNING) == (outcome == "same output"), finding.message
     plan = deserialize_pte_binary(original).program.execution_plan[0]
     operators = {plan.operators[c.op_index].name for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall)}
-    assert (outcome == "same output") == (operators <= _DIM_ORDER_BLIND)
+    assert (outcome == "same output") == (operators <= DIM_ORDER_BLIND)
     assert Outcome(runner, tmp_path, original).of(mutant) == outcome
 
 

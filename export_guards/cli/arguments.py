@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from export_guards.render import FORMATS, STATISTICS_FORMATS
-from export_guards.ruleset import CATALOG, Stage
+from export_guards.ruleset import ProjectRulesError, Stage, known_rules
 from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
 
 __all__ = ["UsageError", "parser", "recipe_made_here", "settings_from"]
@@ -58,7 +58,7 @@ def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
 
 
 def _report_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--select", help="comma-separated codes or prefixes to report (default EG: all)")
+    command.add_argument("--select", help="comma-separated codes or prefixes to report (default: EG, all of ours, and every installed project rule)")
     command.add_argument("--ignore", help="comma-separated codes or prefixes not to report")
     command.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
     command.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings reach the fail level (errors of the tool itself still exit 2)")
@@ -98,7 +98,11 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         settings = settings.updated({k: v for k, v in given.items() if v is not None}, "the command line")
     except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
-    if not any(settings.enabled(code) for code, r in CATALOG.items() if r.stage in stages):
+    try:  # project rules load here, so that a broken package is a usage error before any work
+        known = known_rules()
+    except ProjectRulesError as error:
+        raise UsageError(str(error)) from None
+    if not any(settings.enabled(code) for code, r in known.items() if r.stage in stages):
         raise UsageError(
             f"the selection (select {list(settings.select)}, ignore {list(settings.ignore)}) reports nothing that "
             f"`{args.command}` checks; `export-guards rules` lists which codes each command reports"

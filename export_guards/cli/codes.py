@@ -3,31 +3,44 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from export_guards.cli.arguments import UsageError
 from export_guards.cli.console import write_stdout
 from export_guards.cli.reporting import EXIT_CLEAN
 from export_guards.cli.signals import Interrupts
-from export_guards.ruleset import CATALOG, STAGES
+from export_guards.ruleset import STAGES, ProjectRulesError, Rule, known_rules
 from export_guards.ruleset.catalog import RETIRED
+from export_guards.ruleset.registry import origin
+from export_guards.settings import did_you_mean
 
 __all__ = ["explain", "rules"]
 
 
 def rules(args: argparse.Namespace, interrupts: Interrupts) -> int:
-    """Every code: one line each, or a JSON table."""
+    """Every code, export-guards' own then each installed project's: one line each, or a JSON
+    table that also says which package each comes from."""
+    known = _known()
     if args.output_format == "json":
         table = [
-            {"code": r.code, "name": r.name, "severity": r.severity.value, "stage": r.stage, "summary": r.summary, "fix": r.fix, "url": r.help_uri}
-            for r in CATALOG.values()
+            {
+                "code": r.code,
+                "name": r.name,
+                "severity": r.severity.value,
+                "stage": r.stage,
+                "summary": r.summary,
+                "fix": r.fix,
+                "url": r.help_uri,
+                "package": _package(r),
+            }
+            for r in known.values()
         ]
         write_stdout(json.dumps(table, indent=2) + "\n")
         return EXIT_CLEAN
-    width = max(len(r.name) for r in CATALOG.values())
-    write_stdout("".join(f"{code}  {r.name:<{width}}  {r.severity.value:<7}  {r.summary}\n" for code, r in CATALOG.items()))
+    width = max(len(r.name) for r in known.values())
+    write_stdout("".join(f"{code}  {r.name:<{width}}  {r.severity.value:<7}  {r.summary}\n" for code, r in known.items()))
     return EXIT_CLEAN
 
 
@@ -37,20 +50,34 @@ def explain(args: argparse.Namespace, interrupts: Interrupts) -> int:
     if code in RETIRED:
         write_stdout(f"{code} is no longer reported: it was {RETIRED[code]}.\n")
         return EXIT_CLEAN
-    registered = CATALOG.get(code)
+    known = _known()
+    registered = known.get(code)
     if registered is None:
-        close = difflib.get_close_matches(code.translate(str.maketrans("OIL", "011")), list(CATALOG), n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise UsageError(f"no code {args.code!r}{hint} (`export-guards rules` lists them)")
-    page = _rule_page(code)
+        raise UsageError(f"no code {args.code!r}{did_you_mean(code)}")
+    package = _package(registered)
+    page = _rule_page(code) if package == "export-guards" else ""
     text = (
         f"{code} {registered.name} ({registered.severity.value}; {STAGES[registered.stage]})\n\n"
         f"{registered.summary}\n\nHow to fix: {registered.fix}\n"
         + (f"\n{page}\n" if page else "")
-        + f"\nDocumentation: {registered.help_uri}\n"
+        + ("" if package == "export-guards" else f"\nA project rule, from the package {package}.\n")
+        + (f"\nDocumentation: {registered.help_uri}\n" if registered.help_uri else "")
     )
     write_stdout(text)
     return EXIT_CLEAN
+
+
+def _known() -> Mapping[str, Rule]:
+    try:
+        return known_rules()
+    except ProjectRulesError as error:
+        raise UsageError(str(error)) from None
+
+
+def _package(rule: Rule) -> str:
+    """The package that declares ``rule``: ``export-guards`` for our own codes."""
+    declared = origin(rule.code)
+    return "export-guards" if declared is None else declared.package
 
 
 def _rule_page(code: str) -> str:

@@ -11,7 +11,7 @@ from export_guards.analysis.source import node_site
 from export_guards.linter.context import LintContext
 from export_guards.linter.rules import LINT_RULES
 from export_guards.report import Report
-from export_guards.ruleset import RuleSet, Stage, run
+from export_guards.ruleset import RuleSet, Stage, run, with_project_rules
 from export_guards.settings import Settings
 
 __all__ = ["LINT_RULES", "LintConfig", "LintContext", "lint", "lint_method"]
@@ -38,7 +38,7 @@ def lint(
         fold: whether the guards' fold will run (changes EG210 / EG212's advice and severity);
             default ``config.fold``.
         reasons: per method, the partitioner's reason for each node it left out, by node name.
-        rules: the rule set to run (default ``LINT_RULES``, the built-in rules).
+        rules: the rule set to run (default ``LINT_RULES`` and the installed project rules).
 
     Raises:
         TypeError: ``program`` is none of the accepted forms.
@@ -67,4 +67,4 @@ def lint_method(
     settings = config or Settings()
     context = LintContext(program, method, settings.fold if fold is None else fold, reasons or {})
     where = f"method '{method}'" if method else "the program"
-    return run(rules or LINT_RULES, stage, context, settings, name=where, method=method, locate=node_site)
+    return run(rules or with_project_rules(LINT_RULES), stage, context, settings, name=where, method=method, locate=node_site)

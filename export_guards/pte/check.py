@@ -15,7 +15,7 @@ from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twic
 from export_guards.pte.rules import PTE_RULES
 from export_guards.pte.smoke import smoke_test
 from export_guards.report import Report
-from export_guards.ruleset import run
+from export_guards.ruleset import run, with_project_rules
 from export_guards.settings import Settings
 
 __all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte"]
@@ -71,11 +71,11 @@ def check_pte(
     pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
     ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
     artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
-    report = run(PTE_RULES, "pte", PteContext(pte, ptds), config, name=pte.name, artifact=artifact)
+    report = run(with_project_rules(PTE_RULES), "pte", PteContext(pte, ptds), config, name=pte.name, artifact=artifact)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
         with _as_file(program) as path:
             smoke = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
-        report += run(PTE_RULES, "runtime", smoke, config, name=pte.name, artifact=artifact)
+        report += run(with_project_rules(PTE_RULES), "runtime", smoke, config, name=pte.name, artifact=artifact)
     return report
 
 
@@ -111,7 +111,7 @@ def check_reproducible(
     """
     config = config or Settings()
     pair = export_twice(target, backend=backend, placement=placement, fold=fold, recipe=recipe, timeout_s=timeout_s)
-    return run(PTE_RULES, "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
+    return run(with_project_rules(PTE_RULES), "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
 
 
 def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: Settings | None = None) -> Report:
@@ -119,7 +119,7 @@ def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: Settings | N
     constant and named-data key. Clean when the bytes are equal."""
     first_bytes, second_bytes = (bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else Path(p).read_bytes() for p in (first, second))
     pair = ExportPair(f"{_name(first)} and {_name(second)}", first_bytes, second_bytes, {})
-    return run(PTE_RULES, "reproducible", pair, config or Settings(), name=pair.target)
+    return run(with_project_rules(PTE_RULES), "reproducible", pair, config or Settings(), name=pair.target)
 
 
 def _name(program: PathOrBytes) -> str:

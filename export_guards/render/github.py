@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from export_guards.report import Finding, Report, Severity
-from export_guards.ruleset import CATALOG
+from export_guards.ruleset import known_rules
 
 __all__ = ["render_github"]
 
@@ -26,7 +26,7 @@ def _annotation(finding: Finding) -> str:
         properties["line"] = str(finding.location.line)
     elif finding.artifact is not None:
         properties["file"] = _relative(finding.artifact)
-    registered = CATALOG.get(finding.code)
+    registered = known_rules().get(finding.code)
     properties["title"] = f"{finding.code} {registered.name}" if registered else finding.code
     fields = ",".join(f"{key}={_escape(value, property_value=True)}" for key, value in properties.items())
     message = finding.message + (f"\nFix: {finding.fix}" if finding.fix else "")

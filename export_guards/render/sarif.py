@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from export_guards.report import Finding, Report, Severity, SourceLocation
-from export_guards.ruleset import CATALOG, DOCS_URL
+from export_guards.ruleset import DOCS_URL, known_rules
 
 __all__ = ["FINGERPRINT", "ROOT_ID", "project_root", "render_sarif"]
 
@@ -51,7 +51,7 @@ def render_sarif(report: Report, *, root: Path | None = None) -> str:
     numbering, and distinct for distinct results of one run.
     """
     root = (root or project_root(Path.cwd())).resolve()
-    codes = sorted({f.code for f in report} | set(CATALOG))
+    codes = sorted({f.code for f in report} | set(known_rules()))
     index = {code: i for i, code in enumerate(codes)}
     seen: Counter[str] = Counter()
     results = []
@@ -88,16 +88,18 @@ def render_sarif(report: Report, *, root: Path | None = None) -> str:
 
 
 def _rule(code: str) -> dict[str, Any]:
-    registered = CATALOG.get(code)
-    if registered is None:  # a project's own rule, passed to the lint explicitly
+    registered = known_rules().get(code)
+    if registered is None:  # a rule passed to the lint explicitly, known nowhere else
         return {"id": code, "name": code.lower(), "shortDescription": {"text": code}}
-    return {
+    described: dict[str, Any] = {
         "id": code,
         "name": registered.name,
         "shortDescription": {"text": registered.summary},
-        "helpUri": registered.help_uri,
         "defaultConfiguration": {"level": _LEVEL[registered.severity]},
     }
+    if registered.help_uri is not None:
+        described["helpUri"] = registered.help_uri
+    return described
 
 
 def _result(finding: Finding, rule_index: int, physical: dict[str, Any], fingerprint: str) -> dict[str, Any]:

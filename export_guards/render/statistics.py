@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 from export_guards.report import Report
-from export_guards.ruleset import CATALOG
+from export_guards.ruleset import known_rules
 
 __all__ = ["render_statistics"]
 
@@ -20,7 +20,7 @@ def render_statistics(report: Report, output_format: str = "text") -> str:
         if finding.code not in worst or finding.severity.rank > worst[finding.code].rank:
             worst[finding.code] = finding.severity
     rows = [
-        {"code": code, "name": CATALOG[code].name if code in CATALOG else "", "severity": worst[code].value, "count": count}
+        {"code": code, "name": known[code].name if code in (known := known_rules()) else "", "severity": worst[code].value, "count": count}
         for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     ]
     if output_format == "json":

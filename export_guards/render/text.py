@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from export_guards.report import Finding, Report, Severity
-from export_guards.ruleset import CATALOG
+from export_guards.ruleset import known_rules
 
 __all__ = ["render_text"]
 
@@ -25,7 +25,7 @@ def render_text(report: Report, *, verbose: bool = False) -> str:
     if not verbose:
         infos = Counter(f.code for f in report if f.severity is Severity.INFO)
         for code, count in infos.items():
-            name = CATALOG[code].name if code in CATALOG else ""
+            name = known[code].name if code in (known := known_rules()) else ""
             blocks.append(f"{code} [info] {name}: {count} finding{'s' if count != 1 else ''} (-v lists them)")
     blocks.append(_summary(report))
     return "\n".join(blocks) + "\n"

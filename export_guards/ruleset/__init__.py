@@ -1,8 +1,9 @@
 """The rule engine: what a rule is, the catalog of every code, and the runner that turns
-rules into findings. Imports neither torch nor ExecuTorch."""
+rules into findings; the registry adds the rules that installed packages declare. Imports neither torch nor ExecuTorch."""
 
 from export_guards.ruleset.catalog import CATALOG, rule
 from export_guards.ruleset.engine import RULE_FAILED, Locate, RuleSet, describe_error, finding, run, settle
+from export_guards.ruleset.registry import ProjectRulesError, known_rules, with_project_rules
 from export_guards.ruleset.rule import DOCS_URL, STAGES, Check, Hit, Rule, Stage
 
 RULES = CATALOG
@@ -17,12 +18,15 @@ __all__ = [
     "Check",
     "Hit",
     "Locate",
+    "ProjectRulesError",
     "Rule",
     "RuleSet",
     "Stage",
     "describe_error",
     "finding",
+    "known_rules",
     "rule",
     "run",
     "settle",
+    "with_project_rules",
 ]

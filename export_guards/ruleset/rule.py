@@ -66,7 +66,8 @@ class Rule:
     """A code export-guards can report, and the check that finds it.
 
     Attributes:
-        code: stable code, ``EG`` and three digits (another prefix for a project's own rules).
+        code: stable code: ``EG`` and three digits; a project's own rules use their package's
+            prefix (``ACME001``; see ``export_guards.ruleset.registry``).
         name: a short kebab-case name.
         severity: the default severity.
         summary: one line saying what it finds.
@@ -74,6 +75,8 @@ class Rule:
         stage: what its check reads, or who reports it (``STAGES``).
         check: yields a ``Hit`` per problem, given the stage's subject; ``None`` for codes that
             a guard reports itself (stage ``action``) or the engine does (``engine``).
+        url: the rule's documentation page, for a project's rules (export-guards' own codes
+            link to their section of ``docs/rules.md``).
     """
 
     code: str
@@ -83,10 +86,13 @@ class Rule:
     fix: str
     stage: Stage
     check: Check | None = dataclasses.field(default=None, compare=False, repr=False)
+    url: str | None = None
 
     @property
-    def help_uri(self) -> str:
-        """The rule's documentation page."""
+    def help_uri(self) -> str | None:
+        """The rule's documentation page (``None`` for a project rule that names none)."""
+        if self.url is not None or not self.code.startswith("EG"):
+            return self.url
         return f"{DOCS_URL}#{self.code.lower()}-{self.name}"
 
     def checked_by(self, check: Check) -> Rule:

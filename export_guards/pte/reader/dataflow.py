@@ -30,14 +30,12 @@ from executorch.exir.schema import (
     TensorList,
 )
 
+from export_guards.pte.reader.operators import VIEWS
 from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import tensor_nbytes
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
 __all__ = ["Access", "arena_slot", "method_accesses", "read_before_written", "tensor_arguments", "views"]
-
-_VIEWS = frozenset({"executorch_prim::et_view"})  # (self, sizes, out): out shares self's memory
-
 
 @final
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, Xnn
 
 def _kernel_access(plan: ExecutionPlan, call: KernelCall) -> Access:
     operator = plan.operators[call.op_index] if 0 <= call.op_index < len(plan.operators) else None
-    if operator is not None and operator.name in _VIEWS and len(call.args) >= 2:
+    if operator is not None and operator.name in VIEWS and len(call.args) >= 2:
         base, view = tensor_arguments(plan, call.args[:1]), tensor_arguments(plan, call.args[-1:])
         if base and view:
             return Access(reads=base, writes=view, view=(next(iter(view)), next(iter(base))))

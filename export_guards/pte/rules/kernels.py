@@ -37,6 +37,7 @@ from executorch.exir.schema import (
 from executorch.exir.tensor import get_scalar_type
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.reader.operators import ONE_DTYPE
 from export_guards.pte.reader.tensors import describe_tensor
 from export_guards.ruleset import Hit, rule
 
@@ -99,23 +100,11 @@ def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
     )
 
 
-# Operators whose ExecuTorch kernels take every tensor in one dtype (they check
-# ``tensors_have_same_dtype`` and refuse the call), where torch's meta kernels do not check:
-# matrix products, convolutions, normalisations, and the copies that only move elements.
-_ONE_DTYPE = frozenset(
-    f"aten::{name}"
-    for name in (
-        "convolution", "addmm", "mm", "bmm", "linear", "native_layer_norm", "native_group_norm",
-        "_native_batch_norm_legit_no_training", "permute_copy", "view_copy", "expand_copy", "slice_copy",
-        "select_copy", "transpose_copy", "squeeze_copy", "unsqueeze_copy", "clone", "constant_pad_nd",
-        "_softmax", "_log_softmax", "avg_pool2d", "max_pool2d_with_indices",
-    )
-)  # fmt: skip
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
 
 
 def _mixed_dtypes(name: str, arguments: list, signature: tuple) -> str | None:
-    if name not in _ONE_DTYPE:
+    if name not in ONE_DTYPE:
         return None
     dtypes = {
         a.name: get_scalar_type(d[1])

@@ -10,6 +10,7 @@ from executorch.exir.schema import DelegateCall, ExecutionPlan, Int, KernelCall,
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_written, tensor_arguments, views
+from export_guards.pte.reader.operators import BYTE_COPIES, DIM_ORDER_BLIND, is_aten
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
@@ -40,27 +41,20 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
 
 _CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
 
-# ATen kernels that neither check nor use a tensor's dim order: the optimized kernels that
-# executorch.runtime links for these read and write the bytes as contiguous. (Their portable
-# kernels, and ExecuTorch's other kernels, refuse the call. A method input is no exception: the
-# runtime copies the caller's bytes into the method's tensor, which keeps its dim order.) Proved
-# operator by operator in tests/test_pte_runtime_agreement.py.
-_DIM_ORDER_BLIND = frozenset({"aten::mm", "aten::bmm", "aten::exp", "aten::gelu", "aten::native_layer_norm"})
-
 
 def _unusual_dim_order(plan: ExecutionPlan, index: int, takers: list[str]) -> Hit:
     """A dim order that is a permutation but neither contiguous nor channels-last, on a tensor
     that ATen kernels take (``takers``: what takes it, as ``_takers`` names them)."""
     tensor = plan.values[index].val
     what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {list(tensor.dim_order)}"
-    refusing = next((t for t in takers if t.startswith("aten::") and t not in _DIM_ORDER_BLIND), None)
+    refusing = next((t for t in takers if is_aten(t) and t not in DIM_ORDER_BLIND), None)
     if refusing is not None:
         return Hit(
             f"{what}, and {refusing} takes it: ExecuTorch's kernels take only contiguous and channels-last dim "
             f"orders and refuse the call",
             method=plan.name,
         )
-    blind = ", ".join(sorted({t for t in takers if t.startswith("aten::")}))
+    blind = ", ".join(sorted({t for t in takers if is_aten(t)}))
     # XNNPACK permutes dims by the dim order, dim_order_ops copy by it, and the caller gets strides from it
     ordered = next((t for t in takers if t == "a delegate" or t.startswith("dim_order_ops::")), "the caller" if index in plan.outputs else None)
     if ordered is not None:
@@ -93,7 +87,7 @@ def _takers(plan: ExecutionPlan) -> dict[int, list[str]]:
                 continue
             for index in tensor_arguments(plan, call.args):
                 takers.setdefault(index, []).append(name)
-    return {index: names for index, names in takers.items() if any(n.startswith("aten::") for n in names)}
+    return {index: names for index, names in takers.items() if any(map(is_aten, names))}
 
 
 @rule("EG517")
@@ -134,9 +128,6 @@ def arena_overlap(context: PteContext) -> Iterator[Hit]:
             )
 
 
-# Copies that write their input's leading bytes unchanged (a contiguous tensor's view, squeeze,
-# clone, or slice of leading elements): placed at their input's offset, they change nothing.
-_BYTE_COPIES = frozenset({"aten::view_copy", "aten::squeeze_copy", "aten::unsqueeze_copy", "aten::clone", "aten::alias_copy", "aten::slice_copy"})
 
 
 def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], a: int, b: int, first: int, last: int) -> bool:
@@ -146,7 +137,7 @@ def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], a: int, b: 
     call = plan.chains[0].instructions[first].instr_args
     if not isinstance(call, KernelCall) or not call.args or not 0 <= call.op_index < len(plan.operators):
         return False
-    if plan.operators[call.op_index].name not in _BYTE_COPIES:
+    if plan.operators[call.op_index].name not in BYTE_COPIES:
         return False
     for target, source in ((a, b), (b, a)):
         if call.args[0] == source and target in accesses[first].writes and _same_leading_bytes(plan, call, source, target):
