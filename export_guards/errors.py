@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from executorch.exir.error import InternalError
 
-from export_guards.report import Report
+from export_guards.report import Report, SourceLocation
 
 __all__ = ["ConstantPlacementError", "GuardError", "LintError", "LoweringFailed"]
 
@@ -27,4 +27,9 @@ class LintError(GuardError):
 
 class LoweringFailed(GuardError):
     """ExecuTorch could not lower the program; ``report`` holds what the lint found before,
-    which often says why (a train-mode batch norm, say)."""
+    which often says why (a train-mode batch norm, say); ``location`` is the user's line that
+    made the operator ExecuTorch's error names, when it names one."""
+
+    def __init__(self, message: str, report: Report, location: SourceLocation | None = None) -> None:
+        super().__init__(message, report)
+        self.location = location

@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
+from export_guards.analysis.source import location_named_in
 from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
 from export_guards.ledger import Ledger
@@ -220,6 +221,8 @@ def lower_with_guards(
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
-        raise LoweringFailed(f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(program, settings)) from error
+        raise LoweringFailed(
+            f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(program, settings), location_named_in(program.graph, str(error))
+        ) from error
     report = ledger.report(program, settings, edge=edge, partitioned_lint=backend.partitioned_lint, reasons={"forward": reasons})
     return GuardedExport(program, edge, report)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from export_guards.report import SourceLocation
+
 __all__ = ["StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
 
 
@@ -29,12 +31,18 @@ class StepFailed(Exception):
     Attributes:
         step: the step, in the user's terms (``"building the model"``).
         detail: what failed: the exception, and where in the user's code when known.
+        cause: the innermost exception it was raised from, in one line (``"SpecViolationError:
+            Operator aten.rand_like.default is not in Core ATen opset"``).
+        location: the line of the user's code it went through, or that made the operator it
+            names (a ``GuardError``'s ``location``), when known.
     """
 
-    def __init__(self, step: str, detail: str) -> None:
+    def __init__(self, step: str, detail: str, cause: str = "", location: SourceLocation | None = None) -> None:
         super().__init__(f"{step} failed: {detail}")
         self.step = step
         self.detail = detail
+        self.cause = cause or detail.splitlines()[0]
+        self.location = location
 
 
 def parse_arguments(pairs: Iterable[str]) -> dict[str, Any]:
@@ -221,26 +229,42 @@ def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
         raise StepFailed(step, f"the target called sys.exit({error.code!r})") from None
     except Exception as error:
         raised = f"{call + ' raised ' if call else ''}{type(error).__name__}: {first_line(error)}"
+        innermost = _chain(error)[-1]
+        cause = f"{type(innermost).__name__}: {first_line(innermost)}"
+        if cause not in raised:  # the root cause, that a wrapper's message may have dropped
+            raised += f"\n  caused by {cause}"
         frame = _user_frame(error, path)
-        where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else ""
-        raise StepFailed(step, raised + where + _found_before(error)) from error
+        location = getattr(error, "location", None)  # where the user's code made what failed
+        if frame is not None and path is not None and Path(frame.filename).resolve() == path.resolve():
+            location = SourceLocation(frame.filename, frame.lineno or 1, (frame.line or "").strip())
+        if isinstance(location, SourceLocation):
+            where = f"\n  at {location}: {location.code}"
+        else:
+            location = None
+            where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else ""
+        raise StepFailed(step, raised + where + _found_before(error), cause, location) from error
 
 
 def _user_frame(error: BaseException, path: Path | None) -> traceback.FrameSummary | None:
     """The innermost frame in the user's file ``path`` of ``error``'s traceback, or of the
     errors it was raised from (torch.export re-raises from its own frames); else the innermost
     frame of ``error`` outside this module."""
-    chain: list[BaseException] = []
-    cause: BaseException | None = error
-    while cause is not None and cause not in chain:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    for raised in chain if path is not None else []:
+    for raised in _chain(error) if path is not None else []:
         mine = [f for f in traceback.extract_tb(raised.__traceback__) if Path(f.filename).resolve() == path.resolve()]
         if mine:
             return mine[-1]
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
     return frames[-1] if frames else None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised from or during, outermost first."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return chain
 
 
 def _found_before(error: BaseException) -> str:

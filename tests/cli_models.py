@@ -34,6 +34,14 @@ def on_trapdev():
     return nn.Linear(4, 3).to(device), (torch.randn(2, 4).to(device),)
 
 
+def lowering_fails():
+    class Noisy(nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)  # not core ATen: to_edge refuses it
+
+    return Noisy(), (torch.randn(2, 3),)
+
+
 def broken():
     class Broken(nn.Module):
         def forward(self, x):

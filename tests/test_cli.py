@@ -28,7 +28,8 @@ def test_clean_model_exits_0_and_writes_the_pte(cli: Callable[..., Ran], tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.stat().st_size > 0 and out.read_bytes()[4:8] == b"ET12"
     assert "EG402 [info] 1 of 1 compute ops delegated (100%) to XnnpackBackend" in done.stdout
-    assert "Found 1 finding (1 info)." in done.stdout
+    assert "EG310 [info] method 'forward' takes input: float32[1, 3, 8, 8] (contiguous)." in done.stdout
+    assert "Found 2 findings (2 infos)." in done.stdout
     assert "export-guards: exporting and linting" in done.stderr  # progress on stderr only
     assert "exporting" not in done.stdout
 
@@ -122,6 +123,27 @@ def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose(cli: Calla
     assert "Traceback" not in done.stderr
     verbose = cli("lint", f"{MODELS}:broken", "--verbose")
     assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+
+
+@pytest.mark.parametrize(
+    ("factory", "step", "cause", "line"),
+    [
+        ("broken", "torch.export", "if x.sum() > 0:", "if x.sum() > 0:"),
+        ("lowering_fails", "lowering (xnnpack)", "SpecViolationError: Operator torch._ops.aten.rand_like.default", "return x + torch.rand_like(x)"),
+    ],
+)
+def test_a_failed_step_is_a_report_too(cli: Callable[..., Ran], tmp_path: Path, factory: str, step: str, cause: str, line: str) -> None:
+    done = cli("lint", f"{MODELS}:{factory}", "--format", "json")
+    assert done.returncode == 2 and f"export-guards: {step} failed:" in done.stderr
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert finding["code"] == "EG002" and finding["message"].startswith(f"{step} failed: ")
+    assert cause in finding["message"] or cause in done.stderr
+    source = MODELS.read_text().splitlines()
+    assert finding["location"]["file"] == str(MODELS) and line in source[finding["location"]["line"] - 1]  # the user's line
+    sarif = cli("lint", f"{MODELS}:{factory}", "--format", "sarif", "--report-file", tmp_path / "r.sarif")
+    assert sarif.returncode == 2 and sarif.stdout == ""
+    assert [r["ruleId"] for r in json.loads((tmp_path / "r.sarif").read_text())["runs"][0]["results"]] == ["EG002"]
+    assert cli("lint", f"{MODELS}:{factory}").stdout == ""  # text: stderr says it, once
 
 
 def test_rules_and_explain(cli: Callable[..., Ran]) -> None:

@@ -60,7 +60,7 @@ def test_a_rule_package_is_selected_listed_explained_configured_and_run(
     assert "cli_models.py:" in linted.stdout  # placed on the user's line, as ours are
     checked = cli("check", pte, "--format", "json")
     found = json.loads(checked.stdout)["findings"]
-    assert checked.returncode == 1 and {f["code"] for f in found} == {"ACME501"}
+    assert checked.returncode == 1 and {f["code"] for f in found} == {"ACME501", "EG520"}
     assert any("aten::sigmoid.out" in f["message"] for f in found)
     sarif = json.loads(cli("check", pte, "--format", "sarif").stdout)
     described = {r["id"]: r for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
@@ -68,7 +68,8 @@ def test_a_rule_package_is_selected_listed_explained_configured_and_run(
 
     (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nignore = ["ACME0"]\n[tool.export-guards.severity]\nACME501 = "info"\n')
     configured = cli("check", pte, "--format", "json", cwd=tmp_path)
-    assert configured.returncode == 0 and {f["severity"] for f in json.loads(configured.stdout)["findings"]} == {"info"}
+    severities = {f["code"]: f["severity"] for f in json.loads(configured.stdout)["findings"]}
+    assert configured.returncode == 0 and severities == {"ACME501": "info", "EG520": "warning"}
     assert cli("check", pte, "--select", "EG").stdout.count("ACME") == 0
     typo = cli("check", pte, "--select", "ACME9")
     assert typo.returncode == 2 and "no code nor prefix" in typo.stderr

@@ -35,14 +35,14 @@ def messages(data: bytes, code: str) -> str:
     return "\n".join(f.message for f in check_pte(data).with_code(code))
 
 
-@pytest.mark.parametrize("name", ["portable", "xnnpack", "mutable"])
-def test_programs_as_exported_have_no_findings(programs: dict[str, Written], name: str) -> None:
-    assert check_pte(programs[name].pte).findings == ()
+@pytest.mark.parametrize(("name", "expected"), [("portable", {"EG520"}), ("xnnpack", set()), ("mutable", {"EG520"})])
+def test_programs_as_exported_have_no_findings_but_portable_compute(programs: dict[str, Written], name: str, expected: set[str]) -> None:
+    assert {f.code for f in check_pte(programs[name].pte)} == expected  # EG520: a conv with no delegate
 
 
 def test_external_data_resolves_only_with_its_data_file(programs: dict[str, Written]) -> None:
     written = programs["external"]
-    assert check_pte(written.pte, data_files=written.data_files).findings == ()
+    assert {f.code for f in check_pte(written.pte, data_files=written.data_files)} == {"EG520"}  # portable, not damaged
     missing = check_pte(written.pte).with_code("EG508")
     assert {f.constant for f in missing} == {"conv.weight", "conv.bias", "linear.weight", "linear.bias", "offset"}
     assert "needs a .ptd file; none was given" in missing[0].message
@@ -206,7 +206,7 @@ def test_check_command_with_data_files_and_sarif(cli: Callable[..., Ran], progra
     assert two.returncode == 2 and "--runtime loads one data file" in two.stderr
     done = cli("check", str(written.pte), "--format", "sarif")
     assert done.returncode == 1
-    assert {r["ruleId"] for r in json.loads(done.stdout)["runs"][0]["results"]} == {"EG508"}
+    assert {r["ruleId"] for r in json.loads(done.stdout)["runs"][0]["results"]} == {"EG508", "EG520"}
 
 
 @pytest.mark.subprocess
@@ -276,7 +276,8 @@ VALID_NAMES = (
 @pytest.mark.subprocess
 @pytest.mark.parametrize("name", VALID_NAMES)
 def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes], name: str) -> None:
-    assert check_pte(valid[name], runtime=True).findings == ()
+    codes = {f.code for f in check_pte(valid[name], runtime=True)}
+    assert codes <= {"EG520"} and not ("xnnpack" in name and codes)  # a portable conv or linear is only a warning
 
 
 def test_the_fast_program_parse_equals_executorchs(valid: dict[str, bytes], programs: dict[str, Written]) -> None:

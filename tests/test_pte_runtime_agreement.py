@@ -5,6 +5,7 @@ that runs with the original's outputs."""
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -510,3 +511,26 @@ def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_er
     path.write_bytes(mutant)
     assert runner.run(written.pte, written.data_files[0], inputs)["outcome"] == "ok"
     assert runner.run(path, written.data_files[0], inputs)["outcome"] == "error"
+
+
+def test_a_one_channel_channels_last_conv_fails_in_xnnpack_and_eg514_says_the_cause_is_its_layout(runner, tmp_path) -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.runtime import Runtime
+
+    def lowered(model: torch.nn.Module, x: torch.Tensor) -> bytes:
+        program = torch.export.export(model, (x,))
+        return to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU()).eval(), torch.randn(1, 1, 8, 8)
+    channels_last = torch.channels_last
+    refused = lowered(copy.deepcopy(model).to(memory_format=channels_last), x.to(memory_format=channels_last))
+    (finding,) = eg.check_pte(refused).with_code("EG514")
+    assert finding.fix.startswith("A layout, not damage") and "x.contiguous()" in finding.fix
+    (tmp_path / "refused.pte").write_bytes(refused)
+    torch.save(program_inputs(refused), tmp_path / "inputs.pt")
+    assert runner.run(tmp_path / "refused.pte", None, tmp_path / "inputs.pt")["outcome"] == "error"  # the call fails
+    fixed = lowered(model, x)  # the fix: contiguous model and inputs
+    assert not eg.check_pte(fixed).errors
+    (out,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
+    torch.testing.assert_close(out, model(x))

@@ -132,6 +132,135 @@ def test_eg305_a_parameter_written_in_place_loses_its_writes_in_the_program() ->
     assert all(torch.equal(a, b) for a, b in zip(runs, expected))
 
 
+class Running(nn.Module):
+    """State updated in place, as a running total or a cache is, starting from ``start``."""
+
+    def __init__(self, start: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("total", start.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.total.add_(x)
+        return self.total * 2
+
+
+def test_eg308_a_written_buffer_starts_from_zeros_in_the_program_and_the_fix_keeps_its_value() -> None:
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    torch.manual_seed(0)
+    x, start = torch.randn(2, 4), torch.ones(2, 4)
+    with torch.no_grad():
+        program = torch.export.export(Running(start), (x,))
+    (finding,) = eg.lint(program).with_code("EG308")
+    assert finding.constant == "total" and finding.location is not None and "self.total.add_(x)" in finding.location.code
+    stock = to_edge_transform_and_lower(program).to_executorch().buffer
+    (first,) = Runtime.get().load_program(stock).load_method("forward").execute([x])
+    torch.testing.assert_close(first, Running(torch.zeros(2, 4))(x))  # the claim: it starts from zeros
+    assert not torch.allclose(first, Running(start)(x))
+    kept = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["total"])])  # the fix, as the finding names it
+    assert "InitializedMutableBufferPass(['total'])" in finding.fix
+    fixed = to_edge_transform_and_lower(program).to_executorch(kept).buffer
+    (first,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
+    torch.testing.assert_close(first, Running(start)(x))
+    with torch.no_grad():  # a cache that starts at zeros is clean, and right
+        assert "EG308" not in {f.code for f in eg.lint(torch.export.export(Running(torch.zeros(2, 4)), (x,)))}
+
+
+class AddsInPlace(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x.add_(1)
+        return torch.relu(x) * y, y - 1
+
+
+class ReluInPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.relu(x, inplace=True) + 1
+
+
+@pytest.mark.parametrize("model", [AddsInPlace(), ReluInPlace()], ids=["add_", "relu inplace"])
+def test_eg309_an_input_written_in_place_comes_first_among_the_methods_outputs(model: nn.Module) -> None:
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 4), torch.randn(2, 4))[: 2 if isinstance(model, AddsInPlace) else 1]
+    with torch.no_grad():
+        program = torch.export.export(model, tuple(t.clone() for t in inputs))
+    (finding,) = eg.lint(program).with_code("EG309")
+    written = [t.clone() for t in inputs]
+    eager = model(*written)
+    eager = list(eager) if isinstance(eager, tuple) else [eager]
+    outputs = run_pte(model, tuple(t.clone() for t in inputs))[0]
+    assert f"output 0: it has {len(outputs)} outputs" in finding.message  # the claim: one more output, first
+    torch.testing.assert_close(outputs[0], written[0])  # output 0 is the written input
+    first = len(outputs) - len(eager)
+    assert (f"output {first}" if len(eager) == 1 else f"outputs {first} to {len(outputs) - 1}") in finding.message
+    for got, expected in zip(outputs[len(outputs) - len(eager) :], eager):
+        torch.testing.assert_close(got, expected)
+
+
+def test_eg310_the_stated_shape_and_dim_order_are_what_the_runtime_takes() -> None:
+    torch.manual_seed(0)
+    model, x = nn.Conv2d(3, 4, 3).eval(), torch.randn(1, 3, 8, 8)
+    (finding,) = eg.lint(torch.export.export(model, (x,))).with_code("EG310")
+    assert "input: float32[1, 3, 8, 8] (contiguous)" in finding.message
+    method = Runtime.get().load_program(to_edge_transform_and_lower(torch.export.export(model, (x,))).to_executorch().buffer).load_method("forward")
+    with pytest.raises(RuntimeError):  # another shape: refused
+        method.execute([torch.randn(2, 3, 8, 8)])
+    (wrong,) = method.execute([x.to(memory_format=torch.channels_last)])  # another dim order: read as this one
+    assert not torch.allclose(wrong, model(x), atol=1e-4)
+    channels_last = x.to(memory_format=torch.channels_last)
+    (finding,) = eg.lint(torch.export.export(model, (channels_last,))).with_code("EG310")
+    assert "(channels-last, dim order [0, 2, 3, 1])" in finding.message
+    method = Runtime.get().load_program(to_edge_transform_and_lower(torch.export.export(model, (channels_last,))).to_executorch().buffer).load_method("forward")
+    (right,) = method.execute([channels_last])
+    torch.testing.assert_close(right, model(x))
+    batch = torch.export.Dim("batch", max=8)  # the fix where the batch should vary
+    two = torch.randn(2, 3, 8, 8)  # (a batch of 1 would be specialised)
+    assert not eg.lint(torch.export.export(model, (two,), dynamic_shapes=({0: batch},))).with_code("EG310")
+
+
+def test_eg520_a_program_without_a_delegate_runs_its_compute_on_portable_kernels() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 2)).eval()
+    program = torch.export.export(model, (torch.randn(1, 3, 8, 8),))
+    portable = to_edge_transform_and_lower(program).to_executorch().buffer
+    (finding,) = eg.check_pte(portable).with_code("EG520")
+    kernels = {op.name for op in eg_program(portable).execution_plan[0].operators}
+    assert {"aten::convolution", "aten::addmm"} <= kernels  # the claim: they run on portable kernels
+    assert "1 aten::addmm, 1 aten::convolution" in finding.message
+    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    assert not eg.check_pte(lowered).with_code("EG520")  # the fix
+    assert not {"aten::convolution", "aten::addmm"} & {op.name for op in eg_program(lowered).execution_plan[0].operators}
+
+
+def eg_program(pte: bytes) -> object:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    return deserialize_pte_binary(pte).program
+
+
+def test_eg201_a_tied_head_says_what_its_second_copy_costs_and_the_fix_keeps_one() -> None:
+    class TiedHead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(500, 32)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.embed(ids) @ self.embed.weight.t()
+
+    torch.manual_seed(0)
+    model, ids = TiedHead().eval(), (torch.randint(0, 500, (1, 8)),)
+    folded = eg.export_with_guards(model, ids)
+    (finding,) = folded.report.with_code("EG201")
+    table = model.embed.weight.nbytes
+    assert f"holds that data twice ({table:,} bytes more)" in finding.message and "fold=False" in finding.fix
+    one_copy = eg.export_with_guards(model, ids, config=eg.Settings(fold=False))  # the fix
+    assert abs(len(folded.to_pte()) - len(one_copy.to_pte()) - table) < 4096  # the claim: one table's bytes
+    assert folded.delegation.count("linear", "mm", "addmm") == (1, 1)  # the price's reason: a delegated head
+    assert one_copy.delegation.count("linear", "mm", "addmm")[0] == 0
+
+
 def _quantized(model: nn.Module, image: tuple[torch.Tensor, ...], *, fold_quantize: bool) -> nn.Module:
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,

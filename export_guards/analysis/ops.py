@@ -22,6 +22,7 @@ __all__ = [
     "compute_op_name",
     "is_view",
     "is_written",
+    "writer",
     "schema_arguments",
     "static_operand",
     "val_tensors",
@@ -102,10 +103,16 @@ def is_view(target: object) -> bool:
 def is_written(node: Node) -> bool:
     """Whether an op writes ``node``'s value in place, directly or through a view of it
     (``view``, ``select``, the pieces of ``split`` / ``unbind`` / ``chunk``)."""
+    return writer(node) is not None
+
+
+def writer(node: Node) -> Node | None:
+    """The first op that writes ``node``'s value in place, directly or through a view of it
+    (as :func:`is_written`), or ``None``."""
     for user in node.users:
         if user.target is operator.getitem:  # a piece of a split: an alias too
-            if is_written(user):
-                return True
+            if (found := writer(user)) is not None:
+                return found
             continue
         op = aten_overload(user.target)
         if op is None or not _aliases_an_argument(op):  # most ops: nothing to read in their arguments
@@ -114,9 +121,11 @@ def is_written(node: Node) -> bool:
             passed = value is node or (isinstance(value, (list, tuple)) and any(v is node for v in value))
             if not passed or schema_argument.alias_info is None:
                 continue
-            if schema_argument.alias_info.is_write or is_written(user):  # else ``user`` is a view of ``node``
-                return True
-    return False
+            if schema_argument.alias_info.is_write:
+                return user
+            if (found := writer(user)) is not None:  # else ``user`` is a view of ``node``
+                return found
+    return None
 
 
 @functools.cache

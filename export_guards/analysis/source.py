@@ -14,7 +14,7 @@ import torch
 
 from export_guards.report import SourceLocation
 
-__all__ = ["node_location", "node_module", "node_site"]
+__all__ = ["location_named_in", "node_location", "node_module", "node_site"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 
@@ -73,3 +73,12 @@ def node_site(node: torch.fx.Node) -> dict[str, Any]:
     """Where ``node`` is, as a finding's ``node``, ``location`` and ``module`` (the engine's
     ``Locate`` for graph subjects)."""
     return {"node": node.name, "location": node_location(node), "module": node_module(node)}
+
+
+def location_named_in(graph: torch.fx.Graph, text: str) -> SourceLocation | None:
+    """The user's line that made the first op of ``graph`` that ``text`` (an error message)
+    names by its overload (``aten.rand_like.default``), or ``None``."""
+    for node in graph.nodes:
+        if node.op == "call_function" and str(node.target) in text and (location := node_location(node)) is not None:
+            return location
+    return None

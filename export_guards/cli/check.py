@@ -9,7 +9,7 @@ from pathlib import Path
 from export_guards.cli.arguments import UsageError, recipe_made_here, settings_from
 from export_guards.cli.console import progress, quiet_libraries
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import deliver, exit_code, project_root
+from export_guards.cli.reporting import deliver, exit_code, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.reader.identity import file_kind_of
 from export_guards.report import Report
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         raise UsageError(str(error)) from None
     outputs = Outputs(inputs=[args.program, *args.data, source], force=args.force, interrupts=interrupts)
     outputs.claim(args.report_file, "report", "--report-file")
-    with outputs, quiet_libraries(args.verbose):
+    with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source or args.program, args.reproducible):
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
         report = Report()

@@ -9,10 +9,9 @@ from pathlib import Path
 from export_guards.cli.arguments import UsageError, recipe_made_here, settings_from
 from export_guards.cli.console import progress, quiet_libraries, stdout_to_stderr
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import deliver, exit_code, project_root
+from export_guards.cli.reporting import deliver, exit_code, project_root, reported_if_failed, with_factory_location
 from export_guards.cli.signals import Interrupts
-from export_guards.report import Report, SourceLocation
-from export_guards.targets import TargetError, check_target, parse_arguments, step, target_file
+from export_guards.targets import TargetError, check_target, parse_arguments, step
 
 __all__ = ["run"]
 
@@ -28,7 +27,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     outputs = Outputs(inputs=[source], force=args.force, interrupts=interrupts)
     pte_path = outputs.claim(_pte_path(args), "program", "--pte" if args.output is None else "--output")
     outputs.claim(args.report_file, "report", "--report-file")
-    with outputs, quiet_libraries(args.verbose):
+    with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source, args.target):
         with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
             from export_guards.pipeline import export_target
 
@@ -63,14 +62,3 @@ def _pte_path(args: argparse.Namespace) -> Path | None:
         print("export-guards: --output is deprecated: use --pte (the report goes to --report-file)", file=sys.stderr)
         return args.output
     return args.pte
-
-
-def with_factory_location(report: Report, target: str) -> Report:
-    """Findings that no user frame places point at the factory: the nearest user code."""
-    path = target_file(target)
-    if path is None:
-        return report
-    name = target.rpartition(":")[2]
-    lines = path.read_text().splitlines()
-    line = next((i for i, text in enumerate(lines, 1) if text.lstrip().startswith(f"def {name}(")), 1)
-    return report.located_at(SourceLocation(str(path), line, lines[line - 1].strip() if lines else ""))

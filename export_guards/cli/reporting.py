@@ -4,16 +4,23 @@ the exit code that says what was found."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from export_guards.cli.console import write_stdout
 from export_guards.cli.outputs import Outputs
 from export_guards.render import render
 from export_guards.render.sarif import project_root as _project_root
-from export_guards.report import Report
+from export_guards.report import Report, SourceLocation
+from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.targets import StepFailed, target_file
 
-__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "deliver", "exit_code", "project_root"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "deliver", "exit_code", "failed_report", "project_root", "reported_if_failed", "with_factory_location"]
+
+STEP_FAILED = "EG002"
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -44,3 +51,35 @@ def project_root(subject: Path | None) -> Path:
     """The project root that SARIF URIs are relative to: the one holding what is checked (the
     model's file, the program), else the working folder's."""
     return _project_root(subject.resolve() if subject is not None else Path.cwd())
+
+
+@contextlib.contextmanager
+def reported_if_failed(args: argparse.Namespace, outputs: Outputs, source: Path | None, target: str | None) -> Iterator[None]:
+    """A step that fails is a report too (one EG002 finding: the step, the innermost cause,
+    the user's line), for a reader of JSON, SARIF, annotations or a report file; the error
+    still goes to stderr and the exit code is still 2. Text on stdout would repeat stderr."""
+    try:
+        yield
+    except StepFailed as failed:
+        if args.output_format != "text" or args.report_file is not None:
+            report = failed_report(failed)
+            deliver(args, with_factory_location(report, target) if target else report, outputs, root=project_root(source))
+        raise
+
+
+def failed_report(failed: StepFailed) -> Report:
+    """The report of a run that a failed step ended: its EG002 finding, on the user's line
+    when the failure went through it."""
+    found = finding(CATALOG[STEP_FAILED], Hit(f"{failed.step} failed: {failed.cause}"))
+    return Report.of([replace(found, location=failed.location)])
+
+
+def with_factory_location(report: Report, target: str) -> Report:
+    """Findings that no user frame places point at the factory: the nearest user code."""
+    path = target_file(target)
+    if path is None:
+        return report
+    name = target.rpartition(":")[2]
+    lines = path.read_text().splitlines()
+    line = next((i for i, text in enumerate(lines, 1) if text.lstrip().startswith(f"def {name}(")), 1)
+    return report.located_at(SourceLocation(str(path), line, lines[line - 1].strip() if lines else ""))

@@ -200,10 +200,19 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
         f"{', '.join(repr(plan.constants[s].fqn) for s in sources)} into parameter '{fqn}'{shared}: "
         f"{before:,} -> {value.nbytes:,} bytes{kept}"
     )
+    fix = None
+    if staying and not before:  # every source stays: the program holds the data twice
+        message += f", so the program holds that data twice ({value.nbytes:,} bytes more)"
+        fix = (
+            "The price of a static weight: its consumer reads the folded copy (a delegate takes it static; XNNPACK "
+            "keeps its own copy of a linear's weight anyway, F.linear(x, weight) too), the other readers the original. "
+            "To keep one copy, export with fold=False: the computation then runs at every call, on portable kernels"
+        )
     root = roots[0]
     consumer = next(u for u in root.users if u not in plan.foldable)
     shown = consumer if node_location(consumer) or not node_location(root) else root
-    return finding(CATALOG[CONSTANT_FOLDED], Hit(message, shown, fqn), locate=node_site)
+    return finding(CATALOG[CONSTANT_FOLDED], Hit(message, shown, fqn, fix=fix), locate=node_site)
+
 
 
 def _rebuilt(

@@ -32,6 +32,16 @@ _RULES = (
         "engine",
     ),
     Rule(
+        "EG002",
+        "step-failed",
+        Severity.ERROR,
+        "A step of the export (building the model, torch.export, lowering, writing) failed, so "
+        "there is no program to report on: the finding names the step, the innermost cause and "
+        "the user's line.",
+        "Fix the cause at the line named; run the command with -v for the full traceback.",
+        "step",
+    ),
+    Rule(
         "EG101",
         "constant-on-device",
         Severity.ERROR,
@@ -159,6 +169,40 @@ _RULES = (
         "A layer whose forward never runs, so the program never reads its parameters: a layer "
         "built and never called is often a bug (ExecuTorch does not write its parameters).",
         "If the layer should run, call it in forward; if not, delete it from the module.",
+        "program",
+    ),
+    Rule(
+        "EG308",
+        "buffer-initial-value-dropped",
+        Severity.ERROR,
+        "A buffer the program writes in place starts from a value other than zeros, and "
+        "to_executorch writes only its shape and dtype: the program starts it from zeros, so its "
+        "first calls differ from eager (to_executorch warns only in Python).",
+        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass"
+        "([\"<buffer>\"])])), with InitializedMutableBufferPass from "
+        "executorch.exir.passes.init_mutable_pass; or start the buffer at zeros.",
+        "program",
+    ),
+    Rule(
+        "EG309",
+        "input-mutated-in-place",
+        Severity.WARNING,
+        "The model writes one of its inputs in place, so the method returns the written input "
+        "as an extra output, before the model's own: an app that reads output 0 reads the wrong "
+        "tensor.",
+        "Write a copy instead: x = x.clone() before the in-place op, or its out-of-place form "
+        "(torch.relu(x), not relu(x, inplace=True); x + 1, not x.add_(1)).",
+        "program",
+    ),
+    Rule(
+        "EG310",
+        "fixed-input-shapes",
+        Severity.INFO,
+        "Each method input's shape, dtype and dim order, where every dimension is fixed: the "
+        "runtime refuses another shape (\"Attempted to resize a static tensor\") and reads "
+        "another dim order's bytes as this one's.",
+        "Where a batch or sequence dimension should vary, export with dynamic_shapes "
+        "(torch.export.Dim); give the method tensors of the stated dim order.",
         "program",
     ),
     Rule(
@@ -357,6 +401,17 @@ _RULES = (
         "tensor of another shape or of a dtype the result cannot be cast to, or inputs the "
         "operator refuses together (the kernel rejects the call or computes wrongly).",
         _REEXPORT,
+        "pte",
+    ),
+    Rule(
+        "EG520",
+        "compute-on-portable-kernels",
+        Severity.WARNING,
+        "A method with no delegate runs its convolutions and matrix products on ExecuTorch's "
+        "portable kernels, reference implementations far slower than a delegate's.",
+        "Lower with a partitioner: to_edge_transform_and_lower(program, partitioner="
+        "[XnnpackPartitioner()]), as export-guards lint does; if the target has no delegate, "
+        "ignore EG520.",
         "pte",
     ),
 )

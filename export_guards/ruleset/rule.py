@@ -12,7 +12,7 @@ from export_guards.report import Severity
 
 __all__ = ["DOCS_URL", "STAGES", "Check", "Hit", "Rule", "Stage"]
 
-Stage = Literal["program", "partitioned", "pte", "reproducible", "runtime", "action", "engine"]
+Stage = Literal["program", "partitioned", "pte", "reproducible", "runtime", "action", "step", "engine"]
 """What a rule reads, or who reports its code (see ``STAGES``)."""
 
 STAGES: dict[str, str] = {
@@ -22,6 +22,7 @@ STAGES: dict[str, str] = {
     "reproducible": "two exports of one model",
     "runtime": "a run of the .pte in executorch.runtime",
     "action": "what a guard did (a copy, a fold), reported by the guard itself",
+    "step": "a step of the export that failed, reported by the command",
     "engine": "the rule engine itself",
 }
 """Each stage, as ``explain`` describes it."""

@@ -4,7 +4,13 @@ Each set says what a kernel does that its schema does not show, and who relies o
 
 from __future__ import annotations
 
-__all__ = ["BYTE_COPIES", "DIM_ORDER_BLIND", "ONE_DTYPE", "VIEWS", "is_aten"]
+__all__ = ["BYTE_COPIES", "COMPUTE", "DIM_ORDER_BLIND", "ONE_DTYPE", "VIEWS", "is_aten"]
+
+COMPUTE = frozenset(
+    f"aten::{name}" for name in ("convolution", "_convolution", "linear", "addmm", "mm", "bmm", "baddbmm", "matmul")
+)
+"""The convolutions and matrix products: the compute a delegate runs tens of times faster than
+the portable kernels (EG520)."""
 
 VIEWS = frozenset({"executorch_prim::et_view"})
 """Kernels whose out shares its input's memory (``(self, sizes, out)``; memory planning places

@@ -66,12 +66,13 @@ def delegate_call_mismatch(context: PteContext) -> Iterator[Hit]:
                     continue
                 where = f"instruction {i} of chain {c} of method '{plan.name}' (XNNPACK delegate {call.delegate_index})"
                 for problem in _call_problems(plan, call, payloads[(plan.name, call.delegate_index)], host_typed):
-                    yield Hit(f"{where} {problem.text}", method=plan.name, severity=problem.severity)
+                    yield Hit(f"{where} {problem.text}", method=plan.name, severity=problem.severity, fix=problem.fix)
 
 
 class Problem(NamedTuple):
     text: str
     severity: Severity | None = None  # the rule's (an error) unless a warning
+    fix: str | None = None  # the rule's (re-export) unless the cause is known
 
 
 def _host_typed(plan: ExecutionPlan) -> set[int]:
@@ -136,7 +137,8 @@ def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[in
     if inferred is not None and inferred.refused is not None:
         node, why = inferred.refused
         kind = payload.nodes[node].kind
-        yield Problem(f"runs its graph on the program's tensors, and node {node} ({kind}) cannot take them: {why} (the runtime fails the call)")
+        text = f"runs its graph on the program's tensors, and node {node} ({kind}) cannot take them: {why} (the runtime fails the call)"
+        yield Problem(text, fix=_layout_fix(bound, tensors))
         return
     outputs = {v.value_id for v in bound if v.flags & EXTERNAL_OUTPUT and not v.flags & EXTERNAL_INPUT and v.value_id in tensors}
     followed = inferred is not None and outputs <= inferred.shapes.keys()
@@ -158,6 +160,24 @@ def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[in
                 f"The runtime reshapes the graph to the program's tensors, so this runs as built only if the graph's shape is the damaged one",
                 Severity.WARNING,
             )
+
+
+def _layout_fix(bound: list[XnnValue], tensors: dict[int, tuple[int, Tensor]]) -> str | None:
+    """The fix when the cause is a layout, not damage: an input the graph takes with the same
+    sizes in another order (a channels-last model whose layout ExecuTorch could not tell from
+    contiguous, as with one channel)."""
+    for value in bound:
+        if value.flags & EXTERNAL_INPUT and value.value_id in tensors:
+            index, tensor = tensors[value.value_id]
+            physical = _physical(tensor)
+            if physical is not None and physical != tuple(value.dims) and sorted(physical) == sorted(value.dims):
+                return (
+                    f"A layout, not damage: the graph takes its input value {value.value_id} as {list(value.dims)} and the "
+                    f"program hands it {list(physical)} (dim order {list(tensor.dim_order)}). Export the model and its example "
+                    "inputs contiguous (model.to(memory_format=torch.contiguous_format), x.contiguous()); ExecuTorch cannot "
+                    "tell channels-last from contiguous where a dimension has size 1"
+                )
+    return None
 
 
 def _physical(tensor: Tensor) -> tuple[int, ...] | None:
