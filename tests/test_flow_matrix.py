@@ -59,8 +59,8 @@ STOCK_LIMITS: dict[tuple[str, str], str] = {
 
 
 LOWERED_ONLY = {"guard_passes × Vulkan": "VulkanBackend"}
-"""Flows whose programs need a backend that the pip runtime lacks (by its backend id): they are
-lowered and checked, not run."""
+"""Flows whose programs need a backend that the pip runtime lacks (by its backend id): every row
+is lowered in one program and checked, not run."""
 
 
 @dataclass(frozen=True)
@@ -199,11 +199,36 @@ def test_the_cell_runs_and_matches_eager(name: str, flow: str) -> None:
     assert error <= tolerance(name, flow), f"{name} through {flow}: relative error {error:.3g}"
 
 
-@pytest.mark.parametrize(("name", "flow"), cells(list(LOWERED_ONLY)))
-def test_the_cell_lowers_to_a_well_formed_program_for_its_backend(name: str, flow: str) -> None:
-    lowered = cell(flow, name)
-    assert not eg.check_pte(lowered.pte).errors
-    assert f"{LOWERED_ONLY[flow]}".encode() in lowered.pte, "nothing was delegated to the backend"
+class EveryRow(torch.nn.Module):
+    """Every row's model side by side in one module (each reads its own inputs): the lowered-only
+    column is one program, since Vulkan's preprocess costs seconds per program, not per op."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__()
+        built = [fresh(name) for name in names]
+        self.rows = torch.nn.ModuleList(model for model, _ in built)
+        self.counts = [len(inputs) for _, inputs in built]
+        self.inputs = tuple(x for _, inputs in built for x in inputs)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs, at = [], 0
+        for model, count in zip(self.rows, self.counts):
+            outputs.append(model(*inputs[at : at + count]))
+            at += count
+        return tuple(outputs)
+
+
+def test_every_row_lowers_to_vulkan_delegating_all_its_compute_in_a_well_formed_program() -> None:
+    flow = "guard_passes × Vulkan"
+    names = [name for name in ROWS if (name, flow) not in STOCK_LIMITS]
+    rows = EveryRow(names)
+    parts = eg.guard_partitioners([vulkan()])
+    edge = to_edge_transform_and_lower(export(rows, rows.inputs), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts)
+    pte = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
+    assert not eg.check_pte(pte).errors
+    summary = eg.delegation_summary(edge)
+    assert summary.backends.keys() == {LOWERED_ONLY[flow]} and summary.delegated["convolution"] > 0
+    assert not summary.portable, f"compute left on the portable kernels: {dict(summary.portable)}"
 
 
 STOCK_FLOWS: dict[str, Callable[[], object] | None] = {"guard_passes × XNNPACK": XnnpackPartitioner, "guard_passes × Vulkan": vulkan}

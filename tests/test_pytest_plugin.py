@@ -77,19 +77,29 @@ def test_a_model_that_exports_runs_and_matches_eager_passes(project: pytest.Pyte
     outcome.assert_outcomes(passed=2)
 
 
-def test_lint_findings_fail_the_check_with_rule_module_and_line(project: pytest.Pytester) -> None:
+def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> None:
+    """Three ways a check fails, in one pytest run: lint findings (with the rule, module and
+    line), outputs that diverge from eager (per output), and extra inputs that a specialised
+    export cannot run."""
     project.makepyfile(
         test_model='''
         import torch
         from torch import nn
+        from models import Branchy, ShapeBranch
 
         def test_training_mode(check_export):
             model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
             check_export(model, (torch.randn(2, 4),))
+
+        def test_branchy(check_export):
+            check_export(Branchy(), (torch.full((3,), 2.0),), backend="portable")
+
+        def test_shape_branch(check_export):
+            check_export(ShapeBranch(), (torch.ones(1, 3),), extra_inputs=[(torch.ones(4, 3),)], backend="portable")
         '''
     )
     outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
-    outcome.assert_outcomes(failed=1)
+    outcome.assert_outcomes(failed=3)
     outcome.stdout.fnmatch_lines(
         [
             "*export-guards: 1 finding(s) at or above error (xnnpack):*",
@@ -99,22 +109,6 @@ def test_lint_findings_fail_the_check_with_rule_module_and_line(project: pytest.
             "*artifacts saved in *kept*",
         ]
     )
-    kept = list(Path(project.path, "kept").iterdir())
-    assert len(kept) == 1 and {p.name for p in kept[0].iterdir()} == {"report.txt", "report.json"}
-
-
-def test_outputs_that_diverge_from_eager_fail_with_per_output_errors(project: pytest.Pytester) -> None:
-    project.makepyfile(
-        test_model='''
-        import torch
-        from models import Branchy
-
-        def test_branchy(check_export):
-            check_export(Branchy(), (torch.full((3,), 2.0),), backend="portable")
-        '''
-    )
-    outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
-    outcome.assert_outcomes(failed=1)
     outcome.stdout.fnmatch_lines(
         [
             "*the .pte's outputs differ from eager on the example inputs (atol=1e-05, rtol=1e-05, portable):*",
@@ -122,25 +116,12 @@ def test_outputs_that_diverge_from_eager_fail_with_per_output_errors(project: py
             "*pass inputs that take the other paths as extra_inputs*",
         ]
     )
-    (kept,) = Path(project.path, "kept").iterdir()
-    assert (kept / "model.pte").stat().st_size > 0
-
-
-def test_a_branch_export_specialised_away_is_caught_on_extra_inputs(project: pytest.Pytester) -> None:
-    project.makepyfile(
-        test_model='''
-        import torch
-        from models import ShapeBranch
-
-        def test_shape_branch(check_export):
-            check_export(ShapeBranch(), (torch.ones(1, 3),), extra_inputs=[(torch.ones(4, 3),)], backend="portable")
-        '''
-    )
-    outcome = project.runpytest_subprocess("-q")
-    outcome.assert_outcomes(failed=1)
-    outcome.stdout.fnmatch_lines(
-        ["*the .pte could not run the extra inputs #0: *", "*export with dynamic_shapes*"]
-    )
+    outcome.stdout.fnmatch_lines(["*the .pte could not run the extra inputs #0: *", "*export with dynamic_shapes*"])
+    kept = {p.name: p for p in Path(project.path, "kept").iterdir()}
+    (lint,) = [p for name, p in kept.items() if "training_mode" in name]
+    assert {p.name for p in lint.iterdir()} == {"report.txt", "report.json"}
+    (diverged,) = [p for name, p in kept.items() if "branchy" in name]
+    assert (diverged / "model.pte").stat().st_size > 0
 
 
 def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pytester) -> None:

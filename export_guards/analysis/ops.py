@@ -22,10 +22,10 @@ __all__ = [
     "compute_op_name",
     "is_view",
     "is_written",
-    "writer",
     "schema_arguments",
     "static_operand",
     "val_tensors",
+    "writer",
 ]
 
 COMPUTE_OPS = frozenset(

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from export_guards.render import FORMATS, STATISTICS_FORMATS
-from export_guards.ruleset import ProjectRulesError, Stage, known_rules
+from export_guards.ruleset import ProjectRulesError, Rule, Stage, known_rules
 from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
 
 __all__ = ["UsageError", "parser", "recipe_made_here", "settings_from"]
@@ -98,16 +98,25 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         settings = settings.updated({k: v for k, v in given.items() if v is not None}, "the command line")
     except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
-    try:  # project rules load here, so that a broken package is a usage error before any work
-        known = known_rules()
-    except ProjectRulesError as error:
-        raise UsageError(str(error)) from None
-    if not any(settings.enabled(code) for code, r in known.items() if r.stage in stages):
+    if not any(settings.enabled(code) for code, r in known_codes().items() if r.stage in stages):
         raise UsageError(
             f"the selection (select {list(settings.select)}, ignore {list(settings.ignore)}) reports nothing that "
             f"`{args.command}` checks; `export-guards rules` lists which codes each command reports"
         )
     return settings
+
+
+def known_codes() -> Mapping[str, Rule]:
+    """Every code, ours and the installed project rules' (which load here, so that a broken
+    rule package is a usage error before any work).
+
+    Raises:
+        UsageError: an installed rule package cannot be used, saying which and why.
+    """
+    try:
+        return known_rules()
+    except ProjectRulesError as error:
+        raise UsageError(str(error)) from None
 
 
 def _codes(codes: str) -> tuple[str, ...]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
-from export_guards.cli.arguments import UsageError
+from export_guards.cli.arguments import UsageError, known_codes
 from export_guards.cli.console import write_stdout
 from export_guards.cli.reporting import EXIT_CLEAN
 from export_guards.cli.signals import Interrupts
-from export_guards.ruleset import STAGES, ProjectRulesError, Rule, known_rules
+from export_guards.ruleset import STAGES, Rule
 from export_guards.ruleset.catalog import RETIRED
 from export_guards.ruleset.registry import origin
 from export_guards.settings import did_you_mean
@@ -22,7 +21,7 @@ __all__ = ["explain", "rules"]
 def rules(args: argparse.Namespace, interrupts: Interrupts) -> int:
     """Every code, export-guards' own then each installed project's: one line each, or a JSON
     table that also says which package each comes from."""
-    known = _known()
+    known = known_codes()
     if args.output_format == "json":
         table = [
             {
@@ -50,7 +49,7 @@ def explain(args: argparse.Namespace, interrupts: Interrupts) -> int:
     if code in RETIRED:
         write_stdout(f"{code} is no longer reported: it was {RETIRED[code]}.\n")
         return EXIT_CLEAN
-    known = _known()
+    known = known_codes()
     registered = known.get(code)
     if registered is None:
         raise UsageError(f"no code {args.code!r}{did_you_mean(code)}")
@@ -65,13 +64,6 @@ def explain(args: argparse.Namespace, interrupts: Interrupts) -> int:
     )
     write_stdout(text)
     return EXIT_CLEAN
-
-
-def _known() -> Mapping[str, Rule]:
-    try:
-        return known_rules()
-    except ProjectRulesError as error:
-        raise UsageError(str(error)) from None
 
 
 def _package(rule: Rule) -> str:

@@ -21,7 +21,18 @@ from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.engine import RuleSet
 from export_guards.ruleset.rule import Rule
 
-__all__ = ["GROUP", "ProjectRules", "ProjectRulesError", "project_prefixes", "project_rules", "known_rules", "origin", "with_project_rules"]
+__all__ = [
+    "CHECKED_STAGES",
+    "GROUP",
+    "OWN_PREFIX",
+    "ProjectRules",
+    "ProjectRulesError",
+    "known_rules",
+    "origin",
+    "project_prefixes",
+    "project_rules",
+    "with_project_rules",
+]
 
 GROUP = "export_guards.rules"
 """The entry-point group a package declares its rules under."""
