@@ -142,12 +142,11 @@ class ExportCheck:
 
 @pytest.fixture
 def export_guards_settings(request: pytest.FixtureRequest) -> Settings:
-    """This test's settings: ``[tool.export-guards]`` of the project's ``pyproject.toml``, then
-    the ini keys, the command line, and ``@pytest.mark.export_guards`` (module, class, then
-    function: the closest wins, key by key)."""
+    """This test's settings: ``[tool.export-guards]`` of the nearest ``pyproject.toml`` that has
+    the table, from the test file's folder up, then the ini keys, the command line, and
+    ``@pytest.mark.export_guards`` (module, class, then function: the closest wins, key by key)."""
     config = request.config
-    pyproject = config.rootpath / "pyproject.toml"
-    settings = _checked(lambda: Settings.from_pyproject(pyproject) if pyproject.is_file() else Settings())
+    settings = _checked(lambda: Settings.discover(request.path)[0])
     backend = config.getoption("--eg-backend") or config.getini("export_guards_backend")
     if backend:
         settings = _checked(lambda: settings.updated({"backend": backend}, "--eg-backend / export_guards_backend"))

@@ -84,9 +84,16 @@ class Finding:
 @final
 @dataclass(frozen=True)
 class Report:
-    """The findings of one or more guards, in the order they were made."""
+    """The findings of one or more guards, in the order they were made.
+
+    Attributes:
+        findings: what is reported.
+        suppressed: findings a ``# noqa`` comment on their source line suppressed: not
+            reported, only counted (``--statistics``, the JSON summary).
+    """
 
     findings: tuple[Finding, ...] = ()
+    suppressed: tuple[Finding, ...] = ()
 
     @classmethod
     def of(cls, findings: Iterable[Finding]) -> Report:
@@ -100,7 +107,7 @@ class Report:
         return len(self.findings)
 
     def __add__(self, other: Report) -> Report:
-        return Report(self.findings + other.findings)
+        return Report(self.findings + other.findings, self.suppressed + other.suppressed)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -114,7 +121,8 @@ class Report:
     def located_at(self, location: SourceLocation) -> Report:
         """This report with ``location`` given to every finding that has neither a location nor
         an artifact: the nearest user code (a command's factory) for what no user frame places."""
-        return Report(tuple(f if f.location or f.artifact else replace(f, location=location) for f in self.findings))
+        placed = tuple(f if f.location or f.artifact else replace(f, location=location) for f in self.findings)
+        return Report(placed, self.suppressed)
 
     def with_code(self, *codes: str) -> tuple[Finding, ...]:
         """The findings whose code is one of ``codes``."""

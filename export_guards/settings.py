@@ -16,7 +16,7 @@ from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, RETIRED
 from export_guards.ruleset.registry import known_rules, project_prefixes
 
-__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean"]
+__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config"]
 
 Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
@@ -121,19 +121,25 @@ class Settings:
 
     def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]") -> Settings:
         """These settings with ``options`` applied (keys as in ``pyproject.toml``; ``fail-level``
-        and ``fail_level`` alike), each value checked. A ``backend`` in ``options`` (without a
-        ``recipe``) drops the recipe these settings had: the later choice wins.
+        and ``fail_level`` alike), each value checked. ``extend-select`` / ``extend-ignore`` add
+        to the select / ignore that applies (this one's, or one ``options`` gives). A ``backend``
+        in ``options`` (without a ``recipe``) drops the recipe these settings had: the later
+        choice wins.
 
         Raises:
-            ValueError: an unknown key or a bad value, naming the key, what is accepted, and
-                ``where`` the options came from.
+            ValueError: an unknown key (with the closest known one) or a bad value, naming the
+                key, what is accepted, and ``where`` the options came from.
         """
-        known = {f.name for f in fields(self)}
-        unknown = sorted(k for k in options if k.replace("-", "_") not in known)
+        known = {f.name for f in fields(self)} | set(EXTENDING)
+        unknown = sorted(k for k in options if str(k).replace("-", "_") not in known)
         if unknown:
-            accepted = ", ".join(sorted(k.replace("_", "-") for k in known))
-            raise ValueError(f"unknown setting(s) {', '.join(unknown)} in {where}; accepted: {accepted}")
+            accepted = sorted(k.replace("_", "-") for k in known)
+            close = [f"{key} (did you mean {match[0]}?)" if (match := difflib.get_close_matches(str(key), accepted, n=1)) else key for key in unknown]
+            raise ValueError(f"unknown setting(s) {', '.join(close)} in {where}; accepted: {', '.join(accepted)}")
         changes = {key.replace("-", "_"): value for key, value in options.items()}
+        for extending, extended in EXTENDING.items():
+            if extending in changes:
+                changes[extended] = (*_codes(changes.get(extended, getattr(self, extended)), extended), *_codes(changes.pop(extending), extending.replace("_", "-")))
         if "backend" in changes and "recipe" not in changes:  # a backend given here wins over an inherited recipe
             changes["recipe"] = None
         try:
@@ -154,12 +160,54 @@ class Settings:
             ValueError: the file is not valid TOML, or the table has a bad key or value.
             OSError: the file cannot be read.
         """
-        with open(path, "rb") as file:
-            try:
-                data = tomllib.load(file)
-            except tomllib.TOMLDecodeError as error:
-                raise ValueError(f"{path} is not valid TOML: {error}") from None
-        return cls().updated(data.get("tool", {}).get("export-guards", {}), f"[tool.export-guards] of {path}")
+        return cls().updated(_table(Path(path)) or {}, f"[tool.export-guards] of {path}")
+
+    @classmethod
+    def discover(cls, start: str | Path) -> tuple[Settings, Path | None]:
+        """The settings of the nearest ``pyproject.toml`` with a ``[tool.export-guards]``
+        table in ``start`` or a folder above it (as ruff finds its configuration), and that
+        file; defaults and ``None`` when there is none up to the filesystem's root.
+
+        Raises:
+            ValueError: a ``pyproject.toml`` on the way is not valid TOML, or the table has a
+                bad key or value.
+        """
+        found = find_config(start)
+        return (cls.from_pyproject(found), found) if found is not None else (cls(), None)
+
+
+EXTENDING = {"extend_select": "select", "extend_ignore": "ignore"}
+"""Keys that add to another key's codes instead of replacing them."""
+
+
+def find_config(start: str | Path) -> Path | None:
+    """The nearest ``pyproject.toml`` with a ``[tool.export-guards]`` table, in ``start`` (a
+    folder, or a file's folder) or a folder above it; ``None`` when none has one.
+
+    Raises:
+        ValueError: a ``pyproject.toml`` on the way is not valid TOML.
+    """
+    folder = Path(start).resolve()
+    if not folder.is_dir():
+        folder = folder.parent
+    for candidate in (folder, *folder.parents):
+        path = candidate / "pyproject.toml"
+        if path.is_file() and _table(path) is not None:
+            return path
+    return None
+
+
+def _table(path: Path) -> Mapping[str, Any] | None:
+    """``path``'s ``[tool.export-guards]`` table, or ``None`` when it has none."""
+    with open(path, "rb") as file:
+        try:
+            data = tomllib.load(file)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"{path} is not valid TOML: {error}") from None
+    table = data.get("tool", {}).get("export-guards")
+    if table is not None and not isinstance(table, Mapping):
+        raise ValueError(f"[tool.export-guards] of {path} must be a table of settings, not {table!r}")
+    return table
 
 
 def _codes(value: object, key: str) -> tuple[str, ...]:

@@ -63,7 +63,7 @@ def test_json_format_is_stable_and_complete(cli: Callable[..., Ran]) -> None:
     assert done.returncode == 0  # warnings only; the fail level is error
     document = json.loads(done.stdout)
     assert document["version"] == 1
-    assert set(document["summary"]) == {"error", "warning", "info"}
+    assert set(document["summary"]) == {"error", "warning", "info", "suppressed"}
     by_code = {f["code"]: f for f in document["findings"]}
     assert {"EG212", "EG401", "EG402"} <= set(by_code) and "EG210" not in by_code  # one finding per weight
     foldable = by_code["EG212"]
@@ -170,6 +170,74 @@ def test_pyproject_configuration_and_command_line_precedence(cli: Callable[..., 
     (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselct = ["EG"]\n')
     typo = cli("lint", f"{MODELS}:clean", cwd=tmp_path)
     assert typo.returncode == 2 and "unknown setting(s) selct" in typo.stderr
+
+
+def test_configuration_is_found_upward_named_or_left_out(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    pte = TESTS / "pte_regressions" / "runtime-sigsegv-mutable-358-program_field.pte"  # EG505 (error), EG520 (warning)
+    deeper = tmp_path / "models" / "deeper"
+    deeper.mkdir(parents=True)
+
+    def codes(*args: object) -> set[str]:
+        done = cli("check", pte, "--format", "json", *args, cwd=deeper)
+        assert done.returncode in (0, 1), done.stderr
+        return {f["code"] for f in json.loads(done.stdout)["findings"]}
+
+    (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nselect = ["EG50"]\n')
+    (tmp_path / "models" / "pyproject.toml").write_text('[project]\nname = "models"\n')  # no table: searched past
+    assert codes() == {"EG505"}  # the project's table, two folders up
+    assert codes("--isolated") == {"EG505", "EG520"}
+    assert codes("--extend-select", "EG520") == {"EG505", "EG520"}
+    (tmp_path / "other.toml").write_text('[tool.export-guards]\nextend-ignore = ["EG505"]\n')
+    assert codes("--config", tmp_path / "other.toml") == {"EG520"}
+    (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nfail-levle = "warning"\n')
+    typo = cli("check", pte, cwd=deeper)
+    assert typo.returncode == 2 and "unknown setting(s) fail-levle (did you mean fail-level?)" in typo.stderr
+    assert cli("check", pte, "--isolated", "--config", tmp_path / "other.toml").returncode == 2
+
+
+def test_a_baseline_gates_only_on_new_findings_from_any_working_folder(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    known = TESTS / "pte_regressions" / "runtime-sigsegv-mutable-358-program_field.pte"  # EG505 (error), EG520
+    other = TESTS / "pte_regressions" / "runtime-sigsegv-delegate-call-too-few-arguments.pte"  # EG514, EG517
+    baseline = tmp_path / "baseline.json"
+    written = cli("check", known, "--isolated", "--write-baseline", baseline, cwd=TESTS)
+    assert written.returncode == 0 and "wrote 2 finding(s) to the baseline" in written.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = cli("check", known, "--isolated", "--baseline", baseline, "--format", "json", cwd=elsewhere)
+    assert again.returncode == 0 and json.loads(again.stdout)["findings"] == []  # the same findings, from another folder
+    assert "2 finding(s) in the baseline" in again.stderr
+    new = cli("check", other, "--isolated", "--baseline", baseline, "--format", "json", cwd=elsewhere)
+    assert new.returncode == 1 and {f["code"] for f in json.loads(new.stdout)["findings"]} == {"EG514", "EG517"}
+    wrong = cli("check", known, "--isolated", "--baseline", TESTS / "cli_models.py")
+    assert wrong.returncode == 2 and "is not an export-guards baseline" in wrong.stderr
+
+
+NOISY_MODEL = """
+import torch
+from torch import nn
+
+class Noisy(nn.Module):
+    def forward(self, x):
+        x = nn.functional.dropout(x, 0.5, training=True)  # noqa: EG301
+        x = nn.functional.dropout(x, 0.1, training=True)  # noqa: E501 (another tool's code)
+        return x.double().sum()  # noqa
+
+def noisy():
+    return Noisy(), (torch.randn(2, 4),)
+"""
+
+
+def test_noqa_suppresses_the_codes_it_names_on_its_line_and_counts_them(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    model = tmp_path / "noisy.py"
+    model.write_text(NOISY_MODEL)
+    done = cli("lint", f"{model}:noisy", "--format", "json", "--isolated")
+    document = json.loads(done.stdout)
+    reported = {(f["code"], f["location"]["line"]) for f in document["findings"] if f["location"]}
+    assert ("EG301", 8) in reported  # the comment names another code
+    assert not {code for code, line in reported if line in (7, 9)}  # EG301 on line 7; every code on line 9
+    assert document["summary"]["suppressed"] >= 2 and done.returncode == 1
+    counted = json.loads(cli("lint", f"{model}:noisy", "--statistics", "--format", "json", "--isolated").stdout)
+    assert counted["suppressed"]["EG301"] == 1 and "EG304" in counted["suppressed"]
 
 
 @pytest.mark.subprocess  # fd 1 and library warnings at start-up: a fresh process

@@ -60,20 +60,27 @@ def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
 def _report_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--select", help="comma-separated codes or prefixes to report (default: EG, all of ours, and every installed project rule)")
     command.add_argument("--ignore", help="comma-separated codes or prefixes not to report")
+    command.add_argument("--extend-select", metavar="CODES", help="codes or prefixes to report besides those selected")
+    command.add_argument("--extend-ignore", metavar="CODES", help="codes or prefixes not to report, besides those ignored")
     command.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
     command.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings reach the fail level (errors of the tool itself still exit 2)")
     command.add_argument("--output-format", "--format", dest="output_format", choices=tuple(FORMATS), default="text", help="report format: text (default), json, sarif, or github (Actions annotations)")
     command.add_argument("--report-file", type=Path, metavar="PATH", help="write the report here, atomically, instead of stdout (missing folders are made)")
     command.add_argument("--force", action="store_true", help="replace a file at an output path even when it is not a program or report that export-guards writes")
     command.add_argument("--statistics", action="store_true", help="count the findings per code instead of listing them")
-    command.add_argument("--config", type=Path, help="pyproject.toml to read [tool.export-guards] from (default ./pyproject.toml)")
+    command.add_argument("--baseline", type=Path, metavar="FILE", help="report and fail only on findings that this baseline does not hold")
+    command.add_argument("--write-baseline", type=Path, metavar="FILE", help="write the findings of this run to FILE as a baseline (then exit 0 unless a step failed)")
+    configuration = command.add_mutually_exclusive_group()
+    configuration.add_argument("--config", type=Path, help="the pyproject.toml to read [tool.export-guards] from (default: the nearest one that has the table, from the working folder up)")
+    configuration.add_argument("--isolated", action="store_true", help="read no configuration file: defaults and the command line only")
     loudness = command.add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", action="store_true", help="print no progress, only problems")
     loudness.add_argument("-v", "--verbose", action="store_true", help="list info findings one by one; show library warnings and full tracebacks")
 
 
 def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings:
-    """``[tool.export-guards]`` of ``--config`` (default ./pyproject.toml), then the command line.
+    """``[tool.export-guards]`` of ``--config`` (default: the nearest ``pyproject.toml`` with
+    the table, from the working folder up; none with ``--isolated``), then the command line.
 
     Raises:
         UsageError: a bad option, key or value, or a selection that reports nothing that the
@@ -81,12 +88,13 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
     """
     if args.statistics and args.output_format not in STATISTICS_FORMATS:
         raise UsageError(f"--statistics counts findings as text or json, not {args.output_format}")
-    path = args.config or Path("pyproject.toml")
-    if args.config is not None and not path.is_file():
-        raise UsageError(f"no configuration file at {path}")
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"no configuration file at {args.config}")
     given = {
         "select": _codes(args.select) if args.select else None,
         "ignore": _codes(args.ignore) if args.ignore else None,
+        "extend_select": _codes(args.extend_select) if args.extend_select else None,
+        "extend_ignore": _codes(args.extend_ignore) if args.extend_ignore else None,
         "fail_level": args.fail_level,
         "backend": args.backend,
         "placement": args.placement,
@@ -94,7 +102,12 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         "recipe": args.recipe,
     }
     try:
-        settings = Settings.from_pyproject(path) if path.is_file() else Settings()
+        if args.isolated:
+            settings = Settings()
+        elif args.config is not None:
+            settings = Settings.from_pyproject(args.config)
+        else:
+            settings, _ = Settings.discover(Path.cwd())
         settings = settings.updated({k: v for k, v in given.items() if v is not None}, "the command line")
     except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
@@ -104,6 +117,24 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
             f"`{args.command}` checks; `export-guards rules` lists which codes each command reports"
         )
     return settings
+
+
+def baseline_from(args: argparse.Namespace) -> frozenset[str] | None:
+    """The fingerprints of ``--baseline``, read before any work; ``None`` without one.
+
+    Raises:
+        UsageError: the file is missing, unreadable, or not a baseline.
+    """
+    if args.baseline is None:
+        return None
+    from export_guards.render.baseline import read_baseline
+
+    try:
+        return read_baseline(args.baseline.read_text(encoding="utf-8"), f"--baseline {args.baseline}")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read --baseline {args.baseline}: {getattr(error, 'strerror', None) or error}") from None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def known_codes() -> Mapping[str, Rule]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from export_guards.cli.arguments import UsageError, recipe_made_here, settings_from
+from export_guards.cli.arguments import UsageError, baseline_from, recipe_made_here, settings_from
 from export_guards.cli.console import progress, quiet_libraries
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import deliver, exit_code, project_root, reported_if_failed
+from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.reader.identity import file_kind_of
 from export_guards.report import Report
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         raise UsageError(str(error)) from None
     outputs = Outputs(inputs=[args.program, *args.data, source], force=args.force, interrupts=interrupts)
     outputs.claim(args.report_file, "report", "--report-file")
+    outputs.claim(args.write_baseline, "report", "--write-baseline")
+    baseline = baseline_from(args)
     with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source or args.program, args.reproducible):
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
@@ -54,8 +56,10 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
                 )
             except ExportFailed as error:
                 raise StepFailed("the reproducibility check", str(error)) from None
-        delivered = deliver(args, report, outputs, root=project_root(source or args.program))
-    return exit_code(args, failed=bool(report.at_least(settings.fail_level)), complete=delivered)
+        root = project_root(source or args.program)
+        report, baselined = against_baseline(args, report, baseline, outputs, root=root)
+        delivered = deliver(args, report, outputs, root=root)
+    return exit_code(args, failed=bool(report.at_least(settings.fail_level)), complete=delivered and baselined)
 
 
 def _check_files(args: argparse.Namespace) -> None:

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from export_guards.cli.arguments import UsageError, recipe_made_here, settings_from
+from export_guards.cli.arguments import UsageError, baseline_from, recipe_made_here, settings_from
 from export_guards.cli.console import progress, quiet_libraries, stdout_to_stderr
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import deliver, exit_code, project_root, reported_if_failed, with_factory_location
+from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed, with_factory_location
 from export_guards.cli.signals import Interrupts
 from export_guards.targets import TargetError, check_target, parse_arguments, step
 
@@ -27,6 +27,8 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     outputs = Outputs(inputs=[source], force=args.force, interrupts=interrupts)
     pte_path = outputs.claim(_pte_path(args), "program", "--pte" if args.output is None else "--output")
     outputs.claim(args.report_file, "report", "--report-file")
+    outputs.claim(args.write_baseline, "report", "--write-baseline")
+    baseline = baseline_from(args)
     with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source, args.target):
         with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
             from export_guards.pipeline import export_target
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
                 result = export_target(args.target, arguments, config=settings)
             except TargetError as error:
                 raise UsageError(str(error)) from None
-        report = with_factory_location(result.report, args.target)
+        report, baselined = against_baseline(args, with_factory_location(result.report, args.target), baseline, outputs, root=project_root(source))
         failing = report.at_least(settings.fail_level)
         written = True
         if result.edge is None:  # a constant the host cannot read stopped the export
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
             if written:
                 progress(args, f"wrote {pte_path}", ongoing=False)
         delivered = deliver(args, report, outputs, root=project_root(source))
-    return exit_code(args, failed=bool(failing) or result.edge is None, complete=written and delivered)
+    return exit_code(args, failed=bool(failing) or result.edge is None, complete=written and delivered and baselined)
 
 
 def _pte_path(args: argparse.Namespace) -> Path | None:

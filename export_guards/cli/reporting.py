@@ -13,12 +13,13 @@ from pathlib import Path
 from export_guards.cli.console import write_stdout
 from export_guards.cli.outputs import Outputs
 from export_guards.render import render
+from export_guards.render.baseline import render_baseline, without_baselined
 from export_guards.render.sarif import project_root as _project_root
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import CATALOG, Hit, finding
 from export_guards.targets import StepFailed, target_file
 
-__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "deliver", "exit_code", "failed_report", "project_root", "reported_if_failed", "with_factory_location"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "against_baseline", "deliver", "exit_code", "failed_report", "project_root", "reported_if_failed", "with_factory_location"]
 
 STEP_FAILED = "EG002"
 
@@ -37,6 +38,23 @@ def deliver(args: argparse.Namespace, report: Report, outputs: Outputs, *, root:
     print("export-guards: the report follows on stdout instead", file=sys.stderr)
     write_stdout(text)
     return False
+
+
+def against_baseline(args: argparse.Namespace, report: Report, baseline: frozenset[str] | None, outputs: Outputs, *, root: Path) -> tuple[Report, bool]:
+    """``report`` less what ``--baseline`` holds (said on stderr); with ``--write-baseline``,
+    ``report`` written there and then left out whole, as the new baseline holds it all. Also
+    whether that write succeeded."""
+    written = True
+    if args.write_baseline is not None:
+        written = outputs.write(args.write_baseline, render_baseline(report, root=root).encode())
+        if written:
+            print(f"export-guards: wrote {len(report)} finding(s) to the baseline {args.write_baseline}", file=sys.stderr)
+        return Report((), report.suppressed), written
+    if baseline is not None:
+        report, left_out = without_baselined(report, baseline, root=root)
+        if left_out:
+            print(f"export-guards: {left_out} finding(s) in the baseline {args.baseline} left out", file=sys.stderr)
+    return report, written
 
 
 def exit_code(args: argparse.Namespace, *, failed: bool, complete: bool = True) -> int:

@@ -43,13 +43,11 @@ def lint(
     Raises:
         TypeError: ``program`` is none of the accepted forms.
     """
-    return Report.of(
-        found
+    reports = (
+        lint_method(ep, method, config, stage=stage, fold=fold, reasons=(reasons or {}).get(method, {}), rules=rules)
         for method, ep in methods_of(program).items()
-        for found in lint_method(
-            ep, method, config, stage=stage, fold=fold, reasons=(reasons or {}).get(method, {}), rules=rules
-        )
     )
+    return sum(reports, Report())
 
 
 def lint_method(

@@ -31,8 +31,10 @@ def finding_to_dict(finding: Finding) -> dict[str, object]:
 
 
 def render_json(report: Report) -> str:
-    """``{"version": 1, "findings": [...], "summary": {"error": n, "warning": n, "info": n}}``."""
+    """``{"version": 1, "findings": [...], "summary": {"error": n, "warning": n, "info": n,
+    "suppressed": n}}``: ``suppressed`` counts the findings a ``# noqa`` suppressed."""
     summary = {s: sum(f.severity.value == s for f in report) for s in ("error", "warning", "info")}
+    summary["suppressed"] = len(report.suppressed)
     document = {
         "version": SCHEMA_VERSION,
         "findings": [finding_to_dict(f) for f in report],

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from export_guards.render.baseline import is_baseline
+
 __all__ = ["is_report"]
 
 _SUMMARY = re.compile(r"^Found \d+ findings?\b")  # the last line of the text and statistics formats
@@ -25,7 +27,9 @@ def is_report(text: str) -> bool:
         return bool(_SUMMARY.match(lines[-1])) or all(line.startswith(_ANNOTATION) for line in lines)
     if not isinstance(document, dict):
         return False
-    if {"version", "findings", "summary"} <= document.keys() or set(document) == {"statistics"}:
+    if {"version", "findings", "summary"} <= document.keys() or is_baseline(document):
+        return True
+    if "statistics" in document and set(document) <= {"statistics", "suppressed"}:
         return True
     runs = document.get("runs")
     return isinstance(runs, list) and any(_driver(run) == "export-guards" for run in runs)

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from export_guards.report import Finding, Report, Severity, SourceLocation
 from export_guards.ruleset import DOCS_URL, known_rules
 
-__all__ = ["FINGERPRINT", "ROOT_ID", "project_root", "render_sarif"]
+__all__ = ["FINGERPRINT", "ROOT_ID", "fingerprints", "project_root", "render_sarif"]
 
 ROOT_ID = "PROJECTROOT"
 """The ``uriBaseId`` of every URI inside the project root (``run.originalUriBaseIds``)."""
@@ -53,13 +53,10 @@ def render_sarif(report: Report, *, root: Path | None = None) -> str:
     root = (root or project_root(Path.cwd())).resolve()
     codes = sorted({f.code for f in report} | set(known_rules()))
     index = {code: i for i, code in enumerate(codes)}
-    seen: Counter[str] = Counter()
-    results = []
-    for finding in report:
-        physical = _physical(finding, root)
-        identity = _identity(finding, physical["artifactLocation"])
-        seen[identity] += 1  # identical identities (one line, one rule) are told apart in report order
-        results.append(_result(finding, index[finding.code], physical, f"{identity}:{seen[identity]}"))
+    results = [
+        _result(finding, index[finding.code], _physical(finding, root), fingerprint)
+        for finding, fingerprint in zip(report, fingerprints(report, root=root))
+    ]
     root_uri = root.as_uri()
     document = {
         "$schema": _SCHEMA,
@@ -85,6 +82,20 @@ def render_sarif(report: Report, *, root: Path | None = None) -> str:
         ],
     }
     return json.dumps(document, indent=2) + "\n"
+
+
+def fingerprints(report: Report, *, root: Path | None = None) -> list[str]:
+    """Each finding's stable identity, in report order: what SARIF's ``partialFingerprints``
+    and a baseline hold. Independent of absolute paths, line numbers and node numbering;
+    findings of one identity (one line, one rule) are told apart in report order."""
+    root = (root or project_root(Path.cwd())).resolve()
+    seen: Counter[str] = Counter()
+    found = []
+    for finding in report:
+        identity = _identity(finding, _physical(finding, root)["artifactLocation"])
+        seen[identity] += 1
+        found.append(f"{identity}:{seen[identity]}")
+    return found
 
 
 def _rule(code: str) -> dict[str, Any]:

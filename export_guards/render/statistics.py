@@ -13,7 +13,8 @@ __all__ = ["render_statistics"]
 
 def render_statistics(report: Report, output_format: str = "text") -> str:
     """One row per code, most frequent first: count, code, name, severity (the highest a
-    finding of it has); JSON as ``{"statistics": [{"code", "name", "severity", "count"}]}``."""
+    finding of it has), then how many a ``# noqa`` suppressed; JSON as ``{"statistics": [{"code",
+    "name", "severity", "count"}], "suppressed": {code: count}}``."""
     counts = Counter(f.code for f in report)
     worst = {}
     for finding in report:
@@ -23,9 +24,11 @@ def render_statistics(report: Report, output_format: str = "text") -> str:
         {"code": code, "name": known[code].name if code in (known := known_rules()) else "", "severity": worst[code].value, "count": count}
         for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     ]
+    suppressed = dict(sorted(Counter(f.code for f in report.suppressed).items()))
     if output_format == "json":
-        return json.dumps({"statistics": rows}, indent=2) + "\n"
+        return json.dumps({"statistics": rows, "suppressed": suppressed}, indent=2) + "\n"
     width = max((len(r["name"]) for r in rows), default=0)
     lines = [f"{r['count']:6d}  {r['code']}  {r['name']:<{width}}  [{r['severity']}]" for r in rows]
-    lines.append(f"Found {len(report)} finding{'s' if len(report) != 1 else ''}.")
+    quiet = f" ({sum(suppressed.values())} suppressed by # noqa: {', '.join(suppressed)})" if suppressed else ""
+    lines.append(f"Found {len(report)} finding{'s' if len(report) != 1 else ''}{quiet}.")
     return "\n".join(lines) + "\n"

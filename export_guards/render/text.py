@@ -48,8 +48,9 @@ def _summary(report: Report) -> str:
     by_severity = ", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in ("error", "warning", "info") if counts[s])
     line = f"Found {len(report)} finding{'s' if len(report) != 1 else ''}" + (f" ({by_severity})" if by_severity else "")
     done = Counter(_DONE[f.code] for f in report if f.code in _DONE)
+    quiet = f" ({len(report.suppressed)} suppressed by # noqa)" if report.suppressed else ""
     if not done:
-        return line + "."
+        return line + quiet + "."
     problems = counts["error"] + counts["warning"]
     fixed = "; ".join(f"{n} {one if n == 1 else many}" for (one, many), n in done.items())
-    return f"{line}: {fixed}; {problems} problem{'s' if problems != 1 else ''} left."
+    return f"{line}: {fixed}; {problems} problem{'s' if problems != 1 else ''} left{quiet}."

@@ -11,6 +11,7 @@ from typing import Any, Protocol, final
 
 from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset.catalog import CATALOG
+from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 
 __all__ = ["RULE_FAILED", "Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle"]
@@ -132,15 +133,17 @@ def finding(
 
 def settle(findings: Iterable[Finding], settings: Selection) -> Report:
     """``findings`` as the user asked: without the codes not selected or ignored, at the
-    severities overridden. A rule's failure (EG001) is reported unless it is ignored by name
-    or prefix: selecting some rules must not hide that one of them failed."""
+    severities overridden, and without those a ``# noqa`` on their source line suppresses
+    (kept in the report's ``suppressed``). A rule's failure (EG001) is reported unless it is
+    ignored by name or prefix: selecting some rules must not hide that one of them failed."""
     settled = []
     for found in findings:
         shown = settings.enabled(found.code) or (found.code == RULE_FAILED and not settings.ignores(found.code))
         if shown:
             severity = settings.severity_of(found.code, found.severity)
             settled.append(found if severity is found.severity else replace(found, severity=severity))
-    return Report.of(settled)
+    kept, suppressed = split_suppressed(settled)
+    return Report(tuple(kept), tuple(suppressed))
 
 
 def describe_error(error: BaseException) -> str:
