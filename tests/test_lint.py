@@ -85,6 +85,16 @@ def test_lint_pass_raises_one_error_listing_every_failing_finding() -> None:
     assert not hasattr(quiet, "report")
 
 
+def test_text_is_sorted_by_file_and_line_and_shows_each_fix_once() -> None:
+    def at(line: int, code: str, fix: str) -> eg.Finding:
+        return eg.Finding(code, eg.Severity.WARNING, f"problem on line {line}", location=eg.SourceLocation("model.py", line), fix=fix)
+
+    report = eg.Report.of([at(30, "EG212", "Fold it."), at(10, "EG212", "Fold it."), at(20, "EG304", "Use float32.")])
+    lines = render_text(report).splitlines()
+    assert [line.split(":")[1] for line in lines if line.startswith("model.py")] == ["10", "20", "30"]
+    assert lines[-4:] == ["Fixes:", "  EG212 fix: Fold it.", "  EG304 fix: Use float32.", "Found 3 findings (3 warnings)."]
+
+
 def test_renderers_read_the_same_findings() -> None:
     report = eg.lint(train_mode_program())
     text = render_text(report)

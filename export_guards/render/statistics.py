@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from export_guards.render.text import summary_line
 from export_guards.report import Report
 from export_guards.ruleset import known_rules
 
@@ -29,6 +30,5 @@ def render_statistics(report: Report, output_format: str = "text") -> str:
         return json.dumps({"statistics": rows, "suppressed": suppressed}, indent=2) + "\n"
     width = max((len(r["name"]) for r in rows), default=0)
     lines = [f"{r['count']:6d}  {r['code']}  {r['name']:<{width}}  [{r['severity']}]" for r in rows]
-    quiet = f" ({sum(suppressed.values())} suppressed by # noqa: {', '.join(suppressed)})" if suppressed else ""
-    lines.append(f"Found {len(report)} finding{'s' if len(report) != 1 else ''}{quiet}.")
+    lines.append(summary_line(report))
     return "\n".join(lines) + "\n"
