@@ -40,7 +40,8 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
                 result = export_target(args.target, arguments, config=settings)
             except TargetError as error:
                 raise UsageError(str(error)) from None
-        report, baselined = against_baseline(args, with_factory_location(result.report, args.target), baseline, outputs, root=project_root(source))
+        root = project_root(source)
+        report, baselined = against_baseline(args, with_factory_location(result.report, args.target), baseline, outputs, root=root)
         failing = report.at_least(settings.fail_level)
         written = True
         if result.edge is None:  # a constant the host cannot read stopped the export
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
             written = outputs.write(pte_path, program)
             if written:
                 progress(args, f"wrote {pte_path}", ongoing=False)
-        delivered = deliver(args, report, outputs, root=project_root(source))
+        delivered = deliver(args, report, outputs, root=root)
     return exit_code(args, failed=bool(failing) or result.edge is None, complete=written and delivered and baselined)
 
 

@@ -43,6 +43,11 @@ class LintContext:
         return {c.node: c for c in iter_constants(self.method, self.program)}
 
     @functools.cached_property
+    def placeholders(self) -> dict[str, Node]:
+        """The graph's inputs (user inputs, parameters, buffers, constants), by node name."""
+        return {n.name: n for n in self.program.graph.nodes if n.op == "placeholder"}
+
+    @functools.cached_property
     def mutated(self) -> set[str]:
         """The FQNs of the parameters and buffers the program writes."""
         return mutated_constants(self.program)

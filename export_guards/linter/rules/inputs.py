@@ -14,7 +14,7 @@ _CHANNELS_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
 
 @rule("EG310")
 def fixed_input_shapes(context: LintContext) -> Iterator[Hit]:
-    placeholders = {n.name: n for n in context.program.graph.nodes if n.op == "placeholder"}
+    placeholders = context.placeholders
     described, fixed = [], []
     for name in context.program.graph_signature.user_inputs:
         value = placeholders[name].meta.get("val") if name in placeholders else None

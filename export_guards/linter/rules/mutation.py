@@ -49,7 +49,7 @@ def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
 @rule("EG309")
 def input_mutated_in_place(context: LintContext) -> Iterator[Hit]:
     signature = context.program.graph_signature
-    placeholders = {n.name: n for n in context.program.graph.nodes if n.op == "placeholder"}
+    placeholders = context.placeholders
     written = {name: None for name in signature.user_inputs_to_mutate.values()}  # a functional program
     for name in signature.user_inputs:
         if name in placeholders and (node := writer(placeholders[name])) is not None:
