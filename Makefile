@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-campaign bench-cli clean
+.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ bench-lint: $(INSTALLED)
 
 bench-check: $(INSTALLED)
 	$(PY) benchmarks/pte_check.py
+
+# Check time per file, this tree against HEAD, side by side (issue 26: at most 1.5x).
+bench-check-ab: $(INSTALLED)
+	$(PY) benchmarks/pte_check_ab.py
 
 bench-campaign: $(INSTALLED)
 	$(PY) benchmarks/pte_campaign.py

@@ -5,16 +5,22 @@ Run: ``make bench-campaign`` (or ``.venv/bin/python benchmarks/pte_campaign.py [
 
 Each mutant changes one semantic field of a valid program to another valid-looking value
 (``tests/pte_structure.py``: delegate call arguments, XNNPACK values and node ids, dtypes,
-shapes and dim orders, memory-plan slots, instruction order and outputs, header fields). Every
-mutant is checked with ``check_pte`` and then run in ``executorch.runtime`` in a child process
-(restarted after each crash; a run past ``--timeout`` is a hang) on the original program's
-inputs, and its outputs are compared with the original's. Reported per mutator and in total:
+shapes and dim orders, memory-plan slots, instruction order and outputs, header fields, kernel
+arguments and return slots, operator and backend names). Every mutant is checked with
+``check_pte`` against the runtime at hand (``RuntimeInventory.installed()``, as ``check
+--runtime`` does) and then run in ``executorch.runtime`` in a child process (restarted after
+each crash; a run past ``--timeout`` is a hang) on the original program's inputs, and its outputs
+are compared with the original's. Reported per mutator and in total (issue 26's four rows, and
+more):
 
 - checker-clean crashes or hangs (target: none);
-- checker-clean runtime errors, beside the count with only the rules this work started from
-  (EG501-EG513) (target: at least 90 % fewer);
+- checker-clean runtime errors, other than those of a kernel or backend the runtime lacks,
+  which EG521 warns of (target: at most 2 % of mutants); beside them the count with only the
+  rules this work started from (EG501-EG513);
+- runtime errors warned of as a kernel or backend the runtime lacks;
 - checker-clean wrong outputs (silent corruptions the check missed);
-- false alarms: flagged programs that run with exactly the original's outputs (target: none);
+- false alarms: flagged programs that run with exactly the original's outputs, every flagged
+  mutant run (target: none);
 - check time per file.
 
 ``--programs other`` uses programs the tests do not mutate (a transformer block, a conv net, a
@@ -48,7 +54,9 @@ def seed_programs(kind: str, folder: Path) -> dict[str, tuple[bytes, tuple[Path,
     if kind == "default":
         written = write_programs(folder)
         programs = {name: (w.pte.read_bytes(), w.data_files) for name, w in written.items()}
-        programs["two methods"] = (valid_programs()["two methods, xnnpack"], ())
+        valid = valid_programs()  # batch norm, dim-order copies, copy_ and index_put on state
+        for name in ("two methods, xnnpack", "conv net, portable", "bool and int64 inputs", "kv cache, xnnpack"):
+            programs[name] = (valid[name], ())
         return programs
     class CatSplit(torch.nn.Module):
         def __init__(self) -> None:
@@ -81,10 +89,12 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from pte_structure import STRUCTURE_MUTATORS, Runner, program_inputs
+    from pte_structure import RUNTIME_MUTATORS, STRUCTURE_MUTATORS, Runner, program_inputs
 
     import export_guards as eg
 
+    installed = eg.RuntimeInventory.installed()
+    mutators = {**STRUCTURE_MUTATORS, **RUNTIME_MUTATORS}
     rng = random.Random(args.seed)
     scratch = Path(tempfile.mkdtemp(prefix="pte-campaign-"))
     seeds = seed_programs(args.programs, scratch)
@@ -103,20 +113,21 @@ def main() -> int:
     made = attempts = 0
     while made < args.mutants and attempts < args.mutants * 20:
         attempts += 1
-        kind = rng.choice(list(STRUCTURE_MUTATORS))
+        kind = rng.choice(list(mutators))
         name = rng.choice(list(originals))
         data, data_files, inputs, digest = originals[name]
-        mutant = STRUCTURE_MUTATORS[kind](data, rng)
+        mutant = mutators[kind](data, rng)
         if mutant is None or mutant == data:
             continue
         made += 1
         path = scratch / f"mutant-{made}.pte"
         path.write_bytes(mutant)
         start = time.perf_counter()
-        report = eg.check_pte(path, data_files=data_files)
+        report = eg.check_pte(path, data_files=data_files, against=installed)
         check_ms.append((time.perf_counter() - start) * 1e3)
         errors = {f.code for f in report.errors}
         flagged, baseline_flagged = bool(errors), bool(errors & set(BASELINE_CODES))
+        lacking = bool(report.with_code("EG521"))
         result = runner.run(path, data_files[0] if data_files else None, inputs)
         outcome = result["outcome"]
         if outcome == "ok":
@@ -128,7 +139,7 @@ def main() -> int:
         if not flagged and outcome in ("crash", "hang"):
             verdicts.append("clean crash or hang")
         if not flagged and outcome == "error":
-            verdicts.append("clean runtime error")
+            verdicts.append("warned: runtime lacks" if lacking else "clean runtime error")
         if not baseline_flagged and outcome == "error":
             verdicts.append("clean runtime error, EG501-EG513 only")
         if not flagged and outcome == "wrong output":
@@ -145,7 +156,10 @@ def main() -> int:
                 )
     runner.close()
 
-    columns = ["mutants", "flagged", "clean crash or hang", "clean runtime error", "clean runtime error, EG501-EG513 only", "clean wrong output", "false alarm"]
+    columns = [
+        "mutants", "flagged", "clean crash or hang", "clean runtime error", "warned: runtime lacks",
+        "clean runtime error, EG501-EG513 only", "clean wrong output", "false alarm",
+    ]  # fmt: skip
     print(f"programs: {args.programs} ({', '.join(originals)}); mutation seed {args.seed}")
     print("| mutator | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
@@ -155,10 +169,10 @@ def main() -> int:
         print(f"| {kind} | " + " | ".join(str(rows[kind][c]) for c in columns) + " |")
     print("| **all** | " + " | ".join(f"**{total[c]}**" for c in columns) + " |")
     before, after = total["clean runtime error, EG501-EG513 only"], total["clean runtime error"]
-    fall = 1 - after / before if before else 1.0
+    share = after / total["mutants"] if total["mutants"] else 0.0
     print(f"\ncheck time per file: median {statistics.median(check_ms):.1f} ms, max {max(check_ms):.1f} ms")
-    print(f"checker-clean runtime errors fell by {fall:.0%} ({before} -> {after})")
-    met = total["clean crash or hang"] == 0 and total["false alarm"] == 0 and fall >= 0.9
+    print(f"checker-clean runtime errors: {after} of {total['mutants']} mutants ({share:.1%}; {before} with EG501-EG513 only)")
+    met = total["clean crash or hang"] == 0 and total["false alarm"] == 0 and share <= 0.02
     print("targets met" if met else "targets NOT met")
     return 0 if met else 1
 

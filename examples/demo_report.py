@@ -4,10 +4,11 @@ downloads) and the same facts as Markdown. It reads what the demo measured; it c
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["DemoResult", "Variant", "render_html", "render_markdown"]
+__all__ = ["DemoResult", "LintGroup", "Variant", "group_lint", "render_html", "render_markdown"]
 
 
 @dataclass
@@ -39,6 +40,42 @@ class DemoResult:
     timings: list[tuple[str, float]] = field(default_factory=list)
 
 
+@dataclass
+class LintGroup:
+    """Findings of one code whose messages differ only in the names and numbers they quote:
+    one entry in the report, with each place."""
+
+    code: str
+    severity: str
+    shape: str  # the message with each quoted name as '…' and each number as #
+    places: list[tuple[str, str]]  # where, and the names its message quotes
+    first: str  # the first finding's message, whole
+
+
+_QUOTED = re.compile(r"'[^']*'")
+_NUMBER = re.compile(r"\b\d[\d,.]*\b")
+
+
+def group_lint(lint: Sequence[tuple[str, str, str, str]]) -> list[LintGroup]:
+    """``lint`` (code, severity, where, message) grouped by code, severity and message shape, in
+    the order each group first appears: the same paragraph once, however many layers it names."""
+    groups: dict[tuple[str, str, str], LintGroup] = {}
+    for code, severity, where, message in lint:
+        shape = _NUMBER.sub("#", _QUOTED.sub("'…'", message))
+        group = groups.setdefault((code, severity, shape), LintGroup(code, severity, shape, [], message))
+        group.places.append((where, ", ".join(_QUOTED.findall(message))))
+    return list(groups.values())
+
+
+def _summary(group: LintGroup) -> str:
+    """The message itself when it is alone; its shape and the count when there are several."""
+    return group.first if len(group.places) == 1 else f"{group.shape} ({len(group.places)} times)"
+
+
+def _place(where: str, names: str) -> str:
+    return f"{where}: {names}" if names else where
+
+
 def render_markdown(result: DemoResult) -> str:
     lines = [f"# export-guards demo: {result.model}", "", f"**{result.headline}**", "", f"Input {result.input_shape}.", ""]
     lines += ["| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager | note |", "|---|---|---|---|---|---|---|"]
@@ -50,7 +87,12 @@ def render_markdown(result: DemoResult) -> str:
     lines.append(f"| eager PyTorch (reference) | | | | {_latency(result.eager_latency_s)} | | |")
     lines += ["", COMPUTE_OPS, "", EAGER]
     lines += ["", f"## Lint without the guards ({len(result.lint)} findings)", ""]
-    lines += [f"- `{code}` [{severity}] {where}: {message}" for code, severity, where, message in result.lint]
+    for group in group_lint(result.lint):
+        if len(group.places) == 1:
+            lines.append(f"- `{group.code}` [{group.severity}] {group.places[0][0]}: {group.first}")
+        else:
+            lines.append(f"- `{group.code}` [{group.severity}] {_summary(group)}:")
+            lines += [f"  - {_place(where, names)}" for where, names in group.places]
     for title, folds in _fold_groups(result):
         lines += ["", f"## {title} ({len(folds)})", ""] + [f"- {message}" for message in folds]
     lines += ["", "## The written program", "", f"`{result.pte_path}`: `export-guards check`: {result.check}", ""]
@@ -97,8 +139,9 @@ def render_html(result: DemoResult) -> str:
         maximum=1.0,
     )
     lint = "".join(
-        f"<tr><td><code>{e(code)}</code></td><td class={e(severity)}>{e(severity)}</td><td>{e(where)}</td><td>{e(message)}</td></tr>"
-        for code, severity, where, message in result.lint
+        f"<tr><td><code>{e(g.code)}</code></td><td class={e(g.severity)}>{e(g.severity)}</td><td>{len(g.places)}</td>"
+        f"<td>{e(_summary(g))}{_places(g)}</td></tr>"
+        for g in group_lint(result.lint)
     )
     folds = "".join(
         f"<h2>{e(title)} ({len(group)})</h2><ul>" + "".join(f"<li>{e(fold)}</li>" for fold in group) + "</ul>"
@@ -123,12 +166,21 @@ th {{ background: #f3f3f3 }} tr.ref td {{ color: #666 }} .error {{ color: #b00 }
 <p class=small>{e(COMPUTE_OPS)} {e(EAGER)}</p>
 <div class=charts>{latency}{delegation}</div>
 <h2>Lint without the guards ({len(result.lint)} findings)</h2>
-<table><tr><th>code</th><th>severity</th><th>where</th><th>message</th></tr>{lint}</table>
+<table><tr><th>code</th><th>severity</th><th>findings</th><th>message, and where</th></tr>{lint}</table>
 {folds}
 <h2>The written program</h2><p><code>{e(result.pte_path)}</code>: <code>export-guards check</code>: {e(result.check)}</p>
 <h2>Where the demo's time went</h2><table>{timings}</table>
 </body></html>
 """
+
+
+def _places(group: LintGroup) -> str:
+    """Where a group's findings are: one line for one, a list of each place and message for several."""
+    e = html.escape
+    if len(group.places) == 1:
+        return f"<br><span class=small>{e(group.places[0][0])}</span>"
+    items = "".join(f"<li>{e(_place(where, names))}</li>" for where, names in group.places)
+    return f"<details><summary>{len(group.places)} places</summary><ul class=small>{items}</ul></details>"
 
 
 def _bars(title: str, bars: Sequence[tuple[str, float, str]], maximum: float | None = None) -> str:

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         export_with_recipe as export_with_recipe,
         lower_with_guards as lower_with_guards,
     )
+    from export_guards.pte.inventory import RuntimeInventory as RuntimeInventory
     from export_guards.pte.check import (
         ExportFailed as ExportFailed,
         check_pte as check_pte,
@@ -93,6 +94,7 @@ _EXPORTS = {
     "RULES": "export_guards.ruleset",
     "Report": "export_guards.report",
     "Rule": "export_guards.ruleset",
+    "RuntimeInventory": "export_guards.pte.inventory",
     "Settings": "export_guards.settings",
     "Severity": "export_guards.report",
     "SourceLocation": "export_guards.report",

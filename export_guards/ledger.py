@@ -17,12 +17,14 @@ from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
 
-from export_guards.analysis.programs import Program
+from export_guards.analysis.programs import Program, methods_of
+from export_guards.analysis.source import source_lines
 from export_guards.linter import LINT_RULES, lint
 from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
-from export_guards.ruleset import settle, with_project_rules
+from export_guards.ruleset import known_rules, settle, with_project_rules, without_symptoms
+from export_guards.ruleset.noqa import UNUSED_NOQA, unused_noqa
 from export_guards.settings import Settings
 
 __all__ = ["PROGRAM_LINT_RULES", "Ledger", "Recorded"]
@@ -72,12 +74,24 @@ class Ledger:
         """The export's report: the program-stage lint of ``program`` (each method's
         torch.export program), the ledger as ``settings`` select it, ``stopped`` (what
         stopped the export: always shown, whatever the settings), and, for a lowered
-        ``edge`` whose backend the partitioned-stage rules speak of, that lint."""
+        ``edge`` whose backend the partitioned-stage rules speak of, that lint. A finding
+        whose cause another stage reported is left out (``without_symptoms``); where selected,
+        each ``# noqa`` on the program's lines that suppressed nothing is an EG003 finding."""
         report = lint(program, settings, rules=with_project_rules(PROGRAM_LINT_RULES)) + settle(self.findings, settings)
         if stopped:
             report += stopped
         if edge is not None and partitioned_lint:
             report += lint(edge, settings, stage="partitioned", reasons=reasons)
+        report = without_symptoms(report)
+        if settings.enabled(UNUSED_NOQA):  # off by default: reading every node's line costs time
+            ran = {"program", "action"} | ({"partitioned"} if edge is not None and partitioned_lint else set())
+            known = known_rules()
+
+            def judged(code: str) -> bool:  # a code this run checked: selected, of a stage that ran
+                return settings.enabled(code) and code in known and known[code].stage in ran
+
+            lines = {line for ep in methods_of(program).values() for line in source_lines(ep.graph_module)}
+            report += settle(unused_noqa(report, lines, judged), settings)
         return report
 
 

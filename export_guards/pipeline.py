@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, final
 
 import torch
@@ -28,7 +31,9 @@ from export_guards.ruleset import describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
-__all__ = ["Backend", "GuardedExport", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+__all__ = ["Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+
+EachStep = Callable[[str], AbstractContextManager[object]]  # wraps each step, given what it does (the command times them)
 
 
 @final
@@ -92,25 +97,45 @@ def export_with_guards(
     )
 
 
-def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, config: Settings | None = None) -> GuardedExport:
+def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, config: Settings | None = None, each_step: EachStep | None = None) -> GuardedExport:
     """The guarded export of a model named ``path/to/file.py:factory`` (or
-    ``package.module:factory``), called with ``arguments``, one step at a time.
+    ``package.module:factory``), called with ``arguments``, one step at a time
+    (:func:`export_in_steps`), each inside ``each_step(what it does)`` when given.
 
     Raises:
         TargetError: the target names no file, module or callable.
         StepFailed: building the model, ``torch.export`` or lowering failed; the message names
             the step, the exception and the line of the target's file it went through.
     """
+    with (each_step or _as_is)("building the model"):
+        model, inputs = load_target(target, arguments)
+    return export_in_steps(model, inputs, config=config, source=target_file(target), each_step=each_step)
+
+
+def export_in_steps(
+    model: torch.nn.Module, example_inputs: Sequence[object], *, config: Settings | None = None, source: Path | None = None, each_step: EachStep | None = None
+) -> GuardedExport:
+    """:func:`export_with_guards`, one step at a time, each inside ``each_step(what it does)``
+    when given (``"torch.export"``).
+
+    Raises:
+        StepFailed: ``torch.export`` or lowering failed; the message names the step, the
+            innermost cause and the line of ``source`` (the model's file) it went through.
+    """
     settings = config or Settings()
-    path = target_file(target)
-    model, inputs = load_target(target, arguments)
+    timed = each_step or _as_is
+    inputs = tuple(example_inputs)
     if settings.recipe is not None:
-        with step(f"exporting with the recipe {settings.recipe}", path):
+        with timed(f"exporting, linting and lowering with the recipe {settings.recipe}"), step(f"exporting with the recipe {settings.recipe}", source):
             return export_with_recipe(model, inputs, settings.recipe, config=settings)
-    with step("torch.export", path):
+    with timed("torch.export"), step("torch.export", source):
         program = torch.export.export(model, inputs)
-    with step(f"lowering ({settings.backend})", path):
+    with timed(f"linting and lowering ({settings.backend})"), step(f"lowering ({settings.backend})", source):
         return lower_with_guards(program, config=settings)
+
+
+def _as_is(doing: str) -> AbstractContextManager[object]:
+    return contextlib.nullcontext()
 
 
 def export_with_recipe(

@@ -5,24 +5,29 @@ Fixtures: ``guarded_export``, ``check_export``, ``assert_delegated``, ``eg_devic
 Marker: ``@pytest.mark.export_guards(select=..., ignore=..., backend=..., fail_level=...,
 fold=..., placement=...)``. Options: ``--eg-backend``, ``--eg-artifacts DIR``, ``--eg-trapdev``
 (and the ini keys ``export_guards_backend``, ``export_guards_artifacts``). Under pytest-xdist each
-worker gives torch its share of the cores.
+worker gives torch its share of the cores. The warnings of the fixtures' own steps (torch's,
+ExecuTorch's) are not reported; the test's and the model's are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import inspect
 import logging
 import os
 import re
 import shutil
+import sys
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, final
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, final
 
 import pytest
 
+from export_guards.quiet import libraries_quiet
 from export_guards.settings import BACKENDS, Settings
 
 if TYPE_CHECKING:  # the plugin loads in every pytest run: torch and the pipeline load when a fixture runs
@@ -31,11 +36,14 @@ if TYPE_CHECKING:  # the plugin loads in every pytest run: torch and the pipelin
     from export_guards.analysis.delegation import DelegationSummary
     from export_guards.pipeline import GuardedExport
     from export_guards.report import Report
+    from export_guards.targets import StepFailed
     from export_guards.testing.compare import OutputError
 
 pytest.register_assert_rewrite("export_guards.testing")
 
 __all__ = ["ExportCheck"]
+
+_T = TypeVar("_T")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -172,15 +180,16 @@ def _checked(make: Callable[[], Settings]) -> Settings:
 @pytest.fixture
 def _eg_fail(request: pytest.FixtureRequest) -> Callable[..., NoReturn]:
     """``fail(message, export, pte=None)``: fail the test with ``message``, keeping ``export``'s
-    report (and ``pte``: bytes, or a function that makes them) where ``--eg-artifacts`` says,
-    plus the line that says where, or why they could not be kept. Every failure of the
-    fixtures goes through here."""
+    report (``export``: a ``GuardedExport``, or the ``Report`` of a step that failed; and
+    ``pte``: bytes, or a function that makes them) where ``--eg-artifacts`` says, plus the line
+    that says where, or why they could not be kept. Every failure of the fixtures goes through
+    here."""
     config = request.config
     folder = config.getoption("--eg-artifacts") or config.getini("export_guards_artifacts")
     # Relative to where pytest was started, whatever directory a test moves to.
     root = (config.invocation_params.dir / folder) if folder else None
 
-    def fail(message: str, export: GuardedExport, pte: bytes | Callable[[], bytes | None] | None = None) -> NoReturn:
+    def fail(message: str, export: GuardedExport | Report, pte: bytes | Callable[[], bytes | None] | None = None) -> NoReturn:
         pytest.fail(message + _save(root, request.node.nodeid, export, pte), pytrace=False)
 
     return fail
@@ -193,7 +202,8 @@ def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExp
 
     def run(model: torch.nn.Module, example_inputs: Sequence[object], **overrides: Any) -> GuardedExport:
         settings = _with_overrides(export_guards_settings, overrides, "guarded_export")
-        return _export(settings, model, example_inputs)
+        with _libraries_kept_quiet():
+            return _export(settings, model, example_inputs)
 
     return run
 
@@ -206,10 +216,12 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     ``extra_inputs``, and fail on any output that differs from eager beyond atol / rtol."""
     import torch
 
-    from export_guards.render import render_text
-    from export_guards.testing.compare import compare_outputs, run_pte
+    with _libraries_kept_quiet():
+        from export_guards.render import render_text
+        from export_guards.targets import StepFailed
+        from export_guards.testing.compare import compare_outputs, run_pte
 
-    _import_runtime()
+        _import_runtime()
 
     def check(
         model: torch.nn.Module,
@@ -221,21 +233,26 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         **overrides: Any,
     ) -> ExportCheck:
         settings = _with_overrides(export_guards_settings, overrides, "check_export")
-        result = _export(settings, model, example_inputs)
+        result = _failed_or(lambda: _export_in_steps(settings, model, example_inputs))
+        if isinstance(result, StepFailed):  # failed here, out of the except block: no chained tracebacks
+            _eg_fail(_step_failed(result), _failed_report(result))
         failing = result.report.at_least(settings.fail_level)
         if failing or result.edge is None:
             _eg_fail(
                 f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} "
-                f"({settings.backend}):\n{render_text(type(result.report).of(failing))}",
+                f"({settings.recipe or settings.backend}):\n{render_text(type(result.report).of(failing))}",
                 result,
             )
-        pte = result.to_pte()
+        pte = _failed_or(result.to_pte, "writing the program (to_executorch)", _source_of(model))
+        if isinstance(pte, StepFailed):
+            _eg_fail(_step_failed(pte), result.report + _failed_report(pte))
         comparisons = []
         for label, inputs in [("example inputs", example_inputs), *((f"extra inputs #{i}", x) for i, x in enumerate(extra_inputs))]:
             with torch.no_grad():
                 eager = model(*inputs)
             try:
-                actual = run_pte(pte, inputs)
+                with _libraries_kept_quiet():
+                    actual = run_pte(pte, inputs)
             except Exception as error:  # noqa: BLE001 - the runtime refused these inputs
                 _eg_fail(
                     f"export-guards: the .pte could not run the {label}: {type(error).__name__}: "
@@ -251,7 +268,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
                 lines = "\n".join(f"  {e}" for e in errors)
                 _eg_fail(
                     f"export-guards: the .pte's outputs differ from eager on the {label} "
-                    f"(atol={atol}, rtol={rtol}, {settings.backend}):\n{lines}\n"
+                    f"(atol={atol}, rtol={rtol}, {settings.recipe or settings.backend}):\n{lines}\n"
                     "A common cause: torch.export specialised a branch or a shape on the example "
                     "inputs; pass inputs that take the other paths as extra_inputs.",
                     result,
@@ -311,6 +328,81 @@ def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence
     return export_with_guards(model, tuple(example_inputs), config=settings)
 
 
+def _export_in_steps(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object]) -> GuardedExport:
+    """``export_with_guards`` with ``settings``, a step at a time: a step that fails raises a
+    ``StepFailed`` that names it, its innermost cause and the line of the model's file."""
+    from export_guards.pipeline import export_in_steps
+
+    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model))
+
+
+def _failed_or(run: Callable[[], _T], step: str = "", source: Path | None = None) -> _T | StepFailed:
+    """What ``run()`` returns, with the fixtures' own warnings hidden; or, when it fails, the
+    ``StepFailed`` that says so (``run``'s own, else one for ``step``), returned rather than
+    raised so that the test fails outside the ``except`` block, without the chain of the
+    libraries' tracebacks."""
+    from export_guards.targets import StepFailed
+    from export_guards.targets import step as named
+
+    try:
+        with _libraries_kept_quiet(), named(step, source) if step else contextlib.nullcontext():
+            return run()
+    except StepFailed as failed:
+        return failed
+
+
+def _source_of(model: torch.nn.Module) -> Path | None:
+    """The file that defines the model's class, where a failure is placed; ``None`` for a class
+    of torch's own (an ``nn.Sequential``): then the innermost frame outside torch is."""
+    try:
+        path = inspect.getsourcefile(type(model))
+    except (TypeError, OSError):  # a class made at run time
+        return None
+    return Path(path) if path is not None and not _is_library_module(type(model).__module__) else None
+
+
+def _step_failed(failed: StepFailed) -> str:
+    """A failed step in a few lines, as the command says it: the step, the innermost cause, the
+    user's line, what the lint had found; not the traceback, which is the libraries'."""
+    return f"export-guards: {failed}\n(guarded_export raises the error itself, with its traceback)"
+
+
+def _failed_report(failed: StepFailed) -> Report:
+    """The report of a failed step, for the artifacts: what the lint found before it failed
+    (a ``GuardError``'s report) and the step's EG002 finding, on the user's line."""
+    from dataclasses import replace
+
+    from export_guards.report import Report
+    from export_guards.ruleset import CATALOG, Hit, finding
+
+    found = getattr(failed.__cause__, "report", None)
+    failure = replace(finding(CATALOG["EG002"], Hit(f"{failed.step} failed: {failed.cause}")), location=failed.location)
+    return (found if isinstance(found, Report) else Report()) + Report.of([failure])
+
+
+# Whose warnings are the fixtures' own: the libraries they run, and the standard library that
+# those call (``importlib.resources``, ``copyreg``: where a library's warning may be placed).
+_LIBRARY_MODULES = ("torch", "torchao", "executorch", "coremltools", "export_guards", "numpy", "sympy", *(sys.stdlib_module_names - {"test"}))
+_LIBRARY_MODULE = r"(" + "|".join(re.escape(name) for name in sorted(_LIBRARY_MODULES)) + r")(\.|$)"
+
+
+def _is_library_module(module: str) -> bool:
+    return re.match(_LIBRARY_MODULE, module) is not None
+
+
+@contextlib.contextmanager
+def _libraries_kept_quiet() -> Iterator[None]:
+    """Ignore, for the block, the warnings placed in the libraries' modules (torch's and
+    ExecuTorch's deprecations, raised by the fixture's export, lowering and runtime): not the
+    test's to act on, and ``-W error`` must not turn them into its failure. A warning placed in
+    the model's or the test's code (``warnings.warn`` in ``forward``) is reported as always.
+    The libraries' log lines and prints stay out of the test's captured output too
+    (``export_guards.quiet``)."""
+    with warnings.catch_warnings(), libraries_quiet():
+        warnings.filterwarnings("ignore", module=_LIBRARY_MODULE)
+        yield
+
+
 def _import_runtime() -> None:
     """Import ``executorch.runtime`` without the ``ExperimentalWarning`` its bindings give on
     import: ExecuTorch's note on its own API, nothing a test can act on. Under pytest-xdist it
@@ -333,7 +425,7 @@ def _artifact_folder(root: Path, test_name: str) -> Path:
     return root / f"{readable}-{digest}"
 
 
-def _save(root: Path | None, test_name: str, export: GuardedExport, pte: bytes | Callable[[], bytes | None] | None) -> str:
+def _save(root: Path | None, test_name: str, export: GuardedExport | Report, pte: bytes | Callable[[], bytes | None] | None) -> str:
     """Keep the failing check's artifacts under ``root``; returns the line that says where, or
     why they could not be kept (never an exception: that would hide the test's own failure)."""
     if root is None:
@@ -344,9 +436,11 @@ def _save(root: Path | None, test_name: str, export: GuardedExport, pte: bytes |
     try:
         shutil.rmtree(folder, ignore_errors=True)  # nothing stale from an earlier run
         folder.mkdir(parents=True)
-        (folder / "report.txt").write_text(render_text(export.report))
-        (folder / "report.json").write_text(render_json(export.report))
-        data = pte() if callable(pte) else pte
+        report = getattr(export, "report", export)  # a GuardedExport's, or a failed step's
+        (folder / "report.txt").write_text(render_text(report))
+        (folder / "report.json").write_text(render_json(report))
+        with _libraries_kept_quiet():
+            data = pte() if callable(pte) else pte
         if data is not None:
             (folder / "model.pte").write_bytes(data)
     except Exception as error:  # noqa: BLE001 - a full disk, a file in the way, a .pte that cannot be made

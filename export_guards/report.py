@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import final
 
 __all__ = ["Finding", "Report", "Severity", "SourceLocation"]
@@ -54,6 +54,10 @@ class Finding:
         artifact: the file a program-file finding is about (the ``.pte`` or ``.ptd`` path, as
             given), if any.
         region: where in ``artifact``, as ``(byte offset, byte length)``, when known.
+        subjects: what the finding is about, named alike in every stage of one export (graph
+            nodes by their origin in the torch.export program); not rendered.
+        symptom_of: codes whose finding about one of the same ``subjects`` is this one's cause;
+            the report assembler drops this one when that finding is there (``without_symptoms``).
     """
 
     code: str
@@ -67,6 +71,9 @@ class Finding:
     module: str | None = None
     artifact: str | None = None
     region: tuple[int, int] | None = None
+    # How findings relate, not what they say: left out of equality, as renderers leave them out.
+    subjects: tuple[str, ...] = field(default=(), compare=False)
+    symptom_of: tuple[str, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         if self.location:

@@ -13,7 +13,7 @@ from typing import Any, Literal, final, get_args
 
 from export_guards.backends import BACKEND_TABLE
 from export_guards.report import Severity
-from export_guards.ruleset.catalog import CATALOG, RETIRED
+from export_guards.ruleset.catalog import CATALOG, DEFAULT_OFF, RETIRED
 from export_guards.ruleset.registry import known_rules, project_prefixes
 
 __all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config"]
@@ -56,7 +56,8 @@ class Settings:
     Attributes:
         select: codes or code prefixes to report (``"EG"``: all of export-guards' own;
             ``"EG2"``: the weight rules). The default is ``"EG"`` and the prefix of every
-            project's rules installed (``export_guards.ruleset.registry``).
+            project's rules installed (``export_guards.ruleset.registry``). A code off by
+            default (``ruleset.catalog.DEFAULT_OFF``: EG003) needs its full code here.
         ignore: codes or prefixes not to report; an ignore wins over a select of the same
             length or shorter (``select=["EG301"], ignore=["EG3"]`` still reports EG301).
         severity: per-code severity overrides.
@@ -79,8 +80,10 @@ class Settings:
     recipe: str | None = None
 
     def enabled(self, code: str) -> bool:
-        """Whether findings of ``code`` are reported: the longest matching prefix decides."""
-        selected = max((len(p) for p in self.select if code.startswith(p)), default=-1)
+        """Whether findings of ``code`` are reported: the longest matching prefix decides. A
+        code that is off by default (``DEFAULT_OFF``) is selected only by its full code."""
+        off = code in DEFAULT_OFF
+        selected = max((len(p) for p in self.select if code.startswith(p) and not (off and p != code)), default=-1)
         return selected > self._ignored(code)
 
     def ignores(self, code: str) -> bool:

@@ -36,6 +36,9 @@ DEVICES = [
 
 @pytest.hookimpl(trylast=True)  # after the plugin has given this worker's torch its share of the cores
 def pytest_configure(config: pytest.Config) -> None:
+    # The command's output as a CI log gets it: no colour, whatever the developer's shell asks.
+    for variable in ("FORCE_COLOR", "NO_COLOR"):
+        os.environ.pop(variable, None)
     if hasattr(config, "workerinput"):  # the same share for the processes its tests start (the command, the runtime)
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 

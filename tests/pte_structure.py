@@ -21,7 +21,7 @@ from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XN
 from executorch.exir._serialize._flatbuffer import _flatc_compile, _flatc_decompile
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 from executorch.exir.scalar_type import ScalarType
-from executorch.exir.schema import BackendDelegateInlineData, DelegateCall, ExecutionPlan, Program, Tensor
+from executorch.exir.schema import BackendDelegateInlineData, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Program, Tensor
 
 XNN_SCHEMA = "schema.fbs"
 
@@ -270,8 +270,93 @@ def header_fields(data: bytes, rng: random.Random) -> bytes | None:
         return None
     offset, size = rng.choice([(12, 4), (16, 8), (24, 8), (32, 8)])  # length, program size, segment base, segment data size
     value = int.from_bytes(data[offset : offset + size], "little")
-    mutated[offset : offset + size] = ((value + rng.choice([-16, -8, -1, 1, 8, 16, 64])) % 2 ** (8 * size)).to_bytes(size, "little")
+    mutated[offset : offset + size] = ((value + rng.choice([-128, -16, -8, -1, 1, 8, 16, 64])) % 2 ** (8 * size)).to_bytes(size, "little")
     return bytes(mutated)
+
+
+def _kernel_calls(plan: ExecutionPlan) -> list[KernelCall]:
+    return [i.instr_args for c in plan.chains for i in c.instructions if isinstance(i.instr_args, KernelCall)]
+
+
+def kernel_arguments(data: bytes, rng: random.Random) -> bytes | None:
+    """Change one integer argument of a kernel call (a dim, a size, a group count), or resize,
+    split or drop one dimension of a tensor it takes."""
+
+    def edit(program: Program) -> bool:
+        plan = rng.choice(program.execution_plan)
+        calls = _kernel_calls(plan)
+        if not calls:
+            return False
+        arguments = [i for i in rng.choice(calls).args if 0 <= i < len(plan.values)]
+        integers = [i for i in arguments if isinstance(plan.values[i].val, (Int, IntList))]
+        tensors = [i for i in arguments if isinstance(plan.values[i].val, Tensor)]
+        if integers and (rng.random() < 0.5 or not tensors):
+            value = plan.values[rng.choice(integers)].val
+            if isinstance(value, IntList):
+                items = [plan.values[i].val for i in value.items if 0 <= i < len(plan.values) and isinstance(plan.values[i].val, Int)]
+                if not items:
+                    return False
+                value = rng.choice(items)
+            value.int_val = rng.choice([0, -1, 1, 2, value.int_val + 1, value.int_val - 1, value.int_val * 2])
+            return True
+        if not tensors:
+            return False
+        tensor = plan.values[rng.choice(tensors)].val
+        sizes, what = list(tensor.sizes), rng.random()
+        if what < 0.5 and sizes:
+            k = rng.randrange(len(sizes))
+            sizes[k] = max(0, sizes[k] + rng.choice([-1, 1, sizes[k]]))
+        elif what < 0.75 and sizes and sizes[0] % 2 == 0:
+            sizes = [2, sizes[0] // 2, *sizes[1:]]
+        elif len(sizes) > 1:
+            sizes = [sizes[0] * sizes[1], *sizes[2:]]
+        else:
+            return False
+        if len(sizes) != len(tensor.sizes):
+            tensor.dim_order = list(range(len(sizes)))
+        tensor.sizes = sizes
+        return True
+
+    return _edit_or_none(data, edit)
+
+
+def return_slots(data: bytes, rng: random.Random) -> bytes | None:
+    """Point the slot a kernel call returns into (its last argument) at another value."""
+
+    def edit(program: Program) -> bool:
+        plan = rng.choice(program.execution_plan)
+        calls = [call for call in _kernel_calls(plan) if call.args]
+        if not calls or len(plan.values) < 2:
+            return False
+        call = rng.choice(calls)
+        other = rng.randrange(len(plan.values))
+        if other == call.args[-1]:
+            return False
+        call.args[-1] = other
+        return True
+
+    return _edit_or_none(data, edit)
+
+
+def runtime_names(data: bytes, rng: random.Random) -> bytes | None:
+    """Rename one operator (its overload, or its name) or one delegate's backend: a kernel or a
+    backend that the runtime may not have."""
+
+    def edit(program: Program) -> bool:
+        plan = rng.choice(program.execution_plan)
+        if plan.delegates and (rng.random() < 0.4 or not plan.operators):
+            rng.choice(plan.delegates).id += rng.choice(["V2", "_experimental"])
+        elif plan.operators:
+            operator = rng.choice(plan.operators)
+            if rng.random() < 0.5:
+                operator.overload = (operator.overload or "default") + "_v2"
+            else:
+                operator.name += "_v2"
+        else:
+            return False
+        return True
+
+    return _edit_or_none(data, edit)
 
 
 # Running programs in a child process, on fixed inputs, to compare a mutant's outputs with the
@@ -294,7 +379,12 @@ def program_inputs(data: bytes) -> dict[str, list[object]]:
             value = plan.values[index].val
             if isinstance(value, Tensor):
                 dtype, sizes = get_scalar_type(value.scalar_type), list(value.sizes)
-                dense = torch.randn(sizes, generator=generator).to(dtype) if dtype.is_floating_point else torch.ones(sizes, dtype=dtype)
+                if dtype.is_floating_point:
+                    dense = torch.randn(sizes, generator=generator).to(dtype)
+                elif dtype == torch.bool:  # a mask of both values: damage to it shows
+                    dense = torch.randint(0, 2, sizes, generator=generator).bool()
+                else:  # ones: safe as indices
+                    dense = torch.ones(sizes, dtype=dtype)
                 values.append(in_dim_order(dense, list(value.dim_order)))
             elif isinstance(value, (Int, Double, Bool)):
                 values.append(getattr(value, {Int: "int_val", Double: "double_val", Bool: "bool_val"}[type(value)]))
@@ -375,8 +465,14 @@ STRUCTURE_MUTATORS: dict[str, Mutator] = {
     "memory plan": memory_plan,
     "instructions": instructions,
     "header fields": header_fields,
+    "kernel arguments": kernel_arguments,
+    "return slots": return_slots,
 }
 """The structure-aware mutators, by kind."""
+
+RUNTIME_MUTATORS: dict[str, Mutator] = {"runtime names": runtime_names}
+"""Mutators whose damage only a check against the runtime at hand sees (EG521): a sound file
+that names a kernel or backend the runtime lacks."""
 
 
 if __name__ == "__main__":

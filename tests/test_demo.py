@@ -24,7 +24,11 @@ def test_demo_exports_runs_and_writes_the_report(tmp_path: Path) -> None:
     page = (tmp_path / "report.html").read_text()
     assert "<table>" in page and page.count("<svg") == 2  # the table, and the latency and delegation charts
     assert "<td>with export-guards</td><td>11/11</td>" in page
+    # The four spectral_norm convs' findings: each paragraph once, with a count and the places.
+    assert page.count("Expected weight to be a static param") == 1 and page.count("is still reparametrized") == 1
+    assert page.count("<summary>4 places</summary>") == 2
     markdown = (tmp_path / "report.md").read_text()
     assert "| without export-guards | 7/11 |" in markdown and "EG212" in markdown  # one finding per weight
+    assert markdown.count("(4 times)") == 2
     assert "median of 2 timed runs each, interleaved, after a warm-up" in markdown  # like for like, said
     assert "x faster, the median of paired ratios" in done.stdout

@@ -13,6 +13,7 @@ from torch import nn
 
 import export_guards as eg
 from export_guards.render import render_json, render_sarif, render_text
+from export_guards.ruleset import without_symptoms
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,9 @@ def test_config_selects_by_longest_prefix() -> None:
     config = eg.LintConfig(select=("EG", "EG301"), ignore=("EG3",))
     assert config.enabled("EG301") and not config.enabled("EG302") and config.enabled("EG210")
     assert not eg.LintConfig(select=("EG2",)).enabled("EG101")
+    # EG003 is off by default: only its full code selects it.
+    assert not config.enabled("EG003") and not eg.LintConfig(select=("EG0",)).enabled("EG003")
+    assert eg.LintConfig(select=("EG", "EG003")).enabled("EG003") and not eg.LintConfig(select=("EG", "EG003"), ignore=("EG003",)).enabled("EG003")
     report = eg.lint(train_mode_program(), eg.LintConfig(ignore=("EG301",)))
     assert not report.with_code("EG301")
 
@@ -122,8 +126,14 @@ def test_partitioned_rules_report_the_partitioners_reason() -> None:
             return nn.functional.linear(x, self.w * x.mean()) + nn.functional.linear(x, self.w)
 
     result = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),))
-    (left_out,) = result.report.with_code("EG401")
-    assert "the partitioner says Expected weight to be a static param" in left_out.message
+    (cause,) = result.report.with_code("EG211")  # one problem, one finding: the weight, not also its linear (EG401)
+    assert "depends on a user input" in cause.message and not result.report.with_code("EG401")
+    ignored = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),), config=eg.LintConfig(ignore=("EG211",)))
+    (left_out,) = ignored.report.with_code("EG401")  # its cause not reported: the symptom says it
+    assert left_out.subjects == cause.subjects == ("linear",) and left_out.symptom_of == ("EG210", "EG211", "EG212")
+    assert "the partitioner says Expected weight to be a static param" in left_out.message and "compute it from parameters only" in left_out.fix
+    assert not without_symptoms(eg.Report((left_out,), (cause,))).findings  # a cause suppressed by # noqa answers it too
+    assert without_symptoms(eg.Report.of([left_out])).findings == (left_out,)
     (coverage,) = result.report.with_code("EG402")
     assert coverage.message.startswith("1 of 2 compute ops delegated (50%)")
     assert result.delegation is not None and result.delegation.count("linear", "mm") == (1, 2)

@@ -74,14 +74,20 @@ def test_header_offsets_out_of_bounds(programs: dict[str, Written], field: str, 
     assert "EG501" in codes(damaged)
 
 
-def test_segments_moved_into_the_flatbuffer_are_an_error_through_what_they_misplace(programs: dict[str, Written]) -> None:
-    """The runtime reads segments from the stated base without comparing it with the program
-    size: the overlap itself is a warning; the misplaced constants are the error."""
+def test_a_segment_base_moved_back_is_an_error_and_a_stated_program_size_past_it_a_warning(programs: dict[str, Written]) -> None:
+    """ExecuTorch writes the segments up to the file's last byte: a base offset moved back (into
+    the program, or into the padding after it) makes the runtime read every segment from bytes
+    that are not its own. A program size stated past a base that is right is ignored."""
     data = programs["portable"].pte.read_bytes()
-    damaged = data[:24] + (3).to_bytes(8, "little") + data[32:]
-    report = check_pte(damaged)
+    base = int.from_bytes(data[24:32], "little")
+    for moved in (base - 128, base - 16, 3):
+        report = check_pte(data[:24] + moved.to_bytes(8, "little") + data[32:])
+        (finding,) = report.with_code("EG501")
+        assert finding.severity is Severity.ERROR
+        assert f"{base - moved} bytes short" in finding.message
+    report = check_pte(data[:16] + (base + 8).to_bytes(8, "little") + data[24:])
     assert [f.severity for f in report.with_code("EG501")] == [Severity.WARNING]
-    assert "EG504" in {f.code for f in report.errors}
+    assert not report.errors
 
 
 def test_segment_past_the_end(programs: dict[str, Written]) -> None:

@@ -174,7 +174,7 @@ def test_an_out_tensor_of_the_wrong_shape_is_an_error_the_kernel_rejects(seeds, 
 
     mutant = edit_pte(seeds["portable"], reshape_an_out)
     (finding, *_) = eg.check_pte(mutant).with_code("EG519")
-    assert "but it computes shape" in finding.message
+    assert "resizes it to shape [1, 8, 6, 6]" in finding.message
     assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) in ("error", "wrong output")
 
 
@@ -182,6 +182,7 @@ def test_an_out_tensor_of_the_wrong_shape_is_an_error_the_kernel_rejects(seeds, 
     ("field", "edit"),
     [
         ("extended header length", lambda data: data[:12] + (40).to_bytes(4, "little") + data[16:]),
+        ("extended header length past the program", lambda data: data[:12] + (2**32 - 96).to_bytes(4, "little") + data[16:]),
         ("segment data size", lambda data: data[:32] + (int.from_bytes(data[32:40], "little") - 16).to_bytes(8, "little") + data[40:]),
         ("XNNPACK header length", lambda data: _xnn_header_length(data, 31)),
     ],
@@ -317,13 +318,26 @@ def test_an_external_value_whose_role_flag_is_swapped_is_no_error_and_runs_as_be
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
 
 
-def test_a_bias_read_by_its_channels_is_no_error_when_its_dims_say_more(seeds, runner, tmp_path) -> None:
-    def longer_bias(graph: dict) -> None:
+@pytest.mark.parametrize(("delegate", "dims"), [(1, lambda n: [n + 1]), (0, lambda n: [n, 1])], ids=["one more", "[N, 1]"])
+def test_a_bias_read_by_its_channels_is_no_error_whatever_its_dims_say(delegate: int, dims: Callable[[int], list[int]], seeds, runner, tmp_path) -> None:
+    def reshaped_bias(graph: dict) -> None:
         bias = _value(graph, id_out=_node_with(graph, "bias_id")["bias_id"])
-        bias["dims"] = [bias["dims"][0] + 1]
+        bias["dims"] = dims(bias["dims"][0])
 
-    mutant = edit_xnnpack_graphs(seeds["xnnpack"], longer_bias, which=1)
-    assert not eg.check_pte(mutant).errors
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], reshaped_bias, which=delegate)
+    assert not eg.check_pte(mutant).findings
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
+
+
+def test_the_size_field_of_a_named_xnnpack_constant_is_ignored_as_the_runtime_ignores_it(seeds, runner, tmp_path) -> None:
+    def grow_sizes(graph: dict) -> None:
+        named = [entry for entry in graph["constant_data"] if entry.get("named_key")]
+        assert named
+        for entry in named:
+            entry["size"] = int(entry.get("size", 0)) + 4096
+
+    mutant = edit_xnnpack_graphs(seeds["xnnpack"], grow_sizes, which=0)
+    assert not eg.check_pte(mutant).findings
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
 
 
@@ -495,6 +509,35 @@ def test_a_filter_of_other_dims_than_its_node_parameters_is_an_error_the_runtime
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
 
 
+def test_a_packed_weight_read_by_another_node_is_an_error_and_crashes_the_runtime(runner, tmp_path, architecture_programs) -> None:
+    """XNNPACK packs a fully connected layer's bias into its weights: an add that reads it too
+    crashes the runtime."""
+    original = architecture_programs["transformer block, xnnpack"]
+
+    def add_reads_the_bias(graph: dict) -> None:
+        add = next(n["xnode_union"] for n in graph["xnodes"] if n.get("xnode_union_type") == "XNNAdd")
+        fully_connected = next(n["xnode_union"] for n in graph["xnodes"] if n.get("xnode_union_type") == "XNNFullyConnected" and n["xnode_union"]["output_id"] == add["input2_id"])
+        add["input2_id"] = fully_connected["bias_id"]
+
+    mutant = edit_xnnpack_graphs(original, add_reads_the_bias, which=4)  # the MLP's second layer and the residual add
+    assert any("that XNNPACK packs into node" in f.message for f in eg.check_pte(mutant).with_code("EG515"))
+    assert Outcome(runner, tmp_path, original).of(mutant) == "crash"
+
+
+def test_a_depthwise_filter_of_other_dims_of_the_same_size_is_no_error_and_runs_as_before(runner, tmp_path, architecture_programs) -> None:
+    """XNNPACK reads a depthwise filter by the node's parameters, whatever its dims say."""
+    original = architecture_programs["conv net, xnnpack"]
+
+    def permute_the_depthwise_filter(graph: dict) -> None:
+        node = next(n["xnode_union"] for n in graph["xnodes"] if n.get("xnode_union_type") == "XNNDepthwiseConv2d")
+        weight = _value(graph, id_out=node["filter_id"])
+        weight["dims"] = weight["dims"][1:3] + weight["dims"][:1] + weight["dims"][3:]  # [1, h, w, c] as [h, w, 1, c]
+
+    mutant = edit_xnnpack_graphs(original, permute_the_depthwise_filter, which=0)
+    assert mutant != original and not eg.check_pte(mutant).findings
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
 def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_error_the_runtime_refuses(runner, tmp_path, written_programs) -> None:
     written = written_programs["external"]
     original = written.pte.read_bytes()
@@ -534,3 +577,167 @@ def test_a_one_channel_channels_last_conv_fails_in_xnnpack_and_eg514_says_the_ca
     assert not eg.check_pte(fixed).errors
     (out,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
     torch.testing.assert_close(out, model(x))
+
+
+# Round 3: where the runtime reads segments, what ExecuTorch's kernels resize to, overlaps within
+# one call, the return slot, and the runtime at hand.
+
+
+@pytest.mark.parametrize("back", [128, 16])
+def test_a_segment_base_moved_back_is_an_error_the_runtime_reads_wrong_constants_from(back: int, seeds, runner, tmp_path) -> None:
+    data = seeds["portable"]
+    base = int.from_bytes(data[24:32], "little")
+    mutant = data[:24] + (base - back).to_bytes(8, "little") + data[32:]
+    assert "EG501" in errors(mutant)
+    assert Outcome(runner, tmp_path, data).of(mutant) in ("wrong output", "error")
+
+
+def _calls(program: Program, operator: str) -> list[KernelCall]:
+    plan = program.execution_plan[0]
+    instructions = (i.instr_args for i in plan.chains[0].instructions)
+    return [c for c in instructions if isinstance(c, KernelCall) and plan.operators[c.op_index].name == operator]
+
+
+def _batch_norm_weight_as_a_matrix(program: Program) -> None:
+    weight = program.execution_plan[0].values[_calls(program, "aten::_native_batch_norm_legit_no_training")[0].args[1]].val
+    weight.sizes, weight.dim_order = [2, weight.sizes[0] // 2], [0, 1]
+
+
+def _batch_norm_stats_per_channel(program: Program) -> None:
+    plan = program.execution_plan[0]
+    call = _calls(program, "aten::_native_batch_norm_legit_no_training")[0]
+    for out in call.args[8:10]:  # (input, weight, bias, mean, var, momentum, eps, out, mean out, invstd out)
+        assert list(plan.values[out].val.sizes) == [0]
+        plan.values[out].val.sizes = list(plan.values[call.args[1]].val.sizes)
+
+
+@pytest.mark.parametrize("edit", [_batch_norm_weight_as_a_matrix, _batch_norm_stats_per_channel], ids=["weight [2, C/2]", "stats sized [C]"])
+def test_a_batch_norm_that_torch_meta_accepts_and_executorch_refuses_is_an_error(edit, runner, tmp_path, architecture_programs) -> None:
+    original = architecture_programs["conv net, portable"]
+    mutant = edit_pte(original, edit)
+    (finding, *_) = eg.check_pte(mutant).with_code("EG519")
+    assert "_native_batch_norm_legit_no_training" in finding.message
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"
+
+
+def _dim_order_copy_out_transposed(program: Program) -> None:
+    plan = program.execution_plan[0]
+    out = next(plan.values[c.args[3]].val for c in _calls(program, "dim_order_ops::_to_dim_order_copy") if len(set(plan.values[c.args[3]].val.sizes)) > 1)
+    out.sizes = list(reversed(out.sizes))
+
+
+def _copy_source_longer(program: Program) -> None:
+    source = program.execution_plan[0].values[_calls(program, "aten::copy_")[0].args[1]].val
+    source.sizes[0] += 1
+
+
+@pytest.mark.parametrize("edit", [_dim_order_copy_out_transposed, _copy_source_longer], ids=["_to_dim_order_copy", "copy_"])
+def test_a_copy_of_another_shape_is_replayed_and_an_error_the_kernel_refuses(edit, runner, tmp_path, valid_program_bytes) -> None:
+    original = valid_program_bytes["initialised state" if edit is _copy_source_longer else "bool and int64 inputs"]
+    mutant = edit_pte(original, edit)
+    operator = "aten::copy_" if edit is _copy_source_longer else "dim_order_ops::_to_dim_order_copy"
+    assert any(operator in f.message for f in eg.check_pte(mutant).with_code("EG519"))
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"
+
+
+def _out_onto(program: Program, operator: str, source: int, which: int = 0) -> None:
+    """Place the out of the ``which``-th ``operator`` call exactly on its ``source``-th argument."""
+    plan = program.execution_plan[0]
+    call = _calls(program, operator)[which]
+    given, out = (plan.values[call.args[k]].val.allocation_info for k in (source, -2))
+    out.memory_id, out.memory_offset_low, out.memory_offset_high = given.memory_id, given.memory_offset_low, given.memory_offset_high
+
+
+def test_a_matrix_product_writing_over_its_own_input_is_an_error_and_misruns(runner, tmp_path, architecture_programs) -> None:
+    original = architecture_programs["transformer block, portable"]
+    mutant = edit_pte(original, lambda program: _out_onto(program, "aten::bmm", 0))
+    (finding, *_) = eg.check_pte(mutant).with_code("EG518")
+    assert "(instructions" in finding.message
+    assert Outcome(runner, tmp_path, original).of(mutant) == "wrong output"
+
+
+def test_an_element_wise_kernel_writing_exactly_over_its_input_is_no_error_and_runs_as_before(runner, tmp_path, architecture_programs) -> None:
+    original = architecture_programs["transformer block, portable"]
+    mutant = edit_pte(original, lambda program: _out_onto(program, "aten::add", 0, which=-1))  # the residual add
+    assert mutant != original
+    assert not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+@pytest.mark.parametrize(("program", "operator"), [("xnnpack", "aten::mean"), ("conv net, portable", "aten::max_pool2d_with_indices")], ids=["mean", "pool indices"])
+def test_a_reduction_writing_over_its_input_from_its_first_byte_is_no_error_and_runs_as_before(
+    program: str, operator: str, seeds, runner, tmp_path, architecture_programs
+) -> None:
+    """A mean over the inner dims, or a pool of disjoint windows, writes out element i after
+    reading its inputs, and over input bytes it has read already."""
+    original = {**seeds, **architecture_programs}[program]
+    mutant = edit_pte(original, lambda program: _out_onto(program, operator, 0))
+    assert mutant != original
+    assert not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def test_two_outs_of_one_call_that_nothing_reads_may_share_bytes(runner, tmp_path, architecture_programs) -> None:
+    """A layer norm's mean and rstd, which the program never reads: whichever the bytes end up
+    holding, nothing reads it."""
+    original = architecture_programs["transformer block, xnnpack"]
+
+    def stats_on_one_slot(program: Program) -> None:
+        plan = program.execution_plan[0]
+        *_, mean, rstd, _ = _calls(program, "aten::native_layer_norm")[0].args
+        given, moved = plan.values[mean].val.allocation_info, plan.values[rstd].val.allocation_info
+        moved.memory_id, moved.memory_offset_low, moved.memory_offset_high = given.memory_id, given.memory_offset_low, given.memory_offset_high
+
+    mutant = edit_pte(original, stats_on_one_slot)
+    assert mutant != original and not eg.check_pte(mutant).findings
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def test_the_return_slot_of_an_out_variant_is_neither_read_nor_written(runner, tmp_path, architecture_programs) -> None:
+    """ExecuTorch's generated wrapper leaves an out variant's return slot alone: any value there runs."""
+    original = architecture_programs["transformer block, portable"]
+
+    def return_slot_on_an_int(program: Program) -> None:
+        plan = program.execution_plan[0]
+        _calls(program, "aten::bmm")[0].args[-1] = next(i for i, v in enumerate(plan.values) if type(v.val).__name__ == "Int")
+
+    mutant = edit_pte(original, return_slot_on_an_int)
+    assert not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+@pytest.mark.parametrize(("pointed_at", "outcome"), [("the weight", "error"), ("its source", "same output")])
+def test_the_return_slot_of_an_in_place_kernel_rebinds_its_value(pointed_at: str, outcome: str, seeds, runner, tmp_path) -> None:
+    """``copy_``'s wrapper stores its result in the return slot. Pointed at the weight, the weight
+    becomes the state buffer and the next run's matrix product fails (EG512); pointed at its
+    source, an arena tensor of the same shape, the add that writes it writes the state in place
+    and the program runs as before (no finding)."""
+
+    def return_slot_elsewhere(program: Program) -> None:
+        call = _calls(program, "aten::copy_")[0]
+        call.args[-1] = _calls(program, "aten::mm")[0].args[1] if pointed_at == "the weight" else call.args[1]
+
+    mutant = edit_pte(seeds["mutable"], return_slot_elsewhere)
+    findings = eg.check_pte(mutant).with_code("EG512")
+    assert [f for f in findings if "returns what aten::copy_ writes in place" in f.message] if outcome == "error" else not findings
+    assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == outcome
+
+
+def _renamed_backend(program: Program) -> None:
+    program.execution_plan[0].delegates[0].id += "V2"
+
+
+def _renamed_overload(program: Program) -> None:
+    program.execution_plan[0].operators[0].overload += "_v2"
+
+
+@pytest.mark.parametrize(("edit", "lacking"), [(_renamed_backend, "backend 'XnnpackBackendV2'"), (_renamed_overload, "_v2, for which")], ids=["backend", "kernel"])
+def test_what_the_runtime_at_hand_lacks_is_a_warning_against_it_and_nothing_without(edit, lacking: str, seeds, runner, tmp_path) -> None:
+    original = seeds["xnnpack"]
+    mutant = edit_pte(original, edit)
+    installed = eg.RuntimeInventory.installed()
+    assert not eg.check_pte(mutant).findings  # the file alone is sound
+    (finding,) = eg.check_pte(mutant, against=installed).findings
+    assert finding.code == "EG521" and finding.severity is eg.Severity.WARNING and lacking in finding.message
+    assert not eg.check_pte(original, against=installed).findings
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"

@@ -11,6 +11,8 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # each test is a pytest
 pytest_plugins = ["pytester"]
 
 MODELS = '''
+import warnings
+
 import torch
 from torch import nn
 
@@ -33,6 +35,16 @@ class ShapeBranch(nn.Module):
     """torch.export specialises the branch (and the shape) to the example input's."""
     def forward(self, x):
         return x.sum(dim=0) if x.shape[0] > 1 else x[0] * 2
+
+class Noisy(nn.Module):
+    """Lowering refuses it: rand_like is not core ATen."""
+    def forward(self, x):
+        return x + torch.rand_like(x)
+
+class Warns(nn.Module):
+    def forward(self, x):
+        warnings.warn("the model's own warning")
+        return torch.relu(x)
 
 class Modulated(nn.Module):
     """A linear whose weight depends on the input: XNNPACK leaves it (an mm) out."""
@@ -71,10 +83,22 @@ def test_a_model_that_exports_runs_and_matches_eager_passes(project: pytest.Pyte
         def test_export_only(guarded_export):
             result = guarded_export(Small().eval(), image(), backend="portable")
             assert result.delegation.count("convolution") == (0, 1)
+
+        def test_own_warnings(check_export):
+            import warnings
+            from models import Warns
+
+            warnings.warn("the test's own warning")
+            check_export(Warns(), (torch.randn(2, 3),), backend="portable")
         '''
     )
     outcome = project.runpytest_subprocess("-q")
-    outcome.assert_outcomes(passed=2)
+    outcome.assert_outcomes(passed=3)
+    # The fixtures' own steps' warnings (torch's and ExecuTorch's deprecations) are not reported;
+    # the test's and the model's are (the model's twice: the export traces it, then eager runs it).
+    outcome.stdout.fnmatch_lines(["*test_model.py:*: UserWarning: the test's own warning", "*models.py:*: UserWarning: the model's own warning"])
+    assert outcome.parseoutcomes()["warnings"] == 3, outcome.outlines[-20:]
+    assert not [line for line in outcome.outlines if "site-packages" in line or "DeprecationWarning" in line]
 
 
 def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> None:
@@ -96,10 +120,29 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
 
         def test_shape_branch(check_export):
             check_export(ShapeBranch(), (torch.ones(1, 3),), extra_inputs=[(torch.ones(4, 3),)], backend="portable")
+
+        def test_lowering_fails(check_export):
+            from models import Noisy
+
+            check_export(Noisy(), (torch.randn(2, 3),))
         '''
     )
     outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
-    outcome.assert_outcomes(failed=3)
+    outcome.assert_outcomes(failed=4)
+    # A step that fails: its name, the innermost cause, the user's line, the artifacts; a few
+    # lines, not the libraries' traceback.
+    failure = _section(outcome.outlines, "test_lowering_fails")
+    assert 3 <= len(failure) <= 20 and not [line for line in failure if "site-packages" in line or "Traceback" in line], failure
+    # ... and what the test captured holds none of the libraries' log lines or prints either
+    captured = _section(outcome.outlines, "test_lowering_fails", with_captured=True)
+    assert not [line for line in captured if "site-packages" in line or "torch/" in line or "executorch" in line.split(":")[0]], captured
+    outcome.stdout.fnmatch_lines(
+        [
+            "export-guards: lowering (xnnpack) failed: *SpecViolationError: Operator torch._ops.aten.rand_like.default*",
+            "  at *models.py:*: return x + torch.rand_like(x)",
+            "artifacts saved in *kept*",
+        ]
+    )
     outcome.stdout.fnmatch_lines(
         [
             "*export-guards: 1 finding(s) at or above error (xnnpack):*",
@@ -122,6 +165,18 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
     assert {p.name for p in lint.iterdir()} == {"report.txt", "report.json"}
     (diverged,) = [p for name, p in kept.items() if "branchy" in name]
     assert (diverged / "model.pte").stat().st_size > 0
+    (failed,) = [p for name, p in kept.items() if "lowering_fails" in name]
+    assert {p.name for p in failed.iterdir()} == {"report.txt", "report.json"}
+    assert "EG002 [error] lowering (xnnpack) failed: SpecViolationError" in (failed / "report.txt").read_text()
+
+
+def _section(lines: list[str], test: str, *, with_captured: bool = False) -> list[str]:
+    """The lines of one test's failure: after its ``___ test ___`` header, up to the next header
+    (``with_captured``: the ``--- Captured ... ---`` sections too)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("_") and f" {test} " in line) + 1
+    ends = ("___", "===") if with_captured else ("___", "===", "---")
+    end = next((i for i, line in enumerate(lines[start:], start) if line.startswith(ends)), len(lines))
+    return lines[start:end]
 
 
 def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pytester) -> None:

@@ -28,7 +28,8 @@ from torch import nn
 
 import export_guards as eg
 from export_guards.pte.check import check_pte
-from export_guards.render import render_json, render_sarif
+from export_guards.render import render_json, render_sarif, render_text
+from export_guards.render.github import render_github
 from export_guards.render.sarif import FINGERPRINT, ROOT_ID, project_root
 
 TESTS = Path(__file__).resolve().parent
@@ -193,7 +194,12 @@ def test_check_of_a_clean_and_of_a_damaged_program_validates(tmp_path: Path, cle
         "region": {"byteOffset": 0, "byteLength": finding.region[1]},
     }
     (as_json,) = json.loads(render_json(report))["findings"]
-    assert as_json["artifact"] == str(damaged) and as_json["region"] == {"offset": 0, "length": finding.region[1]}
+    assert as_json["artifact"] == str(damaged) and as_json["region"] == {"offset": 0, "length": finding.region[1]}  # outside the root: absolute
+    # Every format names the file as SARIF does: relative to the project root.
+    (as_json,) = json.loads(render_json(report, root=tmp_path))["findings"]
+    assert as_json["artifact"] == "models/damaged.pte"
+    assert render_text(report, root=tmp_path).startswith("models/damaged.pte@0: EG502 [error] ")
+    assert render_github(report, root=tmp_path).startswith("::error file=models/damaged.pte,title=EG502 ")
 
     truncated = tmp_path / "models" / "truncated.pte"
     truncated.write_bytes(clean_pte.read_bytes()[:-64])

@@ -14,7 +14,7 @@ import torch
 
 from export_guards.report import SourceLocation
 
-__all__ = ["location_named_in", "node_location", "node_module", "node_site"]
+__all__ = ["location_named_in", "node_location", "node_module", "node_origin", "node_site", "source_lines"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 
@@ -73,6 +73,29 @@ def node_site(node: torch.fx.Node) -> dict[str, Any]:
     """Where ``node`` is, as a finding's ``node``, ``location`` and ``module`` (the engine's
     ``Locate`` for graph subjects)."""
     return {"node": node.name, "location": node_location(node), "module": node_module(node)}
+
+
+def node_origin(node: torch.fx.Node) -> str:
+    """The name of the earliest node ``node`` descends from (``linear`` for the ``aten_mm_default``
+    that lowering made of it), from the provenance torch.fx keeps in ``meta["from_node"]``; its
+    own name when it has none (a torch.export node). One op has one origin in every stage."""
+    sources = node.meta.get("from_node") or []
+    source = sources[0] if sources else None
+    while source is not None and getattr(source, "from_node", None):
+        source = source.from_node[0]
+    return getattr(source, "name", None) or node.name
+
+
+def source_lines(graph_module: torch.fx.GraphModule) -> set[tuple[str, int]]:
+    """The user's source lines, as ``(file, line)``, that the nodes of ``graph_module`` and of
+    its control-flow branches come from: the lines a finding about them can point at."""
+    lines = set()
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                if (location := node_location(node)) is not None:
+                    lines.add((location.file, location.line))
+    return lines
 
 
 def location_named_in(graph: torch.fx.Graph, text: str) -> SourceLocation | None:

@@ -10,7 +10,8 @@ found before torch or ExecuTorch loads.
 
 One module per command (``lint``, ``check``, ``codes``); ``arguments`` parses, ``outputs`` is
 the only code that writes or removes a file the user named, ``signals`` turns signals into
-one exception, ``console`` keeps stdout for the report.
+one exception, ``console`` keeps stdout for the report and says what the run is doing on
+stderr (a line per step; colour on a terminal, ``NO_COLOR`` / ``FORCE_COLOR`` as ruff).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from export_guards.cli import check, codes, lint
 from export_guards.cli.arguments import UsageError, parser
-from export_guards.cli.console import write_stdout
+from export_guards.cli.console import problem, write_stdout
 from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR
 from export_guards.cli.signals import Interrupted, Interrupts
 from export_guards.targets import StepFailed
@@ -60,11 +61,11 @@ def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
     try:
         return _COMMANDS[args.command](args, interrupts)
     except UsageError as error:
-        print(f"export-guards: error: {error}", file=sys.stderr)
+        problem("error", str(error))
         return EXIT_ERROR
     except StepFailed as error:
         interrupts.check()  # a library turned the interrupt into an error of its own
-        print(f"export-guards: {error}", file=sys.stderr)
+        problem(f"{error.step} failed", error.detail)
         if getattr(args, "verbose", False) and error.__cause__ is not None:
             traceback.print_exception(error.__cause__)
         elif error.__cause__ is not None:

@@ -37,6 +37,12 @@ def parser() -> argparse.ArgumentParser:
     checking.add_argument("program", nargs="?", type=Path, help="the .pte file")
     checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    checking.add_argument(
+        "--kernels",
+        type=Path,
+        metavar="FILE",
+        help="the operator kernels the target runtime has (one 'aten::mm.out' per line, or a selected_operators.yaml): warn of any the program needs that it lacks (EG521)",
+    )
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
     _export_options(checking, " (with --reproducible)")
     _report_options(checking)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from export_guards.cli.arguments import UsageError, baseline_from, recipe_made_here, settings_from
-from export_guards.cli.console import progress, quiet_libraries
+from export_guards.cli.console import Stages, quiet_libraries
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
@@ -15,6 +16,9 @@ from export_guards.pte.reader.identity import file_kind_of
 from export_guards.report import Report
 from export_guards.ruleset import Stage
 from export_guards.targets import StepFailed, TargetError, check_target
+
+if TYPE_CHECKING:
+    from export_guards.pte.inventory import RuntimeInventory
 
 __all__ = ["run"]
 
@@ -27,6 +31,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
     _check_files(args)
+    against = _kernels(args)
     try:
         source = check_target(args.reproducible) if args.reproducible is not None else None
     except TargetError as error:
@@ -35,25 +40,26 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     outputs.claim(args.report_file, "report", "--report-file")
     outputs.claim(args.write_baseline, "report", "--write-baseline")
     baseline = baseline_from(args)
+    steps = Stages(args)
     with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source or args.program, args.reproducible):
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
         report = Report()
         if args.program is not None:
-            progress(args, f"checking {args.program}")
-            report += check_pte(args.program, data_files=args.data, config=settings, runtime=args.runtime)
+            with steps(f"checking {args.program}" + (" and running it in executorch.runtime" if args.runtime else "")):
+                report += check_pte(args.program, data_files=args.data, config=settings, runtime=args.runtime, against=against)
         if args.reproducible is not None:
             recipe_made_here(settings)
-            progress(args, f"exporting {args.reproducible} twice, in separate processes ({settings.recipe or settings.backend})")
             try:
-                report += check_reproducible(
-                    args.reproducible,
-                    backend=settings.backend,
-                    placement=settings.placement,
-                    fold=settings.fold,
-                    recipe=settings.recipe,
-                    config=settings,
-                )
+                with steps(f"exporting {args.reproducible} twice, in separate processes ({settings.recipe or settings.backend})"):
+                    report += check_reproducible(
+                        args.reproducible,
+                        backend=settings.backend,
+                        placement=settings.placement,
+                        fold=settings.fold,
+                        recipe=settings.recipe,
+                        config=settings,
+                    )
             except ExportFailed as error:
                 raise StepFailed("the reproducibility check", str(error)) from None
         root = project_root(source or args.program)
@@ -86,3 +92,15 @@ def _readable_file(path: Path, option: str) -> None:
             pass
     except OSError as error:
         raise UsageError(f"cannot read {path} ({option}): {error.strerror or error}") from None
+
+
+def _kernels(args: argparse.Namespace) -> RuntimeInventory | None:
+    """The runtime that ``--kernels`` lists, or None (``--runtime`` checks against the installed one)."""
+    if args.kernels is None:
+        return None
+    from export_guards.pte.inventory import RuntimeInventory
+
+    try:
+        return RuntimeInventory.from_file(args.kernels)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--kernels: {error}") from None

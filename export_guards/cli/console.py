@@ -1,28 +1,112 @@
-"""The terminal side of the command: progress on stderr, stdout kept for the report alone, the
-libraries' own warnings and log lines kept quiet, and a reader that goes away (``| head``)."""
+"""The terminal side of the command: progress on stderr (a line per step, timed), stdout kept
+for the report alone, colour where a person reads it, the libraries' own warnings, log lines and
+prints kept quiet, and a reader that goes away (``| head``)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import ctypes
-import logging
 import os
+import re
 import sys
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, final
 
-__all__ = ["progress", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
+from export_guards.quiet import libraries_quiet
 
-_LIBRARIES = ("torch", "torchao", "executorch", "coremltools")  # whose warnings and logs are not the user's (coremltools: imported by the CoreML recipes)
+__all__ = ["Stages", "colour_report", "colours", "problem", "progress", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
+
+
+LONG_RUN_S = 2.0  # a run this long gets a line per step: a shorter one is over before anyone waits
 
 
 def progress(args: argparse.Namespace, message: str, *, ongoing: bool = True) -> None:
-    """One progress line on stderr, unless ``-q``."""
+    """One progress line on stderr, unless ``-q``: every line the command prints about its own
+    progress (not its problems) goes through here or through :class:`Stages`."""
     if not args.quiet:
-        print(f"export-guards: {message}{'...' if ongoing else '.'}", file=sys.stderr, flush=True)
+        _line(f"export-guards: {message}{'...' if ongoing else '.'}")
+
+
+def _line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@final
+class Stages:
+    """The steps of one run, timed: each step that ends once the run has taken
+    :data:`LONG_RUN_S` or more prints one line, ``export-guards: torch.export took 3.1 s``
+    (earlier, quicker ones print nothing: the run may be over before anyone waits). On a
+    terminal the step under way shows too, as a line that its end line replaces (a carriage
+    return, on a terminal only: a CI log gets the end lines alone). Nothing with ``-q``."""
+
+    def __init__(self, args: argparse.Namespace, *, clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None) -> None:
+        self._quiet = bool(args.quiet)
+        self._clock = clock
+        self._stream = stream
+        self._started = clock()
+
+    @contextlib.contextmanager
+    def __call__(self, doing: str, *, always: bool = False) -> Iterator[None]:
+        """Time the step ``doing`` (``"torch.export"``); ``always``: print its line however
+        short the run."""
+        stream = self._stream or sys.stderr
+        live = not self._quiet and _terminal(stream)
+        if live:
+            stream.write(f"export-guards: {doing}...")
+            stream.flush()
+        began = self._clock()
+        try:
+            yield
+        finally:
+            if live:
+                stream.write("\r\x1b[K")  # the live line goes, whatever came after it on that line
+                stream.flush()
+        ended = self._clock()
+        if not self._quiet and (always or ended - self._started >= LONG_RUN_S):
+            print(f"export-guards: {doing} took {ended - began:.1f} s", file=stream, flush=True)
+
+
+def problem(label: str, detail: str) -> None:
+    """One problem line on stderr, never silenced: ``export-guards: error: detail``, the label
+    in bold red (``warning``: yellow) where stderr shows colour (:func:`colours`)."""
+    colour = _BOLD_YELLOW if label == "warning" else _BOLD_RED
+    shown = f"{colour}{label}:{_RESET}" if colours(sys.stderr) else f"{label}:"
+    print(f"export-guards: {shown} {detail}", file=sys.stderr, flush=True)
+
+
+def colours(stream: IO[str]) -> bool:
+    """Whether to colour what goes to ``stream``, as ruff decides: ``FORCE_COLOR`` set to
+    anything (not empty) colours even a file or a pipe; else ``NO_COLOR`` set to anything
+    turns colour off; else colour on a terminal only."""
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("NO_COLOR"):
+        return False
+    return _terminal(stream)
+
+
+def _terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return False
+
+
+_RESET, _BOLD, _BOLD_RED, _BOLD_YELLOW = "\x1b[0m", "\x1b[1m", "\x1b[1;31m", "\x1b[1;33m"
+_SEVERITY_COLOURS = {"error": "\x1b[31m", "warning": "\x1b[33m", "info": "\x1b[36m"}
+# ``CODE [severity]`` as the text renderer writes it: on a finding's line and an info count.
+_FINDING = re.compile(r"\b([A-Z][A-Z0-9]*[0-9]{3}) \[(error|warning|info)\]")
+
+
+def colour_report(text: str) -> str:
+    """A text report, already rendered, with each code in bold and each severity in its colour
+    (red errors, yellow warnings, cyan infos): for a terminal, never for a file or a machine
+    format."""
+    return _FINDING.sub(lambda m: f"{_BOLD}{m[1]}{_RESET} [{_SEVERITY_COLOURS[m[2]]}{m[2]}{_RESET}]", text)
 
 
 def write_stdout(text: str) -> None:
@@ -39,35 +123,26 @@ def write_stdout(text: str) -> None:
 
 @contextlib.contextmanager
 def quiet_libraries(verbose: bool) -> Iterator[None]:
-    """Keep torch's, torchao's and ExecuTorch's warnings and log lines off the terminal for the
-    block (they are not the user's problems); ``-v`` shows them. The user's own warnings still
-    show. Levels and the warning hook are restored after, so that a caller in the same process
-    (a test) finds them as they were."""
+    """Keep torch's, torchao's and ExecuTorch's warnings, log lines and prints off the terminal
+    for the block (they are not the user's problems; ``export_guards.quiet``); ``-v`` shows
+    them. The user's own warnings, log lines and prints still show. The warning hook is
+    restored after, so that a caller in the same process (a test) finds it as it was."""
     if verbose:
         yield
         return
-    loggers = [logging.getLogger(name) for name in _LIBRARIES]
-    levels = [logger.level for logger in loggers]
     original = warnings.showwarning
+    roots = tuple(str(Path(p).resolve()) for p in sys.path if "-packages" in p) + (os.path.dirname(os.__file__),)
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
+        if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned
+            original(message, category, filename, lineno, *rest)
+
     try:
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        import torch  # noqa: F401  (its first import resets its loggers' levels: set them again after)
-
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        roots = tuple(str(Path(p).resolve()) for p in sys.path if "-packages" in p) + (os.path.dirname(os.__file__),)
-
-        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
-            if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned
-                original(message, category, filename, lineno, *rest)
-
-        warnings.showwarning = show
-        yield
+        with libraries_quiet():
+            warnings.showwarning = show
+            yield
     finally:
         warnings.showwarning = original
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from export_guards.cli.arguments import UsageError, baseline_from, recipe_made_here, settings_from
-from export_guards.cli.console import progress, quiet_libraries, stdout_to_stderr
+from export_guards.cli.console import Stages, problem, progress, quiet_libraries, stdout_to_stderr
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed, with_factory_location
 from export_guards.cli.signals import Interrupts
@@ -29,15 +28,17 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     outputs.claim(args.report_file, "report", "--report-file")
     outputs.claim(args.write_baseline, "report", "--write-baseline")
     baseline = baseline_from(args)
+    steps = Stages(args)
+    fold = "on" if settings.fold else "off"
+    progress(args, f"exporting and linting {args.target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
     with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source, args.target):
         with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
-            from export_guards.pipeline import export_target
+            with steps("loading ExecuTorch"):
+                from export_guards.pipeline import export_target
 
             recipe_made_here(settings)
-            fold = "on" if settings.fold else "off"
-            progress(args, f"exporting and linting {args.target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
             try:
-                result = export_target(args.target, arguments, config=settings)
+                result = export_target(args.target, arguments, config=settings, each_step=steps)
             except TargetError as error:
                 raise UsageError(str(error)) from None
         root = project_root(source)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         elif pte_path is not None and failing:
             progress(args, f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}", ongoing=False)
         elif pte_path is not None:
-            with stdout_to_stderr(), step("writing the program (to_executorch)"):
+            with steps("writing the program (to_executorch)"), stdout_to_stderr(), step("writing the program (to_executorch)"):
                 program = result.to_pte()
             written = outputs.write(pte_path, program)
             if written:
@@ -62,6 +63,6 @@ def _pte_path(args: argparse.Namespace) -> Path | None:
     if args.output is not None:
         if args.pte is not None:
             raise UsageError("give --pte only (--output is its former name)")
-        print("export-guards: --output is deprecated: use --pte (the report goes to --report-file)", file=sys.stderr)
+        problem("warning", "--output is deprecated: use --pte (the report goes to --report-file)")
         return args.output
     return args.pte

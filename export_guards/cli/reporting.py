@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from export_guards.cli.console import write_stdout
+from export_guards.cli.console import colour_report, colours, progress, write_stdout
 from export_guards.cli.outputs import Outputs
 from export_guards.render import render
 from export_guards.render.baseline import render_baseline, without_baselined
@@ -28,32 +28,38 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 def deliver(args: argparse.Namespace, report: Report, outputs: Outputs, *, root: Path) -> bool:
     """Render ``report`` and write it to the claimed ``--report-file``, else to stdout. Findings
-    are never lost: a report that cannot be written goes to stdout, and this returns ``False``."""
+    are never lost: a report that cannot be written goes to stdout, and this returns ``False``.
+    The text format is coloured on stdout where :func:`~export_guards.cli.console.colours` says
+    so; a file and the machine formats never are."""
     text = render(report, args.output_format, statistics=args.statistics, verbose=args.verbose, root=root)
     if args.report_file is None:
-        write_stdout(text)
+        _to_stdout(args, text)
         return True
     if outputs.write(args.report_file, text.encode()):
         return True
     print("export-guards: the report follows on stdout instead", file=sys.stderr)
-    write_stdout(text)
+    _to_stdout(args, text)
     return False
+
+
+def _to_stdout(args: argparse.Namespace, text: str) -> None:
+    write_stdout(colour_report(text) if args.output_format == "text" and colours(sys.stdout) else text)
 
 
 def against_baseline(args: argparse.Namespace, report: Report, baseline: frozenset[str] | None, outputs: Outputs, *, root: Path) -> tuple[Report, bool]:
     """``report`` less what ``--baseline`` holds (said on stderr); with ``--write-baseline``,
     ``report`` written there and then left out whole, as the new baseline holds it all. Also
-    whether that write succeeded."""
+    whether that write succeeded. What it did is a progress line: none with ``-q``."""
     written = True
     if args.write_baseline is not None:
         written = outputs.write(args.write_baseline, render_baseline(report, root=root).encode())
         if written:
-            print(f"export-guards: wrote {len(report)} finding(s) to the baseline {args.write_baseline}", file=sys.stderr)
+            progress(args, f"wrote {len(report)} finding(s) to the baseline {args.write_baseline}", ongoing=False)
         return Report((), report.suppressed), written
     if baseline is not None:
         report, left_out = without_baselined(report, baseline, root=root)
         if left_out:
-            print(f"export-guards: {left_out} finding(s) in the baseline {args.baseline} left out", file=sys.stderr)
+            progress(args, f"{left_out} finding(s) in the baseline {args.baseline} left out", ongoing=False)
     return report, written
 
 
@@ -66,8 +72,8 @@ def exit_code(args: argparse.Namespace, *, failed: bool, complete: bool = True) 
 
 
 def project_root(subject: Path | None) -> Path:
-    """The project root that SARIF URIs are relative to: the one holding what is checked (the
-    model's file, the program), else the working folder's."""
+    """The project root that every format's paths are relative to (text, JSON, GitHub, SARIF):
+    the one holding what is checked (the model's file, the program), else the working folder's."""
     return _project_root(subject.resolve() if subject is not None else Path.cwd())
 
 

@@ -11,7 +11,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from export_guards.analysis.fold_plan import plan_fold
-from export_guards.analysis.ops import ancestors, call_nodes, compute_op_name, static_operand
+from export_guards.analysis.ops import ancestors, aten_name, call_nodes, compute_op_name, static_operand
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
 
 __all__ = ["LintContext"]
@@ -104,6 +104,22 @@ class LintContext:
         """The FQNs of the constants ``node`` is computed from."""
         return {self.constants[n].fqn for n in ancestors(node) if n in self.constants}
 
+    def weight_tensor(self, weight: Node) -> str | None:
+        """The reparametrized tensor (``"conv.weight"``) whose state ``weight`` is computed
+        from, if any."""
+        sources = self.sources(weight)
+        return next((tensor for tensor, state in self.reparametrized.items() if sources.intersection(state)), None)
+
+    def quantized_in_graph(self, op: Node) -> bool:
+        """Whether ``op``'s weight is ``dequantize(quantize(w))`` with ``w`` computed from
+        constants alone: a float weight that the program quantizes at run time
+        (``convert_pt2e(..., fold_quantize=False)``, or a parametrization quantized unfolded)."""
+        dequantize = static_operand(op)
+        if not (isinstance(dequantize, Node) and _is_quantization(dequantize, "dequantize_") and dequantize.args):
+            return False
+        quantize = dequantize.args[0]
+        return isinstance(quantize, Node) and _is_quantization(quantize, "quantize_") and quantize in self.foldable
+
     def call_nodes(self) -> list[Node]:
         """The op calls of the graph and of its control-flow branches, in order."""
         return [node for _, node in call_nodes(self.program.graph_module)]
@@ -117,3 +133,8 @@ class LintContext:
             if isinstance(weight, Node):
                 pairs.append((node, weight))
         return pairs
+
+
+def _is_quantization(node: Node, prefix: str) -> bool:
+    """``dequantize_per_*`` / ``dequantize_affine`` (prefix ``"dequantize_"``), or the quantize ones."""
+    return (aten_name(node.target) or "").startswith(prefix)

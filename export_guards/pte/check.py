@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
@@ -30,19 +31,21 @@ def check_pte(
     config: Settings | None = None,
     runtime: bool = False,
     runtime_timeout_s: float = 120.0,
+    against: RuntimeInventory | None = None,
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
     Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509
-    and EG512-EG519:
+    and EG512-EG521:
     the header, magic and version; every segment and constant offset inside the file; the
     alignment of constant and delegate data; each tensor's constant buffer and memory slot against
     its shape and dtype; each delegate's processed data; every named-data key a delegate or an
     external tensor uses (present, unique, in bounds, large enough); the ``.ptd`` files; each
     instruction's operator, delegate and values; each XNNPACK delegate call against its graph,
     and the graph itself; dim orders; values written before they are read; live tensors kept
-    apart in the arenas; and out tensors against what their operators compute. What the
-    runtime ignores is at most a warning (docs/check.md).
+    apart in the arenas; out tensors against what their operators compute; and, against a
+    runtime, the kernels and backends it lacks. What the runtime ignores is at most a warning
+    (docs/check.md).
     The file is memory-mapped: only the headers, the flatbuffer and delegate payloads are read.
 
     Args:
@@ -52,6 +55,8 @@ def check_pte(
         runtime: also load the program in ``executorch.runtime`` in a child process and run
             each method once on generated inputs (EG511); a crash is reported, never raised.
         runtime_timeout_s: how long that child may take.
+        against: the runtime whose kernels and backends the program must find (EG521); with
+            ``runtime``, the installed ``executorch.runtime`` unless another is given.
 
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
@@ -71,7 +76,10 @@ def check_pte(
     pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
     ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
     artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
-    report = run(with_project_rules(PTE_RULES), "pte", PteContext(pte, ptds), config, name=pte.name, artifact=artifact)
+    if runtime and against is None:
+        against = RuntimeInventory.installed()
+    context = PteContext(pte, ptds, against)
+    report = run(with_project_rules(PTE_RULES), "pte", context, config, name=pte.name, artifact=artifact)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
         with _as_file(program) as path:
             smoke = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)

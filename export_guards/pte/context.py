@@ -7,6 +7,7 @@ from functools import cached_property
 
 from executorch.exir.schema import ExecutionPlan
 
+from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.dataflow import Access, method_accesses
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import Delegate, PteFile, Region
@@ -18,10 +19,12 @@ __all__ = ["PteContext"]
 
 @dataclass
 class PteContext:
-    """A program file and its data files, as the ``pte`` rules see them."""
+    """A program file and its data files, as the ``pte`` rules see them, and the runtime it is
+    checked against, when one is given."""
 
     pte: PteFile
     data_files: tuple[PtdFile, ...] = field(default=())
+    runtime: RuntimeInventory | None = None
 
     @cached_property
     def named_data(self) -> dict[str, tuple[str, Region]]:

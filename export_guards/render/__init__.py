@@ -27,9 +27,9 @@ STATISTICS_FORMATS = ("text", "json")
 
 def render(report: Report, output_format: str, *, statistics: bool = False, verbose: bool = False, root: Path | None = None) -> str:
     """``report`` in ``output_format`` (a key of :data:`FORMATS`), or counted per code with
-    ``statistics``; ``verbose`` lists text info findings one by one; ``root`` is the folder
-    SARIF's URIs are relative to."""
+    ``statistics``; ``verbose`` lists text info findings one by one; ``root`` is the project
+    root that every format's paths are relative to."""
     if statistics:
         return render_statistics(report, output_format)
-    options = {"text": {"verbose": verbose}, "sarif": {"root": root}}.get(output_format, {})
-    return FORMATS[output_format](report, **options)
+    options = {"text": {"verbose": verbose}}.get(output_format, {})
+    return FORMATS[output_format](report, root=root, **options)

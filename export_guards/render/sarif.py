@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from export_guards.render.paths import project_root
 from export_guards.report import Finding, Report, Severity, SourceLocation
 from export_guards.ruleset import DOCS_URL, known_rules
 
@@ -28,17 +29,6 @@ _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "
 _SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _PATH = re.compile(r"(?:[\w.~+-]*/)+")  # the folders of anything path-like in a message
 _NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|\d+")
-
-
-def project_root(start: Path) -> Path:
-    """The nearest directory at or above ``start`` holding ``pyproject.toml`` or ``.git``; else
-    ``start``'s directory (``start`` itself when it is one)."""
-    start = Path(start).resolve()
-    directory = start if start.is_dir() else start.parent
-    for candidate in (directory, *directory.parents):
-        if (candidate / "pyproject.toml").is_file() or (candidate / ".git").exists():
-            return candidate
-    return directory
 
 
 def render_sarif(report: Report, *, root: Path | None = None) -> str:

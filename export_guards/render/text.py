@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
+from export_guards.render.paths import with_display_paths
 from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset import known_rules
 
@@ -17,13 +19,14 @@ _DONE = {
 }
 
 
-def render_text(report: Report, *, verbose: bool = False) -> str:
+def render_text(report: Report, *, verbose: bool = False, root: Path | None = None) -> str:
     """One block per error and warning (location, code, message, source line, module), sorted
     by file, line, then code; info findings one line per code unless ``verbose``, which lists
     them too; each distinct fix once, by code (ruff's ``--show-fixes`` idea: a fix repeated
-    under every finding hides the findings); then the summary line."""
+    under every finding hides the findings); then the summary line. Paths are relative to
+    ``root`` (default: the working folder's project root), absolute outside it."""
     shown = sorted((f for f in report if verbose or f.severity is not Severity.INFO), key=_position)
-    blocks = [_block(f) for f in shown]
+    blocks = [_block(with_display_paths(f, root)) for f in shown]
     if not verbose:
         infos = Counter(f.code for f in report if f.severity is Severity.INFO)
         for code, count in sorted(infos.items()):

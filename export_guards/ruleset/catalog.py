@@ -15,7 +15,7 @@ from types import MappingProxyType
 from export_guards.report import Severity
 from export_guards.ruleset.rule import Check, Rule
 
-__all__ = ["CATALOG", "RETIRED", "rule"]
+__all__ = ["CATALOG", "DEFAULT_OFF", "RETIRED", "rule"]
 
 _REEXPORT = "Re-export the model and write the file again; if it was copied, check the copy is complete."
 _NOTHING_TO_DO = "Nothing to do: this reports what a guard did."
@@ -40,6 +40,16 @@ _RULES = (
         "the user's line.",
         "Fix the cause at the line named; run the command with -v for the full traceback.",
         "step",
+    ),
+    Rule(
+        "EG003",
+        "unused-noqa",
+        Severity.WARNING,
+        "A # noqa comment on a line of the model's source suppressed nothing in this run: no "
+        "finding of the codes it names (of any code, for a bare # noqa) points at that line. Off "
+        "by default: select it by name (--extend-select EG003).",
+        "Remove the comment, or the codes it names that no longer apply.",
+        "engine",
     ),
     Rule(
         "EG101",
@@ -96,8 +106,8 @@ _RULES = (
         Severity.WARNING,
         "A conv / linear / matmul weight is computed at run time from constants only: XNNPACK "
         "will not delegate it.",
-        "Fold it: guard_passes() in transform_passes, fold_constants(program) on the torch.export"
-        " program, or fold_parametrizations(model) before export.",
+        "Turn the fold on (guard_passes() in transform_passes; the command without --no-fold), or "
+        "call fold_constants(program) on the torch.export program.",
         "program",
     ),
     Rule(
@@ -115,8 +125,8 @@ _RULES = (
         Severity.WARNING,
         "A weight is still reparametrized (spectral_norm, weight_norm, parametrize): its state "
         "ships instead of the weight.",
-        "Fold it: fold_parametrizations(model) before export, or guard_passes() / "
-        "fold_constants(program).",
+        "Turn the fold on (guard_passes(); the command without --no-fold), or call "
+        "fold_parametrizations(model) before export.",
         "program",
     ),
     Rule(
@@ -211,10 +221,8 @@ _RULES = (
         Severity.WARNING,
         "A conv / linear / matmul was left in the portable graph: it runs in the slow portable "
         "kernels.",
-        "Read the partitioner's reason; the usual one, a weight that is not a static parameter, "
-        "is fixed by the fold (EG210, EG212). A quantized linear whose weight only the fold in "
-        "transform_passes made static was decomposed by to_edge before it: fold before to_edge "
-        "with fold_non_core_constants(program).",
+        "Change what the partitioner's reason names (a dtype, a shape, an argument the delegate "
+        "does not take), or accept the portable kernel for this op.",
         "partitioned",
     ),
     Rule(
@@ -414,6 +422,18 @@ _RULES = (
         "ignore EG520.",
         "pte",
     ),
+    Rule(
+        "EG521",
+        "runtime-lacks-kernel",
+        Severity.WARNING,
+        "The program calls an operator kernel, or a delegate backend, that the runtime it is "
+        "checked against does not have (executorch.runtime here with --runtime, or the kernel "
+        "list given with --kernels): loading the method fails there (OperatorMissing, or no "
+        "backend). Checked only against such a runtime: the file itself may be sound.",
+        "Build the runtime with the kernel or backend (selective build: add the operator to its "
+        "list), or export for what the runtime has (the same ExecuTorch version, its partitioners).",
+        "pte",
+    ),
 )
 
 CATALOG: Mapping[str, Rule] = MappingProxyType({r.code: r for r in _RULES})
@@ -426,6 +446,10 @@ RETIRED: Mapping[str, str] = MappingProxyType(
     }
 )
 """Codes that export-guards no longer reports, and why: naming one is an error that says so."""
+
+DEFAULT_OFF: frozenset[str] = frozenset({"EG003"})
+"""Codes reported only when a select names them by their full code (``--extend-select EG003``):
+the default ``select = ["EG"]``, or any prefix, leaves them out."""
 
 
 def rule(code: str) -> Callable[[Check], Rule]:

@@ -14,7 +14,7 @@ from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 
-__all__ = ["RULE_FAILED", "Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle"]
+__all__ = ["RULE_FAILED", "Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle", "without_symptoms"]
 
 RULE_FAILED = "EG001"
 """The engine's own code: a rule raised instead of returning its hits."""
@@ -127,6 +127,8 @@ def finding(
         fix=hit.fix or rule.fix,
         artifact=hit.artifact or artifact,
         region=hit.region,
+        subjects=hit.subjects,
+        symptom_of=hit.symptom_of,
         **place,
     )
 
@@ -144,6 +146,22 @@ def settle(findings: Iterable[Finding], settings: Selection) -> Report:
             settled.append(found if severity is found.severity else replace(found, severity=severity))
     kept, suppressed = split_suppressed(settled)
     return Report(tuple(kept), tuple(suppressed))
+
+
+def without_symptoms(report: Report) -> Report:
+    """``report`` without the findings whose cause it holds: a finding that is a symptom of
+    some codes (``symptom_of``) is dropped where a finding of one of them is about one of its
+    ``subjects``, reported or suppressed by ``# noqa`` (the user has answered it). One problem
+    is one finding, whichever stages saw it: a reparametrized weight (EG212) and its conv left
+    out of the delegate (EG401) are one problem, reported once, as its cause."""
+    causes = {(f.code, subject) for f in (*report.findings, *report.suppressed) for subject in f.subjects}
+
+    def symptom(found: Finding) -> bool:
+        return any((code, subject) in causes for code in found.symptom_of for subject in found.subjects)
+
+    return Report(
+        tuple(f for f in report.findings if not symptom(f)), tuple(f for f in report.suppressed if not symptom(f))
+    )
 
 
 def describe_error(error: BaseException) -> str:

@@ -45,6 +45,10 @@ class Hit:
         region: the bytes concerned in the file, as ``(offset, length)``, when known.
         artifact: the file concerned when it is not the subject's own (a ``.ptd`` beside the
             ``.pte``), as given.
+        subjects: what the hit is about, named alike in every stage of one export (a graph
+            node by its origin, ``analysis.source.node_origin``), so that findings meet.
+        symptom_of: codes whose finding about one of the same ``subjects`` is this hit's cause:
+            the report keeps the cause and drops this one (one problem, one finding).
     """
 
     message: str
@@ -55,6 +59,8 @@ class Hit:
     method: str | None = None
     region: tuple[int, int] | None = None
     artifact: str | None = None
+    subjects: tuple[str, ...] = ()
+    symptom_of: tuple[str, ...] = ()
 
 
 Check = Callable[[Any], Iterable[Hit]]

@@ -33,8 +33,7 @@ def unused_parameter(context: LintContext) -> Iterator[Hit]:
         nbytes = sum(p.tensor.nbytes for p in parameters)
         yield Hit(
             f"layer '{owner}' never runs: its parameter{'s' if len(parameters) > 1 else ''} {names} "
-            f"({nbytes:,} bytes) {'are' if len(parameters) > 1 else 'is'} never read. ExecuTorch does not write "
-            "them into the .pte, but a layer built and never called is often a bug",
+            f"({nbytes:,} bytes) {'are' if len(parameters) > 1 else 'is'} never read",
             parameters[0].node,
             owner,
         )

@@ -7,9 +7,26 @@ from collections.abc import Iterator
 from torch.fx import Node
 
 from export_guards.analysis.delegation import delegation_summary
-from export_guards.analysis.ops import aten_name, compute_op_name, static_operand
+from export_guards.analysis.ops import compute_op_name, static_operand
+from export_guards.analysis.source import node_origin
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
+
+# An op whose weight is not a static parameter is a symptom: its cause, the weight, is EG210,
+# EG211 or EG212 before lowering. The hit names its op by origin as its subject, so the report keeps
+# only the cause where the lint before lowering reported it (the fold off); otherwise (that
+# rule ignored, or what the fold could not fix) this finding names the cause itself.
+_WEIGHT_RULES = ("EG210", "EG211", "EG212")
+_FOLD_THE_QUANTIZE = (
+    "Store the weight as int8: keep export-guards' fold on (it folds the quantize of a constant), "
+    "or convert with convert_pt2e(prepared) (fold_quantize=True, the default)."
+)
+# After partitioning, a weight computed inside a delegate comes out of a call that may also take
+# an input: whether it depends on one is for EG211 to say, before lowering. One fix covers both.
+_STATIC_WEIGHT = (
+    "Make the weight a static parameter: compute it from parameters only (no input), and fold it "
+    "before to_edge with fold_non_core_constants(program)."
+)
 
 
 @rule("EG401")
@@ -20,39 +37,15 @@ def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
             continue
         reason = context.reasons.get(node.name)
         because = f": the partitioner says {reason}" if reason else " (the partitioner gave no reason)"
-        if _quantized_in_the_graph(node, context.foldable):
-            yield Hit(f"{name} '{node.name}' was not delegated{because}. {_QUANTIZED_WEIGHT}", node, fix=_FOLD_THE_QUANTIZE)
-        else:
+        weight = static_operand(node)
+        if not isinstance(weight, Node) or weight.op == "placeholder":  # a static weight: the reason is another
             yield Hit(f"{name} '{node.name}' was not delegated{because}", node)
-
-
-_QUANTIZED_WEIGHT = (
-    "Its weight is quantized by an op in the graph (quantize of a float constant), not stored as "
-    "int8: XNNPACK takes only int8 constant weights"
-)
-_FOLD_THE_QUANTIZE = (
-    "Store the weight as int8: keep export-guards' fold on (it folds a quantize of a constant, "
-    "and the reparametrization before it, into an int8 weight), or convert with "
-    "convert_pt2e(prepared), whose fold_quantize=True (the default) does the same at export."
-)
-
-
-def _quantized_in_the_graph(node: Node, foldable: frozenset[Node]) -> bool:
-    """Whether ``node``'s weight is ``dequantize(quantize(w))`` where ``w`` is computed from
-    constants alone (``foldable``): a float weight that the program quantizes at run time
-    (``convert_pt2e(..., fold_quantize=False)``, or a parametrization quantized unfolded)."""
-    dequantize = _dequantize_of(static_operand(node))
-    quantize = dequantize.args[0] if dequantize is not None and dequantize.args else None
-    return isinstance(quantize, Node) and _is_quantization(quantize, "quantize_") and quantize in foldable
-
-
-def _dequantize_of(value: object) -> Node | None:
-    return value if isinstance(value, Node) and _is_quantization(value, "dequantize_") else None
-
-
-def _is_quantization(node: Node, prefix: str) -> bool:
-    """``dequantize_per_*`` / ``dequantize_affine`` (prefix ``"dequantize_"``), or the quantize ones."""
-    return (aten_name(node.target) or "").startswith(prefix)
+            continue
+        if context.quantized_in_graph(node):
+            message, fix = f"{name} '{node.name}' was not delegated: its weight is quantized by an op in the graph", _FOLD_THE_QUANTIZE
+        else:
+            message, fix = f"{name} '{node.name}' was not delegated{because}", _STATIC_WEIGHT
+        yield Hit(message, node, fix=fix, subjects=(node_origin(node),), symptom_of=_WEIGHT_RULES)
 
 
 @rule("EG402")

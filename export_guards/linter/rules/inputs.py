@@ -28,8 +28,7 @@ def fixed_input_shapes(context: LintContext) -> Iterator[Hit]:
     if fixed:
         method = f"method '{context.method}'" if context.method else "the method"
         yield Hit(
-            f"{method} takes {'; '.join(described)}. Every dimension of {', '.join(fixed)} is fixed: the runtime "
-            "refuses another shape, and reads a tensor of another dim order as this one",
+            f"{method} takes {'; '.join(described)}; every dimension of {', '.join(fixed)} is fixed",
             placeholders[fixed[0]],
         )
 

@@ -34,8 +34,7 @@ def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
         pattern = constant.fqn.replace(".", "_")  # a substring of its placeholder's name, as the pass matches
         yield Hit(
             f"buffer '{constant.fqn}' ({str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}, "
-            f"{nonzero} of {tensor.numel()} elements nonzero) is written in place, and to_executorch keeps only its "
-            "shape and dtype: the program starts it from zeros, so the first calls differ from eager",
+            f"{nonzero} of {tensor.numel()} elements nonzero) is written in place: the program starts it from zeros",
             _written_by(context, constant.node),
             constant.fqn,
             fix=(

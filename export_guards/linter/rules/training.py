@@ -22,10 +22,7 @@ def _training_ops(context: LintContext, kind: str) -> Iterator[Hit]:
 
 _CONSEQUENCE = {
     "dropout": ": the program drops activations at random",
-    "norm": (
-        ": ExecuTorch cannot lower it (to_edge rejects the functional batch norm, which is not "
-        "core ATen), and it would normalise with each batch's statistics"
-    ),
+    "norm": ": to_edge cannot lower it, and it would normalise with each batch's statistics",
 }
 
 

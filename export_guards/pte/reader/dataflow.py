@@ -105,7 +105,10 @@ def _kernel_access(plan: ExecutionPlan, call: KernelCall) -> Access:
     if schema is None or len(call.args) - len(arguments) not in (1, max(returns, 1)):
         last = tensor_arguments(plan, call.args[-1:])  # unknown: the out-variant convention
         return Access(reads=tensor_arguments(plan, call.args[:-1]) - last, writes=last, maybe=tensor_arguments(plan, call.args))
-    written = [*arguments, *[(True, True)] * (len(call.args) - len(arguments))]
+    # An out variant's generated wrapper never touches the return slot (ExecuTorch's codegen
+    # leaves its return assignment empty); a functional operator writes its result there.
+    returned = [] if any(w and out for w, out in arguments) else [(True, True)] * (len(call.args) - len(arguments))
+    written = [*arguments, *returned]
     reads, writes, in_place = set(), set(), set()
     for index, (is_written, is_out) in zip(call.args, written):
         tensors = tensor_arguments(plan, [index])

@@ -4,7 +4,9 @@ Each set says what a kernel does that its schema does not show, and who relies o
 
 from __future__ import annotations
 
-__all__ = ["BYTE_COPIES", "COMPUTE", "DIM_ORDER_BLIND", "ONE_DTYPE", "VIEWS", "is_aten"]
+from types import MappingProxyType
+
+__all__ = ["BYTE_COPIES", "COMPUTE", "DIM_ORDER_BLIND", "DISJOINT_POOLS", "ELEMENTWISE", "INNER_REDUCTIONS", "ONE_DTYPE", "RIGHT_MATRIX", "SCALAR_HOISTING", "VIEWS", "is_aten"]
 
 COMPUTE = frozenset(
     f"aten::{name}" for name in ("convolution", "_convolution", "linear", "addmm", "mm", "bmm", "baddbmm", "matmul")
@@ -42,6 +44,43 @@ ONE_DTYPE = frozenset(
 """Kernels that take every tensor in one dtype (they check ``tensors_have_same_dtype`` and
 refuse the call) where torch's meta kernels do not check: matrix products, convolutions,
 normalisations, and the copies that only move elements. EG519 reads it."""
+
+
+ELEMENTWISE = frozenset(
+    f"aten::{name}"
+    for name in (
+        "add", "sub", "rsub", "mul", "div", "pow", "neg", "abs", "relu", "sigmoid", "tanh", "gelu", "silu",
+        "hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu", "clamp", "exp", "log", "sqrt", "rsqrt",
+        "sin", "cos", "erf", "reciprocal", "where", "masked_fill", "_to_copy", "copy", "logical_not",
+        "_native_batch_norm_legit_no_training",
+    )
+) | {"dim_order_ops::_to_dim_order_copy", "dim_order_ops::_clone_dim_order"}  # fmt: skip
+"""Kernels that compute each element of their out from the same element of their inputs (and,
+for batch norm, its channel's parameters), reading it before writing it: an out placed on such
+an input from its first byte, of its shape and of elements no wider, is computed right. Any other kernel may read an input after writing its out (a matrix product reads
+every row for every column), so EG518 calls an out that shares an input's bytes within the call
+an overlap."""
+
+
+INNER_REDUCTIONS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::amin", "aten::prod"})
+"""Kernels that, reducing a tensor's inner dims, make each out element from one run of input
+elements and write it after reading them: an out over that input from its first byte is
+computed right (EG518)."""
+
+
+DISJOINT_POOLS = MappingProxyType({"aten::max_pool2d_with_indices": 5, "aten::avg_pool2d": 4})
+"""2-D pools by the position of their ``ceil_mode`` argument (``(self, kernel_size, stride,
+padding, [dilation,] ceil_mode, ...)``): with disjoint windows each out element is written after
+its window is read and behind the windows still to read (EG518)."""
+
+RIGHT_MATRIX = MappingProxyType({"aten::mm": 1, "aten::bmm": 1, "aten::addmm": 2})
+"""Matrix products by the position of their right-hand matrix: a one-row out over it from its
+first byte writes element j after its last read of column j (EG518)."""
+
+SCALAR_HOISTING = frozenset({"aten::add", "aten::sub", "aten::mul", "aten::div"})
+"""Arithmetic kernels whose optimized forms (those executorch.runtime links) read a one-element
+input once, as a scalar, before writing anything; the portable forms read it for each element
+(EG518 warns of an out written over such an input)."""
 
 
 def is_aten(name: str) -> bool:

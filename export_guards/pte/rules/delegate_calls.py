@@ -13,6 +13,7 @@ output of a fixed shape that the graph computes otherwise, fails the call.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
@@ -284,19 +285,43 @@ def _dataflow_problems(payload: XnnPayload) -> Iterator[str]:
                 )
     inputs = {v.value_id for v in payload.values if v.flags & EXTERNAL_INPUT and not v.flags & EXTERNAL_OUTPUT}
     yield from (f"external input {i} is read by no node (the runtime refuses to run it)" for i in sorted(inputs - read - written))
+    yield from _packed_weights_read_elsewhere(payload, constants)
+
+
+def _packed_weights_read_elsewhere(payload: XnnPayload, constants: set[int]) -> Iterator[str]:
+    """A constant that XNNPACK packs into a fully connected or convolution node's weights is that
+    node's alone: another node that reads it as an operand crashes the runtime (SIGSEGV, proved
+    for an add reading a fully connected layer's bias). ExecuTorch never writes one."""
+    packed = {}
+    for m, node in enumerate(payload.nodes):
+        for field in ("FilterId", "BiasId"):
+            weight = node.operand(field)
+            if node.kind in _STATIC_WEIGHTS and weight in constants:
+                packed.setdefault(weight, (m, node.kind, field.removesuffix("Id").lower()))
+    for n, node in enumerate(payload.nodes):
+        weights = {node.operand(f) for f in ("FilterId", "BiasId")} if node.kind in _STATIC_WEIGHTS else set()
+        for value_id in sorted(set(node.reads) - weights):
+            if value_id in packed:
+                m, kind, role = packed[value_id]
+                yield (
+                    f"node {n} ({node.kind}) reads value {value_id}, the {role} that XNNPACK packs into node {m} ({kind}): "
+                    f"the runtime crashes (SIGSEGV) on a packed weight read as an operand"
+                )
 
 
 def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator[str]:
     """A convolution's or fully connected layer's bias holds one value per output channel, as
     the filter and the node's parameters give them: XNNPACK reads that many from it (a
-    non-constant or wrongly shaped bias crashes it). ``stored``: constant value id -> the bytes
+    non-constant bias, or one stored in fewer bytes, crashes it). ``stored``: constant value id -> the bytes
     the payload holds inline for it (the serialized shape of a bias is not what XNNPACK reads
     by; a bias held as named data is EG508's)."""
     values = {v.value_id: v for v in payload.values}
     for n, node in enumerate(payload.nodes):
         filter_, bias = (values.get(node.operand(f)) for f in ("FilterId", "BiasId"))  # type: ignore[arg-type]
         expected = _filter_dims(node)
-        if filter_ is not None and expected is not None and filter_.dims != expected:
+        # XNNPACK reads a depthwise filter by the node's parameters: other dims of the same size run
+        same_size = node.kind == "XNNDepthwiseConv2d" and filter_ is not None and expected is not None and math.prod(filter_.dims) == math.prod(expected)
+        if filter_ is not None and expected is not None and filter_.dims != expected and not same_size:
             yield (
                 f"node {n} ({node.kind}) has filter value {filter_.value_id} of dims {list(filter_.dims)}; its parameters "
                 f"make it {list(expected)} (the runtime fails to load or run the graph)"
@@ -310,9 +335,9 @@ def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator
         channels = node.output_channels(filter_.dims)
         element = ELEMENT_BYTES.get(bias.datatype)
         where = f"node {n} ({node.kind}) with filter value {filter_.value_id} {list(filter_.dims)}"
-        if len(bias.dims) != 1:
-            yield f"{where} has bias value {bias.value_id} of shape {list(bias.dims)}, not one value per output channel"
-        elif channels is not None and element and bias.value_id in stored and stored[bias.value_id] < channels * element:
+        # XNNPACK reads a bias by the node's channels, whatever its dims say ([N, 1], [N + 1]):
+        # only the bytes stored for it can fall short.
+        if channels is not None and element and bias.value_id in stored and stored[bias.value_id] < channels * element:
             yield f"{where} has bias value {bias.value_id} stored in {stored[bias.value_id]} bytes, fewer than its {channels} output channels need"
 
 

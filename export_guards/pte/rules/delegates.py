@@ -120,7 +120,7 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
             found = available.get(constant.named_key)
             element = ELEMENT_BYTES.get(constant.datatype)
             reads = math.ceil(biases[constant.value_id] * element) if constant.value_id in biases and element else constant.nbytes
-            needed = max(reads or 0, constant.size)
+            needed = reads or 0  # XNNPACK ignores the entry's size field for named data (XNNCompiler.cpp)
             if found is None:
                 yield Hit(f"{what} uses named data '{constant.named_key}', {_missing(context)}", method=delegate.method, constant=constant.named_key)
             elif found[1].size < needed:

@@ -16,6 +16,7 @@ from executorch.exir.schema import (
     KernelCall,
     MoveCall,
     OptionalTensorList,
+    Tensor,
     TensorList,
 )
 
@@ -101,6 +102,13 @@ def _problems(plan: ExecutionPlan, instructions: list, args: object) -> Iterator
                     f"passes {name} value {index} (kind {kind}) as argument {position} '{argument}', "
                     f"which takes {' or '.join(sorted(kinds))}"
                 )
+        written = [args.args[k] for k in _in_place_positions(operator.name, operator.overload)]
+        slot = args.args[-1]
+        if written and slot not in written and _used_elsewhere(plan, instructions, args, slot) and not _interchangeable(plan, slot, written[0]):
+            yield (
+                f"returns what {name} writes in place (value {written[0]}) into value {slot}: the runtime makes value "
+                f"{slot} that tensor from then on (this run and the next), so every other use of it reads another tensor"
+            )
     elif isinstance(args, DelegateCall):
         if not 0 <= args.delegate_index < len(plan.delegates):
             yield f"calls delegate {args.delegate_index}, of {len(plan.delegates)}"
@@ -133,10 +141,42 @@ def _schema_kinds(name: str, overload: str) -> tuple[tuple[str, frozenset[str]],
         return None
     kinds = [(a.name, _accepted(a.type)) for a in schema.arguments]
     # The emitter adds one slot for what the call returns: the value itself when there is one,
-    # else a list or nothing, whose kind the schema does not say.
-    single = len(schema.returns) == 1
+    # else a list or nothing, whose kind the schema does not say. An out variant's wrapper never
+    # reads or writes it (ExecuTorch's codegen), so any value will do there.
+    out_variant = any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    single = len(schema.returns) == 1 and not out_variant
     kinds.append(("return", _accepted(schema.returns[0].type) if single else frozenset()))
     return tuple(kinds)
+
+
+def _used_elsewhere(plan: ExecutionPlan, instructions: list, call: KernelCall, value: int) -> bool:
+    """Whether ``value`` is a method input or output, or an argument of another instruction."""
+    if value in plan.inputs or value in plan.outputs:
+        return True
+    others = (i.instr_args for i in instructions if i.instr_args is not call)
+    return any(value in getattr(other, "args", ()) for other in others)
+
+
+def _interchangeable(plan: ExecutionPlan, slot: int, written: int) -> bool:
+    """Whether value ``slot`` is an arena tensor of the dtype and shape of ``written``: made that
+    tensor, its later uses still get what they take (what they then compute, the file cannot
+    say); a constant, an input, or a value of another kind or shape they do not."""
+    a, b = (plan.values[i].val if 0 <= i < len(plan.values) else None for i in (slot, written))
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        return False
+    planned = a.allocation_info is not None and a.data_buffer_idx == 0 and slot not in plan.inputs
+    return planned and a.scalar_type == b.scalar_type and list(a.sizes) == list(b.sizes)
+
+
+@functools.cache
+def _in_place_positions(name: str, overload: str) -> tuple[int, ...]:
+    """The arguments an operator writes in place and returns (``copy_``'s ``self``): its
+    generated wrapper stores the result in the return slot, as an alias of that argument."""
+    schema = operator_schema(name, overload)
+    if schema is None or not schema.returns:
+        return ()
+    written = tuple(k for k, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+    return () if any(schema.arguments[k].kwarg_only for k in written) else written
 
 
 def _accepted(schema_type: torch._C.JitType) -> frozenset[str]:

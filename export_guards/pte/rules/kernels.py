@@ -1,14 +1,20 @@
 """EG519: operator calls whose tensors disagree with what the operator computes from them.
 
-Each out-variant call of an ATen operator that has a meta kernel (its own, or its functional
-form's) is replayed on meta
-tensors (dtype and shape only, no data) built from the program's values. Where the operator's own shape and dtype rules
-decide the result, an ``out`` tensor of another shape, or of a dtype the result cannot be
-cast to, or inputs that the operator refuses together, are what the runtime's kernel rejects
+Each call that writes a tensor (an ``out`` variant, or an in-place operator such as ``copy_``)
+of an ATen or ``dim_order_ops`` operator that has a meta kernel (its own, or its functional
+form's) is replayed on meta tensors (dtype and shape only, no data) built from the program's
+values. Where the operator's own shape and dtype rules decide the result, an ``out`` tensor of
+another shape than ExecuTorch's kernel resizes it to, or inputs that the operator refuses
+together (torch raises, whatever the exception), are what the runtime's kernel rejects
 (``InvalidArgument``) or computes wrongly. ExecuTorch's kernels are stricter than torch's meta
-kernels in one way checked here too: matrix products, convolutions, normalisations and copies
-take all their tensors in one dtype. Calls with dynamic shapes, and operators torch does not
-know here, are left alone.
+kernels where ``reader/kernel_contracts.py`` says (batch norm's parameters and stats, the dim
+orders of copies), and matrix products, convolutions, normalisations and copies take all their
+tensors in one dtype.
+
+Out of reach, and left alone: calls with dynamic shapes (their sizes are bounds), dtypes that
+meta tensors cannot hold (quantized ones), arguments a replay cannot build (devices, layouts),
+operators torch does not know here or that have no meta kernel (torch raises
+``NotImplementedError``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from executorch.exir.schema import (
     IntList,
     KernelCall,
     Null,
+    Operator,
     OptionalTensorList,
     String,
     Tensor,
@@ -36,13 +43,17 @@ from executorch.exir.schema import (
 )
 from executorch.exir.tensor import get_scalar_type
 
+from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (defines torch.ops.dim_order_ops)
+
 from export_guards.pte.context import PteContext
+from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE
 from export_guards.pte.reader.tensors import describe_tensor
 from export_guards.ruleset import Hit, rule
 
-# What torch says when the replay, not the program, is at fault (an argument it could not pass).
-_REPLAY_LIMITS = ("Expected a value of type", "not implemented", "NotImplemented")
+# What torch says when the replay, not the program, is at fault (an argument it could not pass,
+# a path with no meta kernel).
+_REPLAY_LIMITS = ("Expected a value of type", "not implemented", "NotImplemented", "Could not run")
 
 
 class _Unsupported(Exception):
@@ -63,9 +74,13 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                     if problem:
                         operator = plan.operators[call.op_index]
                         yield Hit(
-                            f"instruction {i} of chain {c} of method '{plan.name}' calls {operator.name}.{operator.overload} {problem}",
+                            f"instruction {i} of chain {c} of method '{plan.name}' calls {_spelled(operator)} {problem}",
                             method=plan.name,
                         )
+
+
+def _spelled(operator: Operator) -> str:
+    return f"{operator.name}.{operator.overload}" if operator.overload else operator.name
 
 
 def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
@@ -76,8 +91,8 @@ def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
     arguments = overload._schema.arguments
     if len(call.args) < len(arguments) or not all(0 <= i < len(plan.values) for i in call.args):
         return None  # EG512's
-    outs = [k for k, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only]
-    if not outs:
+    written = [k for k, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write]
+    if not written:
         return None
     try:
         signature = tuple(_describe(plan, call.args[k], a.type) for k, a in enumerate(arguments))
@@ -87,17 +102,18 @@ def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
     if mixed:
         return mixed
     # Models repeat their blocks: one replay per distinct call.
-    verdict = _replay_signature(overload, signature, tuple(outs))
-    if verdict is None:
-        return None
+    fixed = tuple(OUT_SHAPES.get((operator.name, arguments[k].name)) for k in written)
+    verdict = _replay_signature(overload, signature, tuple(written), fixed)
     if isinstance(verdict, str):
         return f"with tensors it refuses: {verdict}"
-    position, computed = verdict
-    index = call.args[position]
-    return (
-        f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but it computes "
-        f"shape {list(computed)}: the kernel rejects the call or writes past the tensor"
-    )
+    if verdict is not None:
+        position, computed = verdict
+        index = call.args[position]
+        return (
+            f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
+            f"resizes it to shape {list(computed)}: the kernel rejects the call or writes past the tensor"
+        )
+    return refusal(plan, operator.name, {a.name: call.args[k] for k, a in enumerate(arguments)})
 
 
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
@@ -118,48 +134,52 @@ def _mixed_dtypes(name: str, arguments: list, signature: tuple) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _replay_signature(overload: torch._ops.OpOverload, signature: tuple, outs: tuple[int, ...]) -> str | tuple[int, tuple[int, ...]] | None:
+def _replay_signature(
+    overload: torch._ops.OpOverload, signature: tuple, written: tuple[int, ...], fixed: tuple[tuple[int, ...] | None, ...]
+) -> str | tuple[int, tuple[int, ...]] | None:
     """Run ``overload`` on meta tensors built from ``signature``: None when it agrees, the text
-    of its refusal (dtypes or shapes it does not take together), or (the out argument's
-    position, the shape it computes)."""
+    of its refusal (dtypes or shapes it does not take together), or (the position of a written
+    argument, the shape ExecuTorch's kernel resizes it to: ``fixed``'s where given, else the
+    one torch computes)."""
     arguments = overload._schema.arguments
     try:
         built = [_build(description) for description in signature]
-    except Exception:  # noqa: BLE001 - a dtype meta tensors cannot hold (quantized ones): nothing known
+    except Exception:  # noqa: BLE001 - a dtype meta tensors cannot hold (quantized ones): out of reach
         return None
-    # An out of no elements is one the emitter sizes for an output ExecuTorch's kernel leaves
-    # empty (batch norm's mean and invstd): torch's functional form fills it, the kernel does not.
-    before = {k: tuple(built[k].shape) for k in outs if isinstance(built[k], torch.Tensor) and built[k].numel()}
+    before = {k: tuple(built[k].shape) for k in written if isinstance(built[k], torch.Tensor)}
     positional = [built[k] for k, a in enumerate(arguments) if not a.kwarg_only]
     keywords = {a.name: built[k] for k, a in enumerate(arguments) if a.kwarg_only}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the resize warning: the shapes are compared below
             overload(*positional, **keywords)
-    except (RuntimeError, ValueError) as error:
+    except NotImplementedError:
+        return None  # no meta kernel for this operator or this path: out of reach
+    except Exception as error:  # noqa: BLE001 - whatever torch raises (IndexError for a dim, ZeroDivisionError for groups) is a refusal
         text = str(error).split("\n")[0]
         if any(limit in text for limit in _REPLAY_LIMITS):
-            return None  # the replay could not call the operator: nothing known
-        return text[:200]
-    except Exception:  # noqa: BLE001 - an operator without a meta kernel: nothing known
-        return None
-    for k in before:
-        if tuple(built[k].shape) != before[k]:
-            return k, tuple(built[k].shape)
+            return None  # the replay could not call the operator: out of reach
+        return f"{type(error).__name__}: {text}"[:200] if not isinstance(error, RuntimeError) else text[:200]
+    for k, shape in zip(written, fixed):
+        if k in before:
+            resized = shape if shape is not None else tuple(built[k].shape)
+            if resized != before[k]:
+                return k, resized
     return None
 
 
 @functools.cache
 def _overload(name: str, overload: str) -> torch._ops.OpOverload | None:
     namespace, _, op_name = name.partition("::")
-    if namespace != "aten":
+    if namespace not in ("aten", "dim_order_ops"):
         return None
-    packet = getattr(torch.ops.aten, op_name, None)
+    packet = getattr(getattr(torch.ops, namespace), op_name, None)
     op = getattr(packet, overload or "default", None) if packet is not None else None
     # Operators with a meta kernel of their own, or an out variant that calls its functional
     # form (convolution, the normalisations, upsampling). Some of those meta kernels are
     # Python: about a millisecond a call (upsampling about seven), once per distinct call.
-    if op is None or not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in ("Meta", "CompositeExplicitAutograd")):
+    keys = ("Meta", "CompositeExplicitAutograd", "CompositeImplicitAutograd")  # the last: dim_order_ops' Python forms
+    if op is None or not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in keys):
         return None
     return op
 

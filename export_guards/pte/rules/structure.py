@@ -43,19 +43,33 @@ def pte_header(context: PteContext) -> Iterator[Hit]:
     fields = (8, _ExtendedHeader.EXPECTED_LENGTH)  # the extended header, whose fields are wrong
     if not header.is_valid():
         yield Hit(f"the extended header's length is {header.length}; it must be at least {_ExtendedHeader.MINIMUM_LENGTH}", region=fields)
-    if not 8 + header.length <= header.program_size <= pte.size:
+    if not 8 + _ExtendedHeader.MINIMUM_LENGTH <= header.program_size <= pte.size:  # the runtime reads no further than the length it needs
         yield Hit(f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)", region=fields)
     base, data_size = header.segment_base_offset, header.segment_data_size
-    if base and base < header.program_size:
+    if base > pte.size or base + data_size > pte.size:
+        yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated", region=fields)
+        return
+    placed = [region for region in pte.segments if region.size]
+    if not base or not placed:
+        return
+    # ExecuTorch writes the segments, in order, up to the last byte of the file: where they end
+    # is the one witness of whether the base offset the runtime reads them from is right.
+    short = pte.size - max(region.end for region in placed)
+    if short > 0:
         yield Hit(
-            f"the segments start at {base}, before the program size the header states ({header.program_size}) "
-            f"ends: the runtime reads the segments from {base} without comparing the two, so this alone is "
-            f"harmless; misplaced segments show in their own findings{_IGNORED}",
+            f"the segments end {short} bytes before the file does, but ExecuTorch writes them up to its end: the "
+            f"header's segment base offset ({base}) is {short} bytes short (or a segment's size is wrong), so the "
+            f"runtime reads segment data from bytes that are not its own (wrong constants, a delegate that fails)",
+            region=fields,
+        )
+    elif base < header.program_size:
+        yield Hit(
+            f"the header's program size ({header.program_size}) runs past the segment base offset ({base}); the "
+            f"segments end where the file does, so the base is right and the runtime, which reads the segments "
+            f"from it, is not misled{_IGNORED}",
             region=fields,
             severity=Severity.WARNING,
         )
-    if base > pte.size or base + data_size > pte.size:
-        yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated", region=fields)
 
 
 @rule("EG502")

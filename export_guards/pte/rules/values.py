@@ -10,6 +10,7 @@ from executorch.exir.schema import DelegateCall, ExecutionPlan, Int, KernelCall,
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_written, tensor_arguments, views
+from export_guards.pte.reader.in_call import hoists_a_scalar, reads_before_overwriting
 from export_guards.pte.reader.operators import BYTE_COPIES, DIM_ORDER_BLIND, is_aten
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.report import Severity
@@ -120,13 +121,25 @@ def arena_overlap(context: PteContext) -> Iterator[Hit]:
         for a, b, first, last in _overlaps(plan, lifetimes):
             if roots[a] == roots[b] or _copied_onto_itself(plan, accesses, a, b, first, last):
                 continue  # views on their base's memory; a copy of its own bytes
+            if first == last and reads_before_overwriting(plan, accesses[first], a, b, first):
+                continue  # one call reads each byte before it writes over it
+            if first == last and {a, b} <= accesses[first].writes and lifetimes[a] == lifetimes[b] == [(first, first)]:
+                continue  # two outs of one call that nothing reads (a layer norm's stats): either may win
+            if first == last and hoists_a_scalar(plan, a, b, first):
+                yield Hit(
+                    f"instruction {first} of method '{plan.name}' writes tensor value {a} or {b} over the other, a one-element "
+                    f"input: the optimized kernel executorch.runtime links reads that element once, before it writes, and "
+                    f"computes right; ExecuTorch's portable kernel reads it again for each element and computes wrong values",
+                    method=plan.name,
+                    severity=Severity.WARNING,
+                )
+                continue
             yield Hit(
                 f"tensor values {a} and {b} of method '{plan.name}' share bytes of arena "
                 f"{plan.values[a].val.allocation_info.memory_id} while both are alive (instructions {first} "
                 f"to {last}): one overwrites the other",
                 method=plan.name,
             )
-
 
 
 
@@ -233,8 +246,9 @@ def _lifetimes(plan: ExecutionPlan, accesses: list[Access]) -> tuple[dict[int, l
 
 class _Holders:
     """Which value a read gets: a tensor whose exact arena bytes were last written as another
-    value of the same dtype, sizes and dim order, which nothing reads under its own index,
-    reads that value (one tensor under two indices; the runtime cannot tell them apart)."""
+    value of the same dtype and layout (the same sizes and dim order, or both contiguous: a
+    reshape reads the same elements in order), which nothing reads under its own index, reads
+    that value (one tensor under two indices; the runtime cannot tell them apart)."""
 
     def __init__(self, plan: ExecutionPlan, read: set[int]) -> None:
         self.plan, self.read = plan, read
@@ -246,6 +260,8 @@ class _Holders:
         if slot is None:
             return None
         tensor = self.plan.values[value].val
+        if list(tensor.dim_order) == list(range(len(tensor.sizes))):  # contiguous: a reshape reads the same elements in order
+            return (slot, tensor.scalar_type, "contiguous")  # the slot holds the byte count
         return (slot, tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order))
 
     def wrote(self, value: int, instruction: int) -> None:
@@ -265,9 +281,8 @@ class _Holders:
 
 def _overlaps(plan: ExecutionPlan, lifetimes: dict[int, list[Span]]) -> Iterator[tuple[int, int, int, int]]:
     """Pairs of tensors in the same arena bytes whose lifetimes overlap, with the instructions
-    they share. Spans that only touch (one tensor last used by the instruction that first
-    writes the other) are left alone: many kernels read their input before they write
-    (XNNPACK's, elementwise ones), and the runtime is then right."""
+    they share; spans that only touch (one tensor last used by the instruction that first writes
+    the other) share that one instruction."""
     slots = []
     for value, spans in lifetimes.items():
         tensor = plan.values[value].val
@@ -291,4 +306,4 @@ def _overlaps(plan: ExecutionPlan, lifetimes: dict[int, list[Span]]) -> Iterator
 
 def _shared(a: Span, b: Span) -> Span | None:
     first, last = max(a[0], b[0]), min(a[1], b[1])
-    return (first, last) if first <= last and a[1] != b[0] and b[1] != a[0] else None
+    return (first, last) if first <= last else None

@@ -1,0 +1,112 @@
+"""What ExecuTorch's portable kernels require of a call that torch's meta kernels do not check:
+the shapes they resize outputs to, the ranks they take parameters in, the dim orders they copy
+by. Each entry follows one kernel of ExecuTorch's ``kernels/portable/cpu/`` (named beside it);
+EG519 asks here after replaying the call on meta tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from executorch.exir.schema import Bool, ExecutionPlan, Int, IntList, Null, Tensor
+
+__all__ = ["OUT_SHAPES", "refusal"]
+
+# An out that ExecuTorch's kernel resizes to a shape of its own, not the one torch computes: a
+# static tensor of any other shape fails the resize (``InvalidArgument``).
+OUT_SHAPES: Mapping[tuple[str, str], tuple[int, ...]] = {
+    # op_native_batch_norm.cpp: the inference form leaves its mean and invstd empty
+    ("aten::_native_batch_norm_legit_no_training", "out1"): (0,),
+    ("aten::_native_batch_norm_legit_no_training", "out2"): (0,),
+}
+
+_CONTIGUOUS = {rank: list(range(rank)) for rank in range(8)}
+_CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
+
+
+class _Call:
+    """One kernel call's arguments by schema name, read from the method's values."""
+
+    def __init__(self, plan: ExecutionPlan, arguments: Mapping[str, int]) -> None:
+        self.plan, self.arguments = plan, arguments
+
+    def value(self, name: str) -> object:
+        index = self.arguments.get(name)
+        return self.plan.values[index].val if index is not None and 0 <= index < len(self.plan.values) else None
+
+    def tensor(self, name: str) -> Tensor | None:
+        value = self.value(name)
+        return value if isinstance(value, Tensor) else None
+
+    def ints(self, name: str) -> list[int] | None:
+        value = self.value(name)
+        if not isinstance(value, IntList):
+            return None
+        items = [self.plan.values[i].val if 0 <= i < len(self.plan.values) else None for i in value.items]
+        return [item.int_val for item in items] if all(isinstance(item, Int) for item in items) else None
+
+    def blocking(self) -> str | None:
+        flag = self.value("non_blocking")
+        return "non_blocking=True, which ExecuTorch's copies do not take" if isinstance(flag, Bool) and flag.bool_val else None
+
+
+def refusal(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> str | None:
+    """Why ExecuTorch's kernel for ``operator`` refuses a call whose arguments (schema name ->
+    value index) torch's meta kernel accepted, or None."""
+    check = _CONTRACTS.get(operator)
+    return check(_Call(plan, arguments)) if check is not None else None
+
+
+def _batch_norm(call: _Call) -> str | None:
+    # normalization_ops_util.cpp, check_batch_norm_args: each parameter one value per channel
+    given = call.tensor("input")
+    if given is None:
+        return None
+    channels = given.sizes[1] if len(given.sizes) >= 2 else (given.sizes[0] if given.sizes else 1)
+    for name in ("weight", "bias", "running_mean", "running_var"):
+        tensor = call.tensor(name)
+        if tensor is not None and list(tensor.sizes) != [channels]:
+            return f"with {name} of shape {list(tensor.sizes)}: ExecuTorch's kernel takes it as [{channels}], one value per channel of the input"
+    return None
+
+
+def _dim_order_copy(call: _Call) -> str | None:
+    # copy_ops_util.cpp, check__to_dim_order_copy_args
+    source, out = call.tensor("self"), call.tensor("out")
+    if source is None or out is None:
+        return call.blocking()
+    asked = call.ints("dim_order")
+    if asked is None and not isinstance(call.value("dim_order"), Null):
+        return None  # not a list of ints: EG512's
+    rank = len(source.sizes)
+    if asked is not None and asked != _CONTIGUOUS.get(rank) and asked != _CHANNELS_LAST.get(rank):
+        return f"with dim_order {asked}, which is neither contiguous nor channels-last for rank {rank}: ExecuTorch's kernel refuses it"
+    wanted = asked if asked is not None else list(source.dim_order)
+    if list(out.dim_order) != wanted:
+        return (
+            f"with an out of dim order {list(out.dim_order)}, but it copies into dim order {wanted}: ExecuTorch's kernel "
+            f"refuses the call"
+        )
+    return call.blocking()
+
+
+def _copy(call: _Call) -> str | None:
+    # op_copy.cpp: copy_ and copy.out take the source in the destination's dim order and dtype
+    destination, source, out = call.tensor("self"), call.tensor("src"), call.tensor("out")
+    if out is not None and destination is not None and out.scalar_type != destination.scalar_type:
+        return "with an out of another dtype than self: ExecuTorch's kernel refuses the call"
+    if out is not None and destination is not None and list(out.dim_order) != list(destination.dim_order):
+        return f"with self in dim order {list(destination.dim_order)} and out in {list(out.dim_order)}: ExecuTorch's kernel refuses the call"
+    if out is None and destination is not None and source is not None and list(destination.dim_order) != list(source.dim_order):
+        return f"with self in dim order {list(destination.dim_order)} and src in {list(source.dim_order)}: ExecuTorch's kernel refuses the call"
+    return call.blocking()
+
+
+_CONTRACTS: Mapping[str, Callable[[_Call], str | None]] = {
+    "aten::_native_batch_norm_legit_no_training": _batch_norm,
+    "aten::_native_batch_norm_legit": _batch_norm,
+    "dim_order_ops::_to_dim_order_copy": _dim_order_copy,
+    "dim_order_ops::_clone_dim_order": _dim_order_copy,
+    "aten::copy": _copy,
+    "aten::copy_": _copy,
+}
