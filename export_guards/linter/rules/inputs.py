@@ -6,11 +6,9 @@ from collections.abc import Iterator
 
 import torch
 
+from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
-
-_CHANNELS_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
-
 
 @rule("EG310")
 def fixed_input_shapes(context: LintContext) -> Iterator[Hit]:
@@ -38,7 +36,7 @@ def _layout(value: torch.Tensor) -> str:
         order = tuple(value.dim_order())
     except (RuntimeError, ValueError):  # strides no dim order explains (a broadcast input)
         return f"(strides {list(value.stride())})"
-    if order == tuple(range(value.dim())):
+    if is_contiguous(order):
         return "(contiguous)"
-    kind = "channels-last, " if _CHANNELS_LAST.get(value.dim()) == order else ""
+    kind = "channels-last, " if is_channels_last(order) else ""
     return f"({kind}dim order {list(order)})"

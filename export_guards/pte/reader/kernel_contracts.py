@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 
 from executorch.exir.schema import Bool, ExecutionPlan, Int, IntList, Null, Tensor
 
+from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
+
 __all__ = ["OUT_SHAPES", "refusal"]
 
 # An out that ExecuTorch's kernel resizes to a shape of its own, not the one torch computes: a
@@ -19,9 +21,6 @@ OUT_SHAPES: Mapping[tuple[str, str], tuple[int, ...]] = {
     ("aten::_native_batch_norm_legit_no_training", "out1"): (0,),
     ("aten::_native_batch_norm_legit_no_training", "out2"): (0,),
 }
-
-_CONTIGUOUS = {rank: list(range(rank)) for rank in range(8)}
-_CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
 
 
 class _Call:
@@ -79,7 +78,7 @@ def _dim_order_copy(call: _Call) -> str | None:
     if asked is None and not isinstance(call.value("dim_order"), Null):
         return None  # not a list of ints: EG512's
     rank = len(source.sizes)
-    if asked is not None and asked != _CONTIGUOUS.get(rank) and asked != _CHANNELS_LAST.get(rank):
+    if asked is not None and (len(asked) != rank or not (is_contiguous(asked) or is_channels_last(asked))):
         return f"with dim_order {asked}, which is neither contiguous nor channels-last for rank {rank}: ExecuTorch's kernel refuses it"
     wanted = asked if asked is not None else list(source.dim_order)
     if list(out.dim_order) != wanted:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from executorch.exir.schema import DelegateCall, ExecutionPlan, Int, KernelCall, Tensor
 
+from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_written, tensor_arguments, views
 from export_guards.pte.reader.in_call import hoists_a_scalar, reads_before_overwriting
@@ -36,11 +37,8 @@ def dim_order_invalid(context: PteContext) -> Iterator[Hit]:
                     f"rejects it at load (1.2 and later) or computes wrong strides (earlier)",
                     method=plan.name,
                 )
-            elif index in takers and order != list(range(rank)) and order != _CHANNELS_LAST.get(rank):
+            elif index in takers and not is_contiguous(order) and not is_channels_last(order):
                 yield _unusual_dim_order(plan, index, takers[index])
-
-
-_CHANNELS_LAST = {4: [0, 2, 3, 1], 5: [0, 2, 3, 4, 1]}
 
 
 def _unusual_dim_order(plan: ExecutionPlan, index: int, takers: list[str]) -> Hit:
