@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli clean
+.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/pte_check.py
 	$(PY) benchmarks/pte_campaign.py
 	$(PY) benchmarks/cli_startup.py
+	$(PY) benchmarks/lint_verdict.py
 
 bench-placement: $(INSTALLED)
 	$(PY) benchmarks/placement.py
@@ -65,6 +66,10 @@ bench-campaign: $(INSTALLED)
 
 bench-cli: $(INSTALLED)
 	$(PY) benchmarks/cli_startup.py
+
+# The lint with the check of its written program against the lint before it (issue 36: at most 1.1x).
+bench-verdict: $(INSTALLED)
+	$(PY) benchmarks/lint_verdict.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

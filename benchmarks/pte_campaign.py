@@ -10,14 +10,16 @@ arguments and return slots, operator and backend names). Every mutant is checked
 ``check_pte`` against the runtime at hand (``RuntimeInventory.installed()``, as ``check
 --runtime`` does) and then run in ``executorch.runtime`` in a child process (restarted after
 each crash; a run past ``--timeout`` is a hang) on the original program's inputs, and its outputs
-are compared with the original's. Reported per mutator and in total (issue 26's four rows, and
-more):
+are compared with the original's (each method runs twice, the second time on other inputs).
+Reported per mutator and in total (issue 26's four rows, and more):
 
 - checker-clean crashes or hangs (target: none);
-- checker-clean runtime errors, other than those of a kernel or backend the runtime lacks,
-  which EG521 warns of (target: at most 2 % of mutants); beside them the count with only the
-  rules this work started from (EG501-EG513);
-- runtime errors warned of as a kernel or backend the runtime lacks;
+- checker-clean runtime errors (no error-severity finding), other than those of a backend
+  that the runtime at hand lacks and another ExecuTorch build registers, which EG521 warns of
+  (target: at most 2 % of mutants); beside them the count with only the rules this work
+  started from (EG501-EG513);
+- runtime errors warned of as such a backend (a kernel the runtime lacks, or a backend id that
+  no build registers, is an EG521 error: flagged);
 - checker-clean wrong outputs (silent corruptions the check missed);
 - false alarms: flagged programs that run with exactly the original's outputs, every flagged
   mutant run (target: none);

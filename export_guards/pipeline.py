@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
-from export_guards.analysis.source import location_named_in
+from export_guards.analysis.source import location_named_in, operator_sites
 from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
 from export_guards.ledger import Ledger
@@ -25,13 +25,20 @@ from export_guards.passes.defaults import guard_passes
 from export_guards.passes.fold import fold_non_core_constants
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement, emit_passes, guard_partitioners
+from export_guards.pte.check import check_pte
+from export_guards.pte.inventory import RuntimeInventory
+from export_guards.pte.rules import PTE_RULES, portable
 from export_guards.recipes import guard_recipe, ledger_of, quantizes_modules, recipe_named, recipe_report, session_programs
 from export_guards.report import Report
-from export_guards.ruleset import describe_error
+from export_guards.ruleset import RuleSet, describe_error, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
-__all__ = ["Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+__all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+
+WRITTEN_PROGRAM_RULES = PTE_RULES.without(RuleSet.of(portable))
+"""The check of a guarded export's written program: EG520 (compute with no delegate) aside, since
+the export states its delegation itself (EG401-EG403) and a portable export chose no delegate."""
 
 EachStep = Callable[[str], AbstractContextManager[object]]  # wraps each step, given what it does (the command times them)
 
@@ -72,6 +79,22 @@ class GuardedExport:
         if self.pte is not None:
             return self.pte
         return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+
+    def check_program(self, pte: bytes, *, against: RuntimeInventory | None = None, config: Settings | None = None) -> Report:
+        """``pte``, this export's written program (:meth:`to_pte`), checked as ``export-guards
+        check`` checks a file (structure, delegate data, kernels: ``WRITTEN_PROGRAM_RULES``),
+        against the runtime that will load it: ``against``, by default the installed
+        ``executorch.runtime`` (``RuntimeInventory.from_file`` reads a selective build's list). A finding about an
+        operator, such as one the runtime has no kernel for (EG521, an error), is placed on the
+        user's line that made it. ``export-guards lint`` and the ``check_export`` fixture run it
+        before they keep a program, so that a clean verdict means the program loads."""
+        return check_pte(
+            pte,
+            config=config,
+            against=against or RuntimeInventory.installed(),
+            locate=operator_sites(self.edge) if self.edge is not None else None,
+            rules=with_project_rules(WRITTEN_PROGRAM_RULES),
+        )
 
 
 def export_with_guards(

@@ -219,7 +219,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     with _libraries_kept_quiet():
         from export_guards.render import render_text
         from export_guards.targets import StepFailed
-        from export_guards.testing.compare import compare_outputs, run_pte
+        from export_guards.testing.compare import compare_outputs, input_differences, run_pte
 
         _import_runtime()
 
@@ -246,22 +246,23 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         pte = _failed_or(result.to_pte, "writing the program (to_executorch)", _source_of(model))
         if isinstance(pte, StepFailed):
             _eg_fail(_step_failed(pte), result.report + _failed_report(pte))
+        with _libraries_kept_quiet():
+            checked = result.check_program(pte, config=settings)  # as `export-guards check` against executorch.runtime
+        failing = checked.at_least(settings.fail_level)
+        if failing:
+            _eg_fail(
+                f"export-guards: the written program would not load or run in executorch.runtime: {len(failing)} "
+                f"finding(s) at or above {settings.fail_level.value}:\n{render_text(type(checked).of(failing))}",
+                result.report + checked,
+                pte,
+            )
         comparisons = []
         for label, inputs in [("example inputs", example_inputs), *((f"extra inputs #{i}", x) for i, x in enumerate(extra_inputs))]:
             with torch.no_grad():
                 eager = model(*inputs)
-            try:
-                with _libraries_kept_quiet():
-                    actual = run_pte(pte, inputs)
-            except Exception as error:  # noqa: BLE001 - the runtime refused these inputs
-                _eg_fail(
-                    f"export-guards: the .pte could not run the {label}: {type(error).__name__}: "
-                    f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}\n"
-                    "torch.export fixes shapes (and branches on them) to the example inputs': export "
-                    "with dynamic_shapes, or give inputs of the exported shapes.",
-                    result,
-                    pte,
-                )
+            actual = _ran(lambda: run_pte(pte, inputs))
+            if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
+                _eg_fail(_run_failed(label, actual, input_differences(result.program, inputs)), result.report + checked, pte)
             errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
             comparisons.append(errors)
             if not all(e.within for e in errors):
@@ -349,6 +350,33 @@ def _failed_or(run: Callable[[], _T], step: str = "", source: Path | None = None
             return run()
     except StepFailed as failed:
         return failed
+
+
+def _ran(run: Callable[[], _T]) -> _T | Exception:
+    """What ``run()`` returns, or what it raised (the runtime refusing a program or its inputs),
+    returned for the same reason as :func:`_failed_or`."""
+    try:
+        with _libraries_kept_quiet():
+            return run()
+    except Exception as error:  # noqa: BLE001 - reported as the test's failure
+        return error
+
+
+def _run_failed(label: str, error: BaseException, differences: Sequence[str]) -> str:
+    """Why executorch.runtime could not run the program on ``label``: its error, and the inputs'
+    shapes only where they differ from the exported ones."""
+    from export_guards.testing.compare import runtime_error_text
+
+    said = f"export-guards: executorch.runtime could not run the program on the {label}: {runtime_error_text(error)}"
+    if differences:
+        return (
+            f"{said}\n" + "\n".join(f"  {d}" for d in differences[:8]) + "\ntorch.export fixes shapes (and branches on "
+            "them) to the example inputs': export with dynamic_shapes, or give inputs of the exported shapes."
+        )
+    return (
+        f"{said}\nThe inputs have the exported shapes and dtypes, and the program check found nothing at the fail "
+        "level: `export-guards check model.pte --runtime` shows the runtime's own log."
+    )
 
 
 def _source_of(model: torch.nn.Module) -> Path | None:

@@ -21,6 +21,17 @@ def training_mode():
     return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),)
 
 
+class _Sorted(nn.Module):
+    """No delegate takes sort or cumsum, and executorch.runtime has no kernel for sort."""
+
+    def forward(self, x):
+        return torch.sort(x)[0].cumsum(-1)
+
+
+def sorted_cumsum():
+    return _Sorted(), (torch.randn(4, 8),)
+
+
 def reparametrized():
     torch.manual_seed(0)
     conv = nn.utils.parametrizations.spectral_norm(nn.Conv2d(3, 4, 3))

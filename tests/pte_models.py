@@ -184,6 +184,15 @@ def architectures() -> dict[str, bytes]:
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(8, 8, 3, groups=8), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4),
     ).eval()  # fmt: skip
+    # A trained batch norm's statistics differ by channel (a fresh one is the same map on every
+    # channel, nearly the identity, under which damage that moves a tensor between channels hides).
+    # Drawn from a generator of their own, so the draws after them stay as they were.
+    statistics = torch.Generator().manual_seed(1)
+    ranges = {"running_mean": (-0.5, 0.5), "running_var": (0.5, 2.0), "weight": (0.5, 1.5), "bias": (-0.2, 0.2)}
+    with torch.no_grad():
+        for name, (low, high) in ranges.items():
+            tensor = getattr(convnet[1], name)
+            tensor.copy_(torch.rand(tensor.shape, generator=statistics) * (high - low) + low)
     images = (torch.randn(2, 3, 16, 16),)
     # (the portable batch norm kernel takes only contiguous tensors: a conv and a ReLU here)
     channels_last = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()

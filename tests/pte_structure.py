@@ -23,6 +23,8 @@ from executorch.exir._serialize._program import deserialize_pte_binary, serializ
 from executorch.exir.scalar_type import ScalarType
 from executorch.exir.schema import BackendDelegateInlineData, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Program, Tensor
 
+from export_guards.pte.reader.backend_ids import KNOWN_BACKEND_IDS
+
 XNN_SCHEMA = "schema.fbs"
 
 
@@ -257,14 +259,18 @@ def instructions(data: bytes, rng: random.Random) -> bytes | None:
 
 
 def header_fields(data: bytes, rng: random.Random) -> bytes | None:
-    """Shift one extended-header field, or the XNNPACK header's length, by a little."""
+    """Shift one extended-header field, or one field of an XNNPACK payload's header (its length,
+    the graph's offset and size, the constant data's offset and size), by a little."""
     mutated = bytearray(data)
     if rng.random() < 0.3:
-        at = bytes(data).find(XNNHeader.EXPECTED_MAGIC)
-        if at < 4:
+        at = bytes(data).find(XNNHeader.EXPECTED_MAGIC) - 4  # the payload's first byte
+        if at < 0:
             return None
-        length = int.from_bytes(data[at + 4 : at + 6], "little")
-        mutated[at + 4 : at + 6] = ((length + rng.choice([-2, -1, 1, 2, 8])) % 2**16).to_bytes(2, "little")
+        # (offset, size) of each field from the payload's start: length, graph offset and size, constant offset and size
+        offset, size = rng.choice([(8, 2), (10, 4), (14, 4), (18, 4), (22, 8)])
+        value = int.from_bytes(data[at + offset : at + offset + size], "little")
+        shifted = (value + rng.choice([-8, -4, -2, -1, 1, 2, 8])) % 2 ** (8 * size)
+        mutated[at + offset : at + offset + size] = shifted.to_bytes(size, "little")
         return bytes(mutated)
     if data[8:12] != b"eh00":
         return None
@@ -339,13 +345,16 @@ def return_slots(data: bytes, rng: random.Random) -> bytes | None:
 
 
 def runtime_names(data: bytes, rng: random.Random) -> bytes | None:
-    """Rename one operator (its overload, or its name) or one delegate's backend: a kernel or a
-    backend that the runtime may not have."""
+    """Rename one operator (its overload, or its name) or one delegate's backend (empty,
+    misspelt, or another ExecuTorch backend's id): a kernel or a backend that the runtime may
+    not have."""
 
     def edit(program: Program) -> bool:
         plan = rng.choice(program.execution_plan)
         if plan.delegates and (rng.random() < 0.4 or not plan.operators):
-            rng.choice(plan.delegates).id += rng.choice(["V2", "_experimental"])
+            delegate = rng.choice(plan.delegates)
+            other = rng.choice(sorted(set(KNOWN_BACKEND_IDS) - {delegate.id}))
+            delegate.id = rng.choice(["", delegate.id.lower(), f"{delegate.id}V2", f"{delegate.id}_experimental", other])
         elif plan.operators:
             operator = rng.choice(plan.operators)
             if rng.random() < 0.5:
@@ -394,7 +403,8 @@ def program_inputs(data: bytes) -> dict[str, list[object]]:
 
 def worker() -> int:
     """The child: for each line ``{"pte", "data", "inputs"}`` on stdin, run every method twice
-    and print ``{"outcome": "ok", "digest"}`` or ``{"outcome": "error", "why"}``."""
+    (on the inputs, then on :func:`_varied` ones) and print ``{"outcome": "ok", "digest"}`` or
+    ``{"outcome": "error", "why"}``."""
     import torch
     from executorch.runtime import Runtime
 
@@ -406,9 +416,10 @@ def worker() -> int:
         digest = hashlib.sha256()
         try:
             program = runtime.load_program(job["pte"], data_path=job["data"])
-            # Each method twice: state a program carries between runs (a mutable buffer) counts too.
-            for name in [*sorted(inputs)] * 2:
-                for output in program.load_method(name).execute(inputs[name]):
+            # Each method twice, the second time on other inputs: state a program carries between
+            # runs (a mutable buffer) counts too, and a state that is never updated shows.
+            for name, given in [*((n, inputs[n]) for n in sorted(inputs)), *((n, _varied(inputs[n])) for n in sorted(inputs))]:
+                for output in program.load_method(name).execute(given):
                     if isinstance(output, torch.Tensor):
                         digest.update(str((output.dtype, tuple(output.shape))).encode() + output.contiguous().numpy().tobytes())
                     else:
@@ -417,6 +428,25 @@ def worker() -> int:
         except Exception as error:  # noqa: BLE001 - the runtime's refusal is the outcome
             print(json.dumps({"outcome": "error", "why": f"{type(error).__name__}: {error}"[:200]}), flush=True)
     return 0
+
+
+def _varied(values: list[object]) -> list[object]:
+    """Other inputs of the same dtypes, shapes and strides: floats -x/2 + 1/4, masks negated,
+    integers zero (as safe as indices as ones)."""
+    import torch
+
+    varied: list[object] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            value = value.clone()  # clone keeps the strides: the dim order the program states
+            if value.is_floating_point():
+                value.mul_(-0.5).add_(0.25)
+            elif value.dtype == torch.bool:
+                value.logical_not_()
+            else:
+                value.zero_()
+        varied.append(value)
+    return varied
 
 
 class Runner:

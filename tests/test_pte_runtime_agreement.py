@@ -732,12 +732,241 @@ def _renamed_overload(program: Program) -> None:
 
 
 @pytest.mark.parametrize(("edit", "lacking"), [(_renamed_backend, "backend 'XnnpackBackendV2'"), (_renamed_overload, "_v2, for which")], ids=["backend", "kernel"])
-def test_what_the_runtime_at_hand_lacks_is_a_warning_against_it_and_nothing_without(edit, lacking: str, seeds, runner, tmp_path) -> None:
+def test_what_the_runtime_at_hand_lacks_is_an_error_against_it_and_nothing_without(edit, lacking: str, seeds, runner, tmp_path) -> None:
+    """A kernel the runtime lacks, or a backend id that no ExecuTorch build registers (a
+    misspelling): loading fails there, and the file alone cannot say so."""
     original = seeds["xnnpack"]
     mutant = edit_pte(original, edit)
     installed = eg.RuntimeInventory.installed()
     assert not eg.check_pte(mutant).findings  # the file alone is sound
     (finding,) = eg.check_pte(mutant, against=installed).findings
-    assert finding.code == "EG521" and finding.severity is eg.Severity.WARNING and lacking in finding.message
+    assert finding.code == "EG521" and finding.severity is eg.Severity.ERROR and lacking in finding.message
     assert not eg.check_pte(original, against=installed).findings
     assert Outcome(runner, tmp_path, original).of(mutant) == "error"
+
+
+# Round 4: backend ids, a method's inputs and outputs, XNNPACK headers, index dtypes.
+
+
+def _backend_id(backend_id: str, data: bytes | None = None) -> Callable[[Program], None]:
+    def rename(program: Program) -> None:
+        program.execution_plan[0].delegates[0].id = backend_id
+        if data is not None:
+            program.backend_delegate_data[program.execution_plan[0].delegates[0].processed.index].data = data
+
+    return rename
+
+
+@pytest.mark.parametrize(
+    ("backend_id", "code", "says"),
+    [
+        ("", "EG506", "has an empty backend id"),
+        ("xnnpackbackend", "EG521", "which no ExecuTorch build registers"),
+        ("XnnpackBackendV2", "EG521", "did you mean 'XnnpackBackend'?"),
+    ],
+    ids=["empty", "lower case", "renamed"],
+)
+def test_a_backend_id_that_no_executorch_build_registers_is_an_error_the_runtime_refuses(backend_id: str, code: str, says: str, seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["xnnpack"], _backend_id(backend_id))
+    report = eg.check_pte(mutant, against=eg.RuntimeInventory.installed())
+    (finding,) = report.errors
+    assert finding.code == code and says in finding.message and "method 'forward'" in finding.message
+    assert bool(eg.check_pte(mutant).errors) == (code == "EG506")  # an empty id needs no runtime to be wrong
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"  # NotFound
+
+
+def test_a_backend_another_executorch_build_has_is_a_warning_that_names_its_build_option(seeds, runner, tmp_path) -> None:
+    """Vulkan's payload (any bytes here: no runtime at hand reads them) under its own id: the
+    runtime at hand lacks the backend, a build with EXECUTORCH_BUILD_VULKAN has it."""
+    mutant = edit_pte(seeds["xnnpack"], _backend_id("VulkanBackend", b"\0" * 64))
+    (finding,) = eg.check_pte(mutant, against=eg.RuntimeInventory.installed()).with_code("EG521")
+    assert finding.severity is eg.Severity.WARNING
+    assert "executorch.runtime" in finding.message and "EXECUTORCH_BUILD_VULKAN=ON" in finding.message
+    assert not eg.check_pte(mutant).findings
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
+
+
+def test_an_xnnpack_payload_under_another_backends_id_is_an_error_and_crashes_that_backend(seeds, runner, tmp_path) -> None:
+    """QnnBackend, which executorch.runtime registers, is handed XNNPACK's bytes."""
+    mutant = edit_pte(seeds["xnnpack"], _backend_id("QnnBackend"))
+    (finding,) = eg.check_pte(mutant).with_code("EG506")
+    assert "is an XNNPACK payload (header 'XH00'), which backend 'QnnBackend' cannot read" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "crash"
+
+
+def test_an_input_listed_twice_is_an_error_the_runtime_refuses(seeds, runner, tmp_path) -> None:
+    def twice(program: Program) -> None:
+        plan = program.execution_plan[0]
+        plan.inputs.append(plan.inputs[0])
+
+    mutant = edit_pte(seeds["portable"], twice)
+    (finding,) = eg.check_pte(mutant).with_code("EG512")
+    assert "lists value 5 as input 0 and again as input 1" in finding.message
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"  # set_inputs: the inputs do not fit
+
+
+class _Twice(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = torch.relu(x)
+        return x, y, y
+
+
+def test_an_output_listed_twice_is_what_the_emitter_writes_for_a_tensor_returned_twice_and_runs() -> None:
+    from executorch.runtime import Runtime
+
+    x = torch.randn(2, 3)
+    data = to_edge_transform_and_lower(torch.export.export(_Twice(), (x,))).to_executorch().buffer
+    plan = deserialize_pte_binary(data).program.execution_plan[0]
+    assert len(set(plan.outputs)) < len(plan.outputs)  # [input, y, y]
+    assert not eg.check_pte(data).findings
+    outputs = Runtime.get().load_program(data).load_method("forward").execute([x])
+    for out, expected in zip(outputs, _Twice()(x), strict=True):
+        torch.testing.assert_close(out, expected)
+
+
+def _returns(make: Callable[[int], object]) -> Callable[[Program], None]:
+    """An edit that appends a value made from the method's first output (its index) to its outputs."""
+    from executorch.exir.schema import EValue
+
+    def append(program: Program) -> None:
+        plan = program.execution_plan[0]
+        plan.values.append(EValue(make(plan.outputs[0])))
+        plan.outputs.append(len(plan.values) - 1)
+
+    return append
+
+
+def _list_outputs() -> list:
+    from executorch.exir.schema import BoolList, DoubleList, IntList, OptionalTensorList, TensorList
+
+    return [
+        pytest.param(lambda t: TensorList([t]), id="TensorList"),
+        pytest.param(lambda t: OptionalTensorList([t, -1]), id="OptionalTensorList"),
+        pytest.param(lambda t: IntList([]), id="IntList"),
+        pytest.param(lambda t: DoubleList([0.5]), id="DoubleList"),
+        pytest.param(lambda t: BoolList([True]), id="BoolList"),
+    ]
+
+
+@pytest.mark.parametrize("make", _list_outputs())
+def test_a_list_as_a_method_output_is_an_error_the_runtime_refuses(make, seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["portable"], _returns(make))
+    (finding,) = eg.check_pte(mutant).with_code("EG512")
+    assert "as its output 1" in finding.message and "cannot state a list" in finding.message
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"  # 'Failed to get output type for output 1'
+
+
+def _scalar_outputs() -> list:
+    from executorch.exir.schema import Bool, Double, Int, Null, String
+
+    return [
+        pytest.param(lambda t: Int(3), id="Int"),
+        pytest.param(lambda t: Double(0.5), id="Double"),
+        pytest.param(lambda t: Bool(True), id="Bool"),
+        pytest.param(lambda t: String("abc"), id="String"),
+        pytest.param(lambda t: Null(), id="None"),
+    ]
+
+
+@pytest.mark.parametrize("make", _scalar_outputs())
+def test_a_scalar_or_none_as_a_method_output_is_no_error_and_runs(make, seeds, runner, tmp_path) -> None:
+    mutant = edit_pte(seeds["portable"], _returns(make))
+    assert not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "wrong output"  # it runs, and returns one value more
+
+
+def _xnn_header_field(field: slice, change: Callable[[int], int]) -> Callable[[Program], None]:
+    def edit(program: Program) -> None:
+        blob = program.backend_delegate_data[0]
+        data = bytearray(blob.data)
+        data[field] = change(int.from_bytes(data[field], "little")).to_bytes(field.stop - field.start, "little")
+        blob.data = bytes(data)
+
+    return edit
+
+
+def _graph_identifier(identifier: bytes) -> Callable[[Program], None]:
+    def edit(program: Program) -> None:
+        blob = program.backend_delegate_data[0]
+        data = bytearray(blob.data)
+        at = int.from_bytes(data[10:14], "little")  # the graph's offset in the payload
+        data[at + 4 : at + 8] = identifier
+        blob.data = bytes(data)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "outcome"),
+    [
+        (_xnn_header_field(slice(14, 18), lambda size: size - 2), "same output"),
+        (_xnn_header_field(slice(14, 18), lambda size: size - 4), "error"),
+        (_xnn_header_field(slice(14, 18), lambda size: size - 8), "error"),
+        (_graph_identifier(b"XN00"), "same output"),
+        (_graph_identifier(b"XN02"), "error"),
+    ],
+    ids=["graph size 2 short: padding", "graph size 4 short", "graph size 8 short", "identifier XN00", "identifier XN02"],
+)
+def test_an_xnnpack_header_that_cuts_its_graph_short_is_an_error_the_runtime_refuses(edit, outcome: str, seeds, runner, tmp_path) -> None:
+    """The runtime verifies the graph within the size the header states: ExecuTorch's serializer
+    writes the graph's version string last, so a size a few bytes short cuts it (two bytes short
+    cuts only the padding after its NUL). It takes the identifiers XN00 and XN01."""
+    mutant = edit_pte(seeds["xnnpack"], edit)
+    findings = eg.check_pte(mutant).with_code("EG506")
+    if outcome == "same output":
+        assert not eg.check_pte(mutant).findings
+    else:
+        (finding,) = findings
+        assert "delegate 0 (XnnpackBackend) of method 'forward'" in finding.message
+        assert "(its header states" in finding.message or "not XN00 or XN01" in finding.message
+    assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == outcome
+
+
+def test_a_max_pool_with_indices_of_another_dtype_is_an_error_the_kernel_refuses(runner, tmp_path, architecture_programs) -> None:
+    original = architecture_programs["conv net, portable"]
+
+    def double_indices(program: Program) -> None:
+        plan = program.execution_plan[0]
+        plan.values[_calls(program, "aten::max_pool2d_with_indices")[0].args[-2]].val.scalar_type = 7  # double, as int64's 8 bytes
+
+    mutant = edit_pte(original, double_indices)
+    (finding,) = eg.check_pte(mutant).with_code("EG519")
+    assert "indices out of dtype double" in finding.message
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"
+
+
+def test_an_index_of_a_float_dtype_is_an_error_the_kernel_refuses(runner, tmp_path, valid_program_bytes) -> None:
+    """The KV cache's position, an input, as a double: the caller's int64 no longer fits, and
+    a double that does is refused by index_put."""
+    original = valid_program_bytes["kv cache, xnnpack"]
+
+    def double_position(program: Program) -> None:
+        plan = program.execution_plan[0]
+        plan.values[plan.inputs[1]].val.scalar_type = 7
+
+    mutant = edit_pte(original, double_position)
+    (finding,) = eg.check_pte(mutant).with_code("EG519")
+    assert "aten::index_put.out with index tensor value 3 of dtype double" in finding.message
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"  # set_inputs
+    (tmp_path / "own.pte").write_bytes(mutant)
+    torch.save(program_inputs(mutant), tmp_path / "own.inputs")
+    assert runner.run(tmp_path / "own.pte", None, tmp_path / "own.inputs")["outcome"] == "error"  # the kernel
+
+
+def test_an_index_put_writing_exactly_over_its_self_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:
+    """index_put copies its ``self`` into its out first: placed on ``self``'s own bytes, that
+    copy changes nothing, and the KV cache is updated in place."""
+    original = valid_program_bytes["kv cache, xnnpack"]
+    mutant = edit_pte(original, lambda program: _out_onto(program, "aten::index_put", 0))
+    assert mutant != original and not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def test_a_state_that_is_never_updated_is_an_error_and_the_second_run_shows_it(runner, tmp_path, valid_program_bytes) -> None:
+    """The KV cache without its copy_ back into the state: the runner's second run, on other
+    inputs (another position), returns what the first run should have left in the cache."""
+    original = valid_program_bytes["kv cache, xnnpack"]
+    mutant = edit_pte(original, lambda program: program.execution_plan[0].chains[0].instructions.pop())
+    (finding,) = eg.check_pte(mutant).with_code("EG517")
+    assert "(no instruction writes it)" in finding.message
+    assert Outcome(runner, tmp_path, original).of(mutant) == "wrong output"

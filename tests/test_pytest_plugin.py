@@ -102,9 +102,11 @@ def test_a_model_that_exports_runs_and_matches_eager_passes(project: pytest.Pyte
 
 
 def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> None:
-    """Three ways a check fails, in one pytest run: lint findings (with the rule, module and
-    line), outputs that diverge from eager (per output), and extra inputs that a specialised
-    export cannot run."""
+    """The ways a check fails, in one pytest run: lint findings (with the rule, module and
+    line), outputs that diverge from eager (per output), extra inputs that a specialised
+    export cannot run (naming the input), a step that fails, a program whose operator the
+    runtime has no kernel for (the check's finding, on the user's line), and a runtime refusal
+    on inputs of the exported shapes (no advice about shapes)."""
     project.makepyfile(
         test_model='''
         import torch
@@ -125,10 +127,33 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
             from models import Noisy
 
             check_export(Noisy(), (torch.randn(2, 3),))
+
+        class Sorted(nn.Module):
+            def forward(self, x):
+                return torch.sort(x)[0].cumsum(-1)
+
+        def test_no_kernel(check_export):
+            check_export(Sorted(), (torch.randn(4, 8),))
+
+        def test_refused_at_load(check_export):
+            check_export(Sorted(), (torch.randn(4, 8),), ignore=["EG521"])
         '''
     )
     outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
-    outcome.assert_outcomes(failed=4)
+    outcome.assert_outcomes(failed=6)
+    # A program the runtime cannot load: the check's finding, at the user's line, in a few lines
+    no_kernel = _section(outcome.outlines, "test_no_kernel")
+    assert 3 <= len(no_kernel) <= 20 and not [line for line in no_kernel if "During handling" in line or "Traceback" in line], no_kernel
+    outcome.stdout.fnmatch_lines(
+        [
+            "export-guards: the written program would not load or run in executorch.runtime: 1 finding(s) at or above error:",
+            "*test_model.py:*: EG521 [[]error[]] method 'forward' calls aten::sort.values, for which executorch.runtime * has no kernel*",
+            "    return torch.sort(x)[0].cumsum(-1)",
+        ]
+    )
+    refused = _section(outcome.outlines, "test_refused_at_load")
+    assert not [line for line in refused if "During handling" in line or "0x:" in line or "dynamic_shapes" in line], refused
+    assert any("Failed to load method forward, error: 0x14" in line for line in refused), refused
     # A step that fails: its name, the innermost cause, the user's line, the artifacts; a few
     # lines, not the libraries' traceback.
     failure = _section(outcome.outlines, "test_lowering_fails")
@@ -159,7 +184,13 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
             "*pass inputs that take the other paths as extra_inputs*",
         ]
     )
-    outcome.stdout.fnmatch_lines(["*the .pte could not run the extra inputs #0: *", "*export with dynamic_shapes*"])
+    outcome.stdout.fnmatch_lines(
+        [
+            "*executorch.runtime could not run the program on the extra inputs #0: *error 0x*",
+            "  input '*': exported as float32[[]1, 3[]], given float32[[]4, 3[]]",
+            "*export with dynamic_shapes*",
+        ]
+    )
     kept = {p.name: p for p in Path(project.path, "kept").iterdir()}
     (lint,) = [p for name, p in kept.items() if "training_mode" in name]
     assert {p.name for p in lint.iterdir()} == {"report.txt", "report.json"}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import final
 
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
-from export_guards.analysis.ops import call_nodes, compute_op_name
+from export_guards.analysis.ops import call_nodes, compute_op_name, kernel_op_name
 from export_guards.analysis.programs import Program, methods_of
 
 __all__ = ["DelegationSummary", "delegation_summary"]
@@ -18,11 +18,14 @@ __all__ = ["DelegationSummary", "delegation_summary"]
 @final
 @dataclass(frozen=True)
 class DelegationSummary:
-    """Compute ops per op name: inside delegates (by backend) and left in the portable graph."""
+    """Compute ops per op name: inside delegates (by backend) and left in the portable graph;
+    and the other ops left in the portable graph, each of which the runtime runs with a kernel
+    of its own, by qualified name (``aten::sort``)."""
 
     delegated: Counter[str]
     portable: Counter[str]
     backends: Counter[str]
+    other_portable: Counter[str] = field(default_factory=Counter)
 
     @property
     def fraction_delegated(self) -> float:
@@ -41,6 +44,7 @@ def delegation_summary(program: Program) -> DelegationSummary:
     delegated: Counter[str] = Counter()
     portable: Counter[str] = Counter()
     backends: Counter[str] = Counter()
+    others: Counter[str] = Counter()
     for ep in methods_of(program).values():
         for graph_module, node in call_nodes(ep.graph_module):
             if node.target is torch.ops.higher_order.executorch_call_delegate:
@@ -52,4 +56,6 @@ def delegation_summary(program: Program) -> DelegationSummary:
                         delegated[name] += 1
             elif (name := compute_op_name(node)) is not None:
                 portable[name] += 1
-    return DelegationSummary(delegated, portable, backends)
+            elif (name := kernel_op_name(node)) is not None:
+                others[name] += 1
+    return DelegationSummary(delegated, portable, backends, others)

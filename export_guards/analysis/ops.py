@@ -22,6 +22,7 @@ __all__ = [
     "compute_op_name",
     "is_view",
     "is_written",
+    "kernel_op_name",
     "schema_arguments",
     "static_operand",
     "val_tensors",
@@ -60,6 +61,17 @@ def compute_op_name(node: Node) -> str | None:
     """The ATen name of ``node``'s op (``"convolution"``) if it is a compute op, else None."""
     name = aten_name(node.target) if node.op == "call_function" else None
     return name if name in COMPUTE_OPS else None
+
+
+def kernel_op_name(node: Node) -> str | None:
+    """The qualified name of ``node``'s op (``"aten::sort"``) if the runtime runs it with a kernel
+    of its own once emitted (any op but bookkeeping: ``getitem``, symbolic sizes, asserts), else
+    None."""
+    op = aten_overload(node.target) if node.op == "call_function" else None
+    if op is None:
+        return None
+    name = op._schema.name
+    return None if name.split("::")[-1].startswith(("_assert", "sym_")) else name
 
 
 def static_operand(node: Node) -> object:

@@ -7,14 +7,17 @@ import functools
 import os
 import re
 import sysconfig
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from export_guards.analysis.ops import call_nodes, kernel_op_name
+from export_guards.analysis.programs import Program, methods_of
 from export_guards.report import SourceLocation
 
-__all__ = ["location_named_in", "node_location", "node_module", "node_origin", "node_site", "source_lines"]
+__all__ = ["location_named_in", "node_location", "node_module", "node_origin", "node_site", "operator_sites", "source_lines"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 
@@ -73,6 +76,24 @@ def node_site(node: torch.fx.Node) -> dict[str, Any]:
     """Where ``node`` is, as a finding's ``node``, ``location`` and ``module`` (the engine's
     ``Locate`` for graph subjects)."""
     return {"node": node.name, "location": node_location(node), "module": node_module(node)}
+
+
+def operator_sites(program: Program) -> Callable[[object], Mapping[str, Any]]:
+    """Where the written program's operators come from: given an operator as the runtime's
+    registry spells it (``"aten::sort.values"``), the site (``node_site``) of the first node of
+    ``program`` (the lowered program it was written from) that calls that op, by name whatever
+    the overload (emission picks the out variant); nothing for an operator no node calls."""
+    first: dict[str, torch.fx.Node] = {}
+    for ep in methods_of(program).values():
+        for _, node in call_nodes(ep.graph_module):
+            if (name := kernel_op_name(node)) is not None:
+                first.setdefault(name, node)
+
+    def locate(operator: object) -> Mapping[str, Any]:
+        node = first.get(str(operator).split(".", 1)[0])
+        return node_site(node) if node is not None else {}
+
+    return locate
 
 
 def node_origin(node: torch.fx.Node) -> str:

@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from export_guards.render import FORMATS, STATISTICS_FORMATS
 from export_guards.ruleset import ProjectRulesError, Rule, Stage, known_rules
 from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
 
-__all__ = ["UsageError", "parser", "recipe_made_here", "settings_from"]
+if TYPE_CHECKING:
+    from export_guards.pte.inventory import RuntimeInventory
+
+__all__ = ["UsageError", "kernels_from", "parser", "recipe_made_here", "settings_from"]
 
 
 class UsageError(Exception):
@@ -31,18 +35,14 @@ def parser() -> argparse.ArgumentParser:
     _export_options(linting)
     linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found")
     linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
+    _kernels_option(linting, " (default: the installed executorch.runtime's)")
     _report_options(linting)
 
     checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
     checking.add_argument("program", nargs="?", type=Path, help="the .pte file")
     checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
-    checking.add_argument(
-        "--kernels",
-        type=Path,
-        metavar="FILE",
-        help="the operator kernels the target runtime has (one 'aten::mm.out' per line, or a selected_operators.yaml): warn of any the program needs that it lacks (EG521)",
-    )
+    _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
     _export_options(checking, " (with --reproducible)")
     _report_options(checking)
@@ -53,6 +53,16 @@ def parser() -> argparse.ArgumentParser:
     explain = commands.add_parser("explain", help="print one code's documentation", allow_abbrev=False)
     explain.add_argument("code", help="a code, such as EG210")
     return top
+
+
+def _kernels_option(command: argparse.ArgumentParser, default: str) -> None:
+    command.add_argument(
+        "--kernels",
+        type=Path,
+        metavar="FILE",
+        help="the operator kernels of the runtime that will load the program (one 'aten::mm.out' per line, or a "
+        f"selected_operators.yaml{default}): each one the program needs that it lacks is an error (EG521)",
+    )
 
 
 def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
@@ -141,6 +151,22 @@ def baseline_from(args: argparse.Namespace) -> frozenset[str] | None:
         raise UsageError(f"cannot read --baseline {args.baseline}: {getattr(error, 'strerror', None) or error}") from None
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def kernels_from(args: argparse.Namespace) -> RuntimeInventory | None:
+    """The runtime that ``--kernels`` lists, read before any work; ``None`` without it.
+
+    Raises:
+        UsageError: the file is missing, unreadable, or names no operator.
+    """
+    if args.kernels is None:
+        return None
+    from export_guards.pte.inventory import RuntimeInventory
+
+    try:
+        return RuntimeInventory.from_file(args.kernels)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--kernels: {error}") from None
 
 
 def known_codes() -> Mapping[str, Rule]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from export_guards.cli.arguments import UsageError, baseline_from, recipe_made_here, settings_from
+from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here, settings_from
 from export_guards.cli.console import Stages, quiet_libraries
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed
@@ -16,9 +15,6 @@ from export_guards.pte.reader.identity import file_kind_of
 from export_guards.report import Report
 from export_guards.ruleset import Stage
 from export_guards.targets import StepFailed, TargetError, check_target
-
-if TYPE_CHECKING:
-    from export_guards.pte.inventory import RuntimeInventory
 
 __all__ = ["run"]
 
@@ -31,7 +27,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
     _check_files(args)
-    against = _kernels(args)
+    against = kernels_from(args)
     try:
         source = check_target(args.reproducible) if args.reproducible is not None else None
     except TargetError as error:
@@ -92,15 +88,3 @@ def _readable_file(path: Path, option: str) -> None:
             pass
     except OSError as error:
         raise UsageError(f"cannot read {path} ({option}): {error.strerror or error}") from None
-
-
-def _kernels(args: argparse.Namespace) -> RuntimeInventory | None:
-    """The runtime that ``--kernels`` lists, or None (``--runtime`` checks against the installed one)."""
-    if args.kernels is None:
-        return None
-    from export_guards.pte.inventory import RuntimeInventory
-
-    try:
-        return RuntimeInventory.from_file(args.kernels)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--kernels: {error}") from None

@@ -1,11 +1,13 @@
-"""``export-guards lint``: export a model with the guards, report, and write the program."""
+"""``export-guards lint``: export a model with the guards, write its program and check it as
+``export-guards check`` would against the runtime that will load it, report, and keep the
+program when nothing reached the fail level."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from export_guards.cli.arguments import UsageError, baseline_from, recipe_made_here, settings_from
+from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here, settings_from
 from export_guards.cli.console import Stages, problem, progress, quiet_libraries, stdout_to_stderr
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed, with_factory_location
@@ -17,7 +19,8 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     """Lint ``args.target``; exit code as :func:`~export_guards.cli.reporting.exit_code`."""
-    settings = settings_from(args, ("program", "partitioned", "action"))
+    settings = settings_from(args, ("program", "partitioned", "pte", "action"))
+    against = kernels_from(args)
     try:
         arguments = parse_arguments(args.arg)
         source = check_target(args.target)  # missing, unparsable, no such factory: before any import
@@ -41,22 +44,26 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
                 result = export_target(args.target, arguments, config=settings, each_step=steps)
             except TargetError as error:
                 raise UsageError(str(error)) from None
+            found, program = result.report, None
+            if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
+                with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
+                    program = result.to_pte()
+                with steps("checking the written program"):
+                    found += result.check_program(program, against=against, config=settings)
         root = project_root(source)
-        report, baselined = against_baseline(args, with_factory_location(result.report, args.target), baseline, outputs, root=root)
+        report, baselined = against_baseline(args, with_factory_location(found, args.target), baseline, outputs, root=root)
         failing = report.at_least(settings.fail_level)
         written = True
-        if result.edge is None:  # a constant the host cannot read stopped the export
+        if program is None:  # a constant the host cannot read stopped the export
             progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
         elif pte_path is not None and failing:
             progress(args, f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}", ongoing=False)
         elif pte_path is not None:
-            with steps("writing the program (to_executorch)"), stdout_to_stderr(), step("writing the program (to_executorch)"):
-                program = result.to_pte()
             written = outputs.write(pte_path, program)
             if written:
                 progress(args, f"wrote {pte_path}", ongoing=False)
         delivered = deliver(args, report, outputs, root=root)
-    return exit_code(args, failed=bool(failing) or result.edge is None, complete=written and delivered and baselined)
+    return exit_code(args, failed=bool(failing) or program is None, complete=written and delivered and baselined)
 
 
 def _pte_path(args: argparse.Namespace) -> Path | None:

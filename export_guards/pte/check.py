@@ -16,7 +16,7 @@ from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twic
 from export_guards.pte.rules import PTE_RULES
 from export_guards.pte.smoke import smoke_test
 from export_guards.report import Report
-from export_guards.ruleset import run, with_project_rules
+from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
 from export_guards.settings import Settings
 
 __all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte"]
@@ -32,6 +32,8 @@ def check_pte(
     runtime: bool = False,
     runtime_timeout_s: float = 120.0,
     against: RuntimeInventory | None = None,
+    locate: Locate | None = None,
+    rules: RuleSet | None = None,
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
@@ -57,6 +59,9 @@ def check_pte(
         runtime_timeout_s: how long that child may take.
         against: the runtime whose kernels and backends the program must find (EG521); with
             ``runtime``, the installed ``executorch.runtime`` unless another is given.
+        locate: places a finding about an operator (``"aten::sort.values"``) on the user's
+            line, where the caller has the program's graph (``GuardedExport.check_program``).
+        rules: the rule set to run (default ``PTE_RULES`` and the installed project rules).
 
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
@@ -79,11 +84,12 @@ def check_pte(
     if runtime and against is None:
         against = RuntimeInventory.installed()
     context = PteContext(pte, ptds, against)
-    report = run(with_project_rules(PTE_RULES), "pte", context, config, name=pte.name, artifact=artifact)
+    rules = rules or with_project_rules(PTE_RULES)
+    report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
         with _as_file(program) as path:
             smoke = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
-        report += run(with_project_rules(PTE_RULES), "runtime", smoke, config, name=pte.name, artifact=artifact)
+        report += run(rules, "runtime", smoke, config, name=pte.name, artifact=artifact)
     return report
 
 

@@ -66,4 +66,6 @@ class RuntimeInventory:
 
     def has_kernel(self, name: str, overload: str) -> bool:
         """Whether the runtime has the kernel the program's operator table names."""
-        return (f"{name}.{overload}" if overload else name) in self.kernels
+        from export_guards.pte.reader.operators import spelled
+
+        return spelled(name, overload) in self.kernels

@@ -229,8 +229,20 @@ _RULES = (
         "EG402",
         "delegation-coverage",
         Severity.INFO,
-        "How many of the program's compute ops a delegate runs.",
-        "See EG401 for each op left out.",
+        "How much of the program the delegates run, stated whenever a partitioner was asked "
+        "for: the compute ops delegated, and every op left in the portable graph, by name.",
+        "See EG401 for each compute op left out and EG403 for each other op.",
+        "partitioned",
+    ),
+    Rule(
+        "EG403",
+        "op-not-delegated",
+        Severity.INFO,
+        "An op other than a conv / linear / matmul was left outside every delegate: it runs "
+        "on the runtime's own kernels, which must have it (EG521 says when they do not).",
+        "Where the partitioner's reason names something you can change (a dtype, a shape, an "
+        "argument), change it; else keep the op portable, or rewrite it with ops the delegate "
+        "takes.",
         "partitioned",
     ),
     Rule(
@@ -279,7 +291,8 @@ _RULES = (
         "EG506",
         "delegate-data-invalid",
         Severity.ERROR,
-        "A delegate's processed data is missing, empty, out of bounds or cannot be decoded.",
+        "A delegate's processed data is missing, empty, out of bounds or cannot be decoded, its "
+        "backend id is empty, or it is an XNNPACK payload under another backend's id.",
         _REEXPORT,
         "pte",
     ),
@@ -336,7 +349,8 @@ _RULES = (
         "instruction-invalid",
         Severity.ERROR,
         "An instruction uses a value, operator or delegate that does not exist, or passes an "
-        "operator a value of a kind its schema does not take.",
+        "operator a value of a kind its schema does not take; or a method lists a value that "
+        "does not exist, an input twice, or a list as an input or output.",
         _REEXPORT,
         "pte",
     ),
@@ -425,13 +439,18 @@ _RULES = (
     Rule(
         "EG521",
         "runtime-lacks-kernel",
-        Severity.WARNING,
+        Severity.ERROR,
         "The program calls an operator kernel, or a delegate backend, that the runtime it is "
-        "checked against does not have (executorch.runtime here with --runtime, or the kernel "
-        "list given with --kernels): loading the method fails there (OperatorMissing, or no "
-        "backend). Checked only against such a runtime: the file itself may be sound.",
-        "Build the runtime with the kernel or backend (selective build: add the operator to its "
-        "list), or export for what the runtime has (the same ExecuTorch version, its partitioners).",
+        "checked against does not have (executorch.runtime here with --runtime and in "
+        "export-guards lint, or the kernel list given with --kernels): loading the method fails "
+        "there (OperatorMissing, or no backend). Checked only against such a runtime: the file "
+        "itself may be sound. A backend that another build of ExecuTorch has is a warning; a "
+        "backend id that no ExecuTorch build registers (misspelt) is an error.",
+        "For a kernel: lower the op into a delegate that takes it (EG403 says why the partitioner "
+        "did not), register a kernel for it in the runtime (a custom op library), or build the "
+        "runtime with it (selective build: add the operator to its list, and lint with --kernels "
+        "that list); for a backend, build the runtime with it. Or export for what the runtime has "
+        "(the same ExecuTorch version, its partitioners).",
         "pte",
     ),
 )

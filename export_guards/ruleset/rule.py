@@ -37,7 +37,9 @@ class Hit:
 
     Attributes:
         message: what is wrong, in one sentence; it becomes the finding's message.
-        node: the graph node concerned (a ``torch.fx.Node``), for rules that read a graph.
+        node: the graph node concerned (a ``torch.fx.Node``), for rules that read a graph; for
+            a program file's rules, the operator concerned as the kernel registry spells it
+            (``"aten::sort.values"``), which a check given the graph places on the user's line.
         constant: the fully-qualified name of the constant concerned (or a named-data key).
         fix: overrides the rule's general fix when the hit knows better.
         severity: overrides the rule's default (the user's settings still win).

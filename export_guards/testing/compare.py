@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
 import torch
 import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
 
-__all__ = ["OutputError", "compare_outputs", "run_pte"]
+__all__ = ["OutputError", "compare_outputs", "input_differences", "runtime_error_text", "run_pte"]
 
 
 @final
@@ -40,6 +42,33 @@ def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> li
 
     flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
     return list(Runtime.get().load_program(pte).load_method(method).execute(flat))
+
+
+def runtime_error_text(error: BaseException) -> str:
+    """The runtime's error in one line, its code as ExecuTorch spells it (``0x14``: the
+    bindings print ``0x:14``)."""
+    lines = str(error).strip().splitlines()
+    text = re.sub(r"\b0x:([0-9a-fA-F]+)", r"0x\1", lines[0] if lines else "(no message)")
+    return f"{type(error).__name__}: {text}"
+
+
+def input_differences(program: ExportedProgram, inputs: Sequence[object]) -> list[str]:
+    """How ``inputs`` differ from what ``program`` was exported for, input by input: a dtype,
+    a rank or a fixed dimension (a dynamic one takes any size); empty when they fit."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    exported = [placeholders[name].meta.get("val") for name in program.graph_signature.user_inputs if name in placeholders]
+    given = pytree.tree_leaves(list(inputs))
+    if len(exported) != len(given):
+        return [f"the program takes {len(exported)} inputs, {len(given)} were given"]
+    differences = []
+    for name, want, got in zip(program.graph_signature.user_inputs, exported, given):
+        if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
+            continue
+        fixed = [d if isinstance(d, int) else None for d in want.shape]
+        if want.dtype != got.dtype or len(fixed) != got.dim() or any(f is not None and f != g for f, g in zip(fixed, got.shape)):
+            shape = ["*" if f is None else f for f in fixed]
+            differences.append(f"input '{name}': exported as {str(want.dtype).removeprefix('torch.')}{shape}, given {str(got.dtype).removeprefix('torch.')}{list(got.shape)}")
+    return differences
 
 
 def compare_outputs(eager: object, actual: Sequence[object], *, atol: float, rtol: float) -> list[OutputError]:

@@ -1,4 +1,5 @@
-"""EG401, EG402: after partitioning, compute ops left out of the delegates."""
+"""EG401, EG402, EG403: after partitioning, what was left out of the delegates (XNNPACK's: the
+partitioned-stage rules explain its decisions)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Iterator
 from torch.fx import Node
 
 from export_guards.analysis.delegation import delegation_summary
-from export_guards.analysis.ops import compute_op_name, static_operand
+from export_guards.analysis.ops import compute_op_name, kernel_op_name, static_operand
+from export_guards.analysis.partitioner_reasons import xnnpack_takes
 from export_guards.analysis.source import node_origin
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
@@ -35,8 +37,7 @@ def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
         name = compute_op_name(node)
         if name is None:
             continue
-        reason = context.reasons.get(node.name)
-        because = f": the partitioner says {reason}" if reason else " (the partitioner gave no reason)"
+        because = _because(context, node)
         weight = static_operand(node)
         if not isinstance(weight, Node) or weight.op == "placeholder":  # a static weight: the reason is another
             yield Hit(f"{name} '{node.name}' was not delegated{because}", node)
@@ -53,8 +54,28 @@ def delegation_coverage(context: LintContext) -> Iterator[Hit]:
     summary = delegation_summary(context.program)
     delegated = sum(summary.delegated.values())
     total = delegated + sum(summary.portable.values())
+    backends = ", ".join(sorted(summary.backends)) or "no delegate"
     if total:
-        backends = ", ".join(sorted(summary.backends)) or "no delegate"
-        yield Hit(
-            f"{delegated} of {total} compute ops delegated ({summary.fraction_delegated:.0%}) to {backends}"
-        )
+        stated = f"{delegated} of {total} compute ops delegated ({summary.fraction_delegated:.0%}) to {backends}"
+    else:  # stated all the same: what the delegates took is the question, whatever the model
+        stated = f"no conv / linear / matmul to delegate ({backends})"
+    if summary.other_portable:
+        left = ", ".join(f"{op} x{count}" for op, count in sorted(summary.other_portable.items()))
+        stated += f"; left outside every delegate, on the runtime's kernels: {left} (EG403)"
+    yield Hit(stated)
+
+
+@rule("EG403")
+def op_not_delegated(context: LintContext) -> Iterator[Hit]:
+    for node in context.call_nodes():
+        if compute_op_name(node) is None and (name := kernel_op_name(node)) is not None:
+            yield Hit(f"{name} '{node.name}' was left outside every delegate{_because(context, node)}", node)
+
+
+def _because(context: LintContext, node: Node) -> str:
+    """Why the partitioner left ``node`` out, as the end of a sentence."""
+    if reason := context.reasons.get(node.name):
+        return f": the partitioner says {reason}"
+    if not xnnpack_takes(node):
+        return ": XNNPACK has no support for this op"
+    return " (the partitioner gave no reason)"

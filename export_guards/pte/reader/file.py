@@ -33,7 +33,7 @@ from export_guards.pte.reader.identity import PROGRAM_IDENTIFIER as FILE_IDENTIF
 from export_guards.pte.reader.program_table import parse_program
 from export_guards.ruleset import describe_error
 
-__all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "PteFile", "Region", "SubsegmentTable", "open_bytes"]
+__all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "PteFile", "Region", "SubsegmentTable", "open_bytes", "verified_reader"]
 
 # The runtime's minimum alignment for tensor and delegate data (alignof(max_align_t)).
 MIN_ALIGNMENT = 16
@@ -173,7 +173,7 @@ class PteFile:
             )
             return None
         try:
-            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND), _reader_for_the_parse():
+            with _time_limit(PARSE_SECONDS + self.program_size / PARSE_BYTES_PER_SECOND), verified_reader():
                 program = parse_program(bytes(self.data[: self.program_size]))
             missing = _first_missing_field(program, "program")
             if missing:
@@ -344,9 +344,9 @@ PARSE_BYTES_PER_SECOND = 2e6
 
 
 @contextlib.contextmanager
-def _reader_for_the_parse() -> Iterator[None]:
-    """The flatbuffer reader's ``Table``, patched for the parse (the generated classes offer no
-    other hook). Strings are read as the runtime's flatbuffer verifier checks them: their bytes
+def verified_reader() -> Iterator[None]:
+    """The flatbuffer reader's ``Table``, patched for a parse (the program's, an XNNPACK graph's;
+    the generated classes offer no other hook). Strings are read as the runtime's flatbuffer verifier checks them: their bytes
     and the NUL after them inside the buffer. Python's reader slices past the end in silence, so
     a program size cut short by a byte or two would parse here, where the runtime refuses the
     program. Scalars and vtable offsets are read as the reader reads them, minus its layers of

@@ -9,7 +9,7 @@ import math
 from executorch.exir.schema import Bool, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Tensor
 
 from export_guards.pte.reader.dataflow import Access, arena_slot
-from export_guards.pte.reader.operators import DISJOINT_POOLS, ELEMENTWISE, INNER_REDUCTIONS, RIGHT_MATRIX, SCALAR_HOISTING
+from export_guards.pte.reader.operators import DISJOINT_POOLS, ELEMENTWISE, INNER_REDUCTIONS, RIGHT_MATRIX, SCALAR_HOISTING, SELF_COPIED_FIRST
 from export_guards.pte.reader.tensors import element_bytes
 
 __all__ = ["hoists_a_scalar", "reads_before_overwriting"]
@@ -19,8 +19,9 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
     """Whether instruction ``at``, which reads one of ``a``, ``b`` for the last time and writes
     the other over it, reads each input byte before it writes over it: an element-wise kernel
     going through both in step, a reduction over the inner dims, or a pool of disjoint windows,
-    writing each out element behind the input elements still to read; a one-row matrix product over its right-hand matrix from its first byte; a delegate, which
-    takes its inputs before it writes. Any other call may read what it has overwritten (a
+    writing each out element behind the input elements still to read; a one-row matrix product
+    over its right-hand matrix from its first byte; an index_put exactly on its ``self``; a
+    delegate, which takes its inputs before it writes. Any other call may read what it has overwritten (a
     matrix product reads every row for each column; a broadcast input is read again)."""
     pairs = [(r, w) for r, w in ((a, b), (b, a)) if r in access.reads | access.maybe and w in access.writes | access.maybe]
     call = plan.chains[0].instructions[at].instr_args
@@ -41,10 +42,16 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
             return True
         if starts[0] != starts[1]:
             continue  # a matrix product from another byte: the kernel's order decides, unknown here
+        if operator in SELF_COPIED_FIRST and call.args[0] == read and _same_layout(r, w):
+            return True
         right = RIGHT_MATRIX.get(operator)
         if right is not None and len(call.args) > right and call.args[right] == read and math.prod(w.sizes[:-1]) == 1:
             return True
     return False
+
+
+def _same_layout(read: Tensor, written: Tensor) -> bool:
+    return (read.scalar_type, list(read.sizes), list(read.dim_order)) == (written.scalar_type, list(written.sizes), list(written.dim_order))
 
 
 def _writes_behind(read: Tensor, written: Tensor, read_at: int, written_at: int) -> bool:

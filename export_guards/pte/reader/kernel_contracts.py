@@ -1,14 +1,16 @@
 """What ExecuTorch's portable kernels require of a call that torch's meta kernels do not check:
-the shapes they resize outputs to, the ranks they take parameters in, the dim orders they copy
-by. Each entry follows one kernel of ExecuTorch's ``kernels/portable/cpu/`` (named beside it);
-EG519 asks here after replaying the call on meta tensors.
+the shapes they resize outputs to, the ranks they take parameters in, the dtypes of indices,
+the dim orders they copy by. Each entry follows one kernel of ExecuTorch's
+``kernels/portable/cpu/`` (named beside it); EG519 asks here after replaying the call on meta
+tensors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from executorch.exir.schema import Bool, ExecutionPlan, Int, IntList, Null, Tensor
+from executorch.exir.scalar_type import ScalarType
+from executorch.exir.schema import Bool, ExecutionPlan, Int, IntList, Null, OptionalTensorList, Tensor, TensorList
 
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 
@@ -101,7 +103,43 @@ def _copy(call: _Call) -> str | None:
     return call.blocking()
 
 
+def _pool_indices(call: _Call) -> str | None:
+    # op_max_pool2d_with_indices.cpp, check_max_pool2d_with_indices_args: the indices out is int64
+    indices = call.tensor("indices")
+    if indices is not None and indices.scalar_type != ScalarType.LONG:
+        return f"with an indices out of dtype {_dtype(indices)}: ExecuTorch's kernel writes int64 indices and refuses the call"
+    return None
+
+
+def _index_dtypes(call: _Call) -> str | None:
+    # advanced_index_util.cpp, check_indices_dtypes: each index tensor int64, int32, uint8 or bool
+    listed = call.value("indices")
+    if not isinstance(listed, (TensorList, OptionalTensorList)):
+        return None
+    for item in listed.items:
+        tensor = call.plan.values[item].val if 0 <= item < len(call.plan.values) else None
+        if isinstance(tensor, Tensor) and tensor.scalar_type not in _INDEX_DTYPES:
+            return (
+                f"with index tensor value {item} of dtype {_dtype(tensor)}: ExecuTorch's kernel takes indices of dtype int64, "
+                f"int32, uint8 or bool and refuses the call"
+            )
+    return None
+
+
+_INDEX_DTYPES = frozenset({ScalarType.LONG, ScalarType.INT, ScalarType.BYTE, ScalarType.BOOL})
+
+
+def _dtype(tensor: Tensor) -> str:
+    try:
+        return ScalarType(tensor.scalar_type).name.lower()
+    except ValueError:
+        return f"scalar type {tensor.scalar_type}"
+
+
 _CONTRACTS: Mapping[str, Callable[[_Call], str | None]] = {
+    "aten::max_pool2d_with_indices": _pool_indices,
+    "aten::index_put": _index_dtypes,
+    "aten::index": _index_dtypes,
     "aten::_native_batch_norm_legit_no_training": _batch_norm,
     "aten::_native_batch_norm_legit": _batch_norm,
     "dim_order_ops::_to_dim_order_copy": _dim_order_copy,

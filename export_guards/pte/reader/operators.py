@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["BYTE_COPIES", "COMPUTE", "DIM_ORDER_BLIND", "DISJOINT_POOLS", "ELEMENTWISE", "INNER_REDUCTIONS", "ONE_DTYPE", "RIGHT_MATRIX", "SCALAR_HOISTING", "VIEWS", "is_aten"]
+__all__ = ["BYTE_COPIES", "COMPUTE", "DIM_ORDER_BLIND", "DISJOINT_POOLS", "ELEMENTWISE", "INNER_REDUCTIONS", "ONE_DTYPE", "RIGHT_MATRIX", "SCALAR_HOISTING", "SELF_COPIED_FIRST", "VIEWS", "is_aten", "spelled"]
 
 COMPUTE = frozenset(
     f"aten::{name}" for name in ("convolution", "_convolution", "linear", "addmm", "mm", "bmm", "baddbmm", "matmul")
@@ -62,6 +62,12 @@ every row for every column), so EG518 calls an out that shares an input's bytes 
 an overlap."""
 
 
+SELF_COPIED_FIRST = frozenset({"aten::index_put"})
+"""Kernels that copy their ``self`` into their out before anything else, then write other
+values into the out at given places (op_index_put.cpp): an out placed exactly on ``self`` (same
+bytes, dtype, shape and dim order) copies it onto itself and the call runs as in place (EG518)."""
+
+
 INNER_REDUCTIONS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::amin", "aten::prod"})
 """Kernels that, reducing a tensor's inner dims, make each out element from one run of input
 elements and write it after reading them: an out over that input from its first byte is
@@ -86,3 +92,9 @@ input once, as a scalar, before writing anything; the portable forms read it for
 def is_aten(name: str) -> bool:
     """Whether ``name`` is an ATen operator's (ExecuTorch's kernel library implements it)."""
     return name.startswith("aten::")
+
+
+def spelled(name: str, overload: str) -> str:
+    """An operator as the runtime's kernel registry names it: ``aten::mm.out``, or ``aten::copy_``
+    for a default overload (an empty one in the program's operator table)."""
+    return f"{name}.{overload}" if overload else name

@@ -15,11 +15,13 @@ from typing import Any, final
 
 from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
 
+from export_guards.pte.reader.file import verified_reader
 from export_guards.pte.reader.flatc import DecodeError, generated_reader
 
-__all__ = ["BACKEND_ID", "ELEMENT_BYTES", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnValue", "read_payload"]
+__all__ = ["BACKEND_ID", "ELEMENT_BYTES", "GRAPH_IDENTIFIERS", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnValue", "is_xnnpack_payload", "read_payload"]
 
 BACKEND_ID = "XnnpackBackend"
+GRAPH_IDENTIFIERS = (b"XN00", b"XN01")  # the flatbuffer identifiers XNNCompiler.cpp takes
 NO_OFFSET = 2**64 - 1  # a constant held as named data has this offset
 INVALID_ID = 2**32 - 1  # XNN_INVALID_VALUE_ID: no external id, or an optional operand left out
 EXTERNAL_INPUT, EXTERNAL_OUTPUT = 1, 2  # XNN_VALUE_FLAG_EXTERNAL_*: the only flags the runtime takes
@@ -161,6 +163,15 @@ class XnnPayload:
         return {value: max(counts) for value, counts in uses.items() if None not in counts}  # type: ignore[type-var]
 
 
+def is_xnnpack_payload(data: bytes | None) -> bool:
+    """Whether ``data`` starts as ExecuTorch's XNNPACK serializer writes a payload: the 'XH00'
+    header and, at the offset it states, a graph with an XNNPACK identifier."""
+    if not data or len(data) < XNNHeader.EXPECTED_LENGTH or data[4:8] != XNNHeader.EXPECTED_MAGIC:
+        return False
+    offset = int.from_bytes(data[XNNHeader.FLATBUFFER_OFFSET_OFFSET], "little")
+    return bytes(data[offset + 4 : offset + 8]) in GRAPH_IDENTIFIERS
+
+
 def read_payload(data: bytes) -> XnnPayload:
     """Decode an XNNPACK payload with ExecuTorch's header class and XNNPACK's schema.
 
@@ -181,19 +192,39 @@ def read_payload(data: bytes) -> XnnPayload:
             )
         graph = data[offset : offset + size]
         constant_data = (constant_offset, constant_size)
+        stated = f" (its header states {size} bytes of graph, at byte {offset})"
     else:  # an old payload: the graph alone
         graph, constant_data, header_length = data, (len(data), 0), XNNHeader.EXPECTED_LENGTH
+        stated = ""
+    identifier = bytes(graph[4:8])
+    if identifier not in GRAPH_IDENTIFIERS:
+        raise DecodeError(
+            f"its graph's identifier is {identifier!r}, not XN00 or XN01: the XNNPACK runtime refuses it "
+            f"(DelegateInvalidCompatibility)"
+        )
     try:
-        root = _schema().XNNGraph.GetRootAs(graph, 0)
-        buffer_index: dict[int, int] = {}
-        values = _values(root, buffer_index)
-        constants = _constants(root, values, buffer_index)
-        nodes = _nodes(root)
+        with verified_reader():  # strings and their NUL inside the graph's stated size, as the runtime's verifier reads them
+            root = _schema().XNNGraph.GetRootAs(graph, 0)
+            buffer_index: dict[int, int] = {}
+            values = _values(root, buffer_index)
+            constants = _constants(root, values, buffer_index)
+            nodes = _nodes(root)
+            _verify_the_rest(root)
         return XnnPayload(constants, *constant_data, len(data), _convs(nodes, constants), values, nodes, root.NumExterns(), header_length)
     except DecodeError:
         raise
     except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
-        raise DecodeError(f"its graph cannot be read: {type(error).__name__}: {error}") from None
+        raise DecodeError(f"its graph cannot be read{stated}: {type(error).__name__}: {error}") from None
+
+
+def _verify_the_rest(root: object) -> None:
+    """Read the graph's fields that no rule uses but the runtime's flatbuffer verifier checks:
+    its version string (the last bytes ExecuTorch's serializer writes, so a flatbuffer size
+    stated a few bytes short cuts it) and its input and output id lists."""
+    root.Version()
+    for vector in ("InputIds", "OutputIds"):
+        if getattr(root, f"{vector}Length")():
+            getattr(root, f"{vector}AsNumpy")()
 
 
 def _constants(root: object, values: tuple[XnnValue, ...], buffer_index: dict[int, int]) -> tuple[XnnConstant, ...]:

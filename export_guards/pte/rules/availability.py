@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.inventory import RuntimeInventory
+from export_guards.pte.reader.backend_ids import KNOWN_BACKEND_IDS, closest_backend_id
+from export_guards.pte.reader.operators import spelled
+from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
 
@@ -16,19 +20,39 @@ def runtime_lacks_kernel(context: PteContext) -> Iterator[Hit]:
     for plan in program.execution_plan:
         for operator in plan.operators:
             if not runtime.has_kernel(operator.name, operator.overload):
-                spelled = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
-                yield Hit(
-                    f"method '{plan.name}' calls {spelled}, for which {runtime.name} has no kernel: loading the "
+                kernel = spelled(operator.name, operator.overload)
+                yield Hit(  # the node is the operator: a check that knows the graph places it on the user's line
+                    f"method '{plan.name}' calls {kernel}, for which {runtime.name} has no kernel: loading the "
                     f"method fails there (OperatorMissing)",
+                    node=kernel,
                     method=plan.name,
                 )
         if runtime.backends is None:
             continue
         for index, delegate in enumerate(plan.delegates):
-            if delegate.id not in runtime.backends:
-                known = ", ".join(sorted(runtime.backends)) or "none"
-                yield Hit(
-                    f"delegate {index} of method '{plan.name}' is for backend '{delegate.id}', which {runtime.name} does "
-                    f"not register (it has {known}): loading the method fails there",
-                    method=plan.name,
-                )
+            if delegate.id and delegate.id not in runtime.backends:  # an empty id is EG506's, file or no runtime
+                yield _backend_lacking(runtime, plan.name, index, delegate.id)
+
+
+def _backend_lacking(runtime: RuntimeInventory, method: str, index: int, backend_id: str) -> Hit:
+    """The runtime lacks the backend: a build option away when another build has it (a warning),
+    a damaged or foreign file when no ExecuTorch build registers that id (an error)."""
+    where = f"delegate {index} of method '{method}' is for backend '{backend_id}'"
+    known = ", ".join(sorted(runtime.backends or ())) or "none"
+    if backend_id in KNOWN_BACKEND_IDS:
+        option = KNOWN_BACKEND_IDS[backend_id]
+        build = f"a runtime built with {option}=ON" if option else f"a runtime built with {backend_id}"
+        return Hit(
+            f"{where}, which {runtime.name} does not register (it has {known}): loading the method fails there; "
+            f"it loads in {build}",
+            severity=Severity.WARNING,
+            fix=f"Run it on {build}, or export for a backend {runtime.name} has ({known}).",
+            method=method,
+        )
+    guess = closest_backend_id(backend_id)
+    return Hit(
+        f"{where}, which no ExecuTorch build registers ({runtime.name} has {known}"
+        f"{f'; did you mean {guess!r}?' if guess else ''}): loading the method fails (NotFound) on every runtime",
+        fix="The delegate's backend id is damaged or not ExecuTorch's: re-export the model with the backend's partitioner.",
+        method=method,
+    )

@@ -14,7 +14,8 @@ from export_guards.pte.context import PteContext
 from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.tensors import describe_layout, describe_tensor, tensor_nbytes
-from export_guards.pte.reader.xnnpack import ELEMENT_BYTES, NO_OFFSET, XnnPayload
+from export_guards.pte.reader.backend_ids import KNOWN_BACKEND_IDS
+from export_guards.pte.reader.xnnpack import BACKEND_ID, ELEMENT_BYTES, NO_OFFSET, XnnPayload, is_xnnpack_payload
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
@@ -26,6 +27,20 @@ def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
         return
     for delegate in context.pte.delegates:
         region = _processed(context.pte, delegate)
+        if not delegate.backend:
+            yield Hit(
+                f"delegate {delegate.index} of method '{delegate.method}' has an empty backend id: no runtime registers a "
+                f"backend under it, so loading the method fails (NotFound)",
+                method=delegate.method,
+            )
+        elif delegate.backend != BACKEND_ID and delegate.backend in KNOWN_BACKEND_IDS and is_xnnpack_payload(delegate.data):
+            yield Hit(
+                f"{delegate}: its processed data is an XNNPACK payload (header 'XH00'), which backend '{delegate.backend}' "
+                f"cannot read: loading the method fails or crashes wherever that backend is registered, and fails "
+                f"where it is not",
+                method=delegate.method,
+                region=region,
+            )
         if delegate.data is None:
             yield Hit(f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file", method=delegate.method, region=region)
         elif not delegate.data:

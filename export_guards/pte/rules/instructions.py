@@ -54,15 +54,45 @@ def instruction_invalid(context: PteContext) -> Iterator[Hit]:
     for plan in program.execution_plan:
         count = len(plan.values)
         for name, indices in (("inputs", plan.inputs), ("outputs", plan.outputs)):
-            for index in indices:
+            for position, index in enumerate(indices):
                 if not 0 <= index < count:
                     yield Hit(f"method '{plan.name}' lists value {index} among its {name}, of {count} values", method=plan.name)
+                elif (kind := _kind(plan, index)) not in _SIGNATURE_KINDS:
+                    yield Hit(
+                        f"method '{plan.name}' lists value {index} (kind {kind}) as its {name[:-1]} {position}: the runtime "
+                        f"passes and returns only tensors and scalars (Tensor, Int, Double, Bool, String, None), and its "
+                        f"method metadata cannot state a list, so loading or running the method fails (executorch.runtime: "
+                        f"'Failed to get {name[:-1]} type')",
+                        method=plan.name,
+                    )
+        yield from _inputs_listed_twice(plan)
         for index, value in enumerate(plan.values):
             yield from _list_items(plan, index, value.val)
         for c, chain in enumerate(plan.chains):
             for i, instruction in enumerate(chain.instructions):
                 where = f"instruction {i} of chain {c} of method '{plan.name}'"
                 yield from (Hit(f"{where} {problem}", method=plan.name) for problem in _problems(plan, chain.instructions, instruction.instr_args))
+
+
+# What a method's inputs and outputs may be: what ``MethodMeta`` can state (method_meta.cpp,
+# get_tag) and ``Method::set_input`` takes. A list is not among them: the runtime fails on it.
+_SIGNATURE_KINDS = frozenset({"Tensor", "Int", "Double", "Bool", "String", "Null"})
+
+
+def _inputs_listed_twice(plan: ExecutionPlan) -> Iterator[Hit]:
+    """ExecuTorch's emitter gives each input its own value (a model that takes one tensor twice
+    has two inputs); an output may be listed twice (a model that returns one tensor twice)."""
+    first: dict[int, int] = {}
+    for position, index in enumerate(plan.inputs):
+        if index in first:
+            yield Hit(
+                f"method '{plan.name}' lists value {index} as input {first[index]} and again as input {position}: the "
+                f"runtime copies both of the caller's tensors into that one value, the later over the earlier, so the "
+                f"method never sees its input {first[index]} (and a caller's inputs for the exported model do not fit it)",
+                method=plan.name,
+            )
+        else:
+            first[index] = position
 
 
 def _list_items(plan: ExecutionPlan, index: int, value: object) -> Iterator[Hit]:

@@ -47,7 +47,7 @@ from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (define
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, refusal
-from export_guards.pte.reader.operators import ONE_DTYPE
+from export_guards.pte.reader.operators import ONE_DTYPE, spelled
 from export_guards.pte.reader.tensors import describe_tensor
 from export_guards.ruleset import Hit, rule
 
@@ -80,7 +80,7 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
 
 
 def _spelled(operator: Operator) -> str:
-    return f"{operator.name}.{operator.overload}" if operator.overload else operator.name
+    return spelled(operator.name, operator.overload)
 
 
 def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
