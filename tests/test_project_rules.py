@@ -53,8 +53,11 @@ def test_a_rule_package_is_selected_listed_explained_configured_and_run(
     assert "from the package acme-rules" in explained.stdout and "https://acme.example/rules#acme001" in explained.stdout
     assert "did you mean ACME001?" in cli("explain", "acme0o1").stderr  # a letter O for a zero
 
-    pte = tmp_path / "gated.pte"  # selected by default, beside ours: a warning does not fail
-    linted = cli("lint", f"{MODELS}:gated", "--backend", "portable", "--pte", pte)
+    pte = tmp_path / "gated.pte"  # the lint checks the program it writes: the team's pte-stage rule too
+    refused = cli("lint", f"{MODELS}:gated", "--backend", "portable", "--pte", pte)
+    assert refused.returncode == 1 and "ACME501 [error]" in refused.stdout and not pte.exists(), refused.stderr[-2000:]
+    # selected by default, beside ours: a warning does not fail
+    linted = cli("lint", f"{MODELS}:gated", "--backend", "portable", "--pte", pte, "--extend-ignore", "ACME501")
     assert linted.returncode == 0, linted.stderr[-2000:]
     assert "ACME001 [warning] '" in linted.stdout and "calls sigmoid" in linted.stdout
     assert "cli_models.py:" in linted.stdout  # placed on the user's line, as ours are
