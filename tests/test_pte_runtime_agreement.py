@@ -931,7 +931,7 @@ def test_a_max_pool_with_indices_of_another_dtype_is_an_error_the_kernel_refuses
 
     mutant = edit_pte(original, double_indices)
     (finding,) = eg.check_pte(mutant).with_code("EG519")
-    assert "indices out of dtype double" in finding.message
+    assert "indices out of dtype float64" in finding.message
     assert Outcome(runner, tmp_path, original).of(mutant) == "error"
 
 
@@ -946,7 +946,7 @@ def test_an_index_of_a_float_dtype_is_an_error_the_kernel_refuses(runner, tmp_pa
 
     mutant = edit_pte(original, double_position)
     (finding,) = eg.check_pte(mutant).with_code("EG519")
-    assert "aten::index_put.out with index tensor value 3 of dtype double" in finding.message
+    assert "aten::index_put.out with index tensor value 3 of dtype float64" in finding.message
     assert Outcome(runner, tmp_path, original).of(mutant) == "error"  # set_inputs
     (tmp_path / "own.pte").write_bytes(mutant)
     torch.save(program_inputs(mutant), tmp_path / "own.inputs")

@@ -347,9 +347,9 @@ PARSE_BYTES_PER_SECOND = 2e6
 def verified_reader() -> Iterator[None]:
     """The flatbuffer reader's ``Table``, patched for a parse (the program's, an XNNPACK graph's;
     the generated classes offer no other hook). Strings are read as the runtime's flatbuffer
-    verifier checks them: their bytes and the NUL after them inside the buffer. Python's reader slices past the end in silence, so
-    a program size cut short by a byte or two would parse here, where the runtime refuses the
-    program. Scalars and vtable offsets are read as the reader reads them, minus its layers of
+    verifier checks them: their bytes and the NUL after them inside the buffer. Python's reader
+    slices past the end in silence, so a program size cut short by a byte or two would parse
+    here, where the runtime refuses the program. Scalars and vtable offsets are read as the reader reads them, minus its layers of
     calls (a third of the parse): same checks, same values, same errors."""
     read, get, offset = Table.String, Table.Get, Table.Offset
 

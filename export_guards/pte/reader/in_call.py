@@ -21,8 +21,9 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
     going through both in step, a reduction over the inner dims, or a pool of disjoint windows,
     writing each out element behind the input elements still to read; a one-row matrix product
     over its right-hand matrix from its first byte; an index_put exactly on its ``self``; a
-    delegate, which takes its inputs before it writes. Any other call may read what it has overwritten (a
-    matrix product reads every row for each column; a broadcast input is read again)."""
+    delegate, which takes its inputs before it writes. Any other call may read what it has
+    overwritten (a matrix product reads every row for each column; a broadcast input is read
+    again)."""
     pairs = [(r, w) for r, w in ((a, b), (b, a)) if r in access.reads | access.maybe and w in access.writes | access.maybe]
     call = plan.chains[0].instructions[at].instr_args
     if not pairs or isinstance(call, DelegateCall):

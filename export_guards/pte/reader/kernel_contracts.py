@@ -13,6 +13,7 @@ from executorch.exir.scalar_type import ScalarType
 from executorch.exir.schema import Bool, ExecutionPlan, Int, IntList, Null, OptionalTensorList, Tensor, TensorList
 
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
+from export_guards.pte.reader.tensors import dtype_name
 
 __all__ = ["OUT_SHAPES", "refusal"]
 
@@ -107,7 +108,7 @@ def _pool_indices(call: _Call) -> str | None:
     # op_max_pool2d_with_indices.cpp, check_max_pool2d_with_indices_args: the indices out is int64
     indices = call.tensor("indices")
     if indices is not None and indices.scalar_type != ScalarType.LONG:
-        return f"with an indices out of dtype {_dtype(indices)}: ExecuTorch's kernel writes int64 indices and refuses the call"
+        return f"with an indices out of dtype {dtype_name(indices.scalar_type)}: ExecuTorch's kernel writes int64 indices and refuses the call"
     return None
 
 
@@ -120,20 +121,13 @@ def _index_dtypes(call: _Call) -> str | None:
         tensor = call.plan.values[item].val if 0 <= item < len(call.plan.values) else None
         if isinstance(tensor, Tensor) and tensor.scalar_type not in _INDEX_DTYPES:
             return (
-                f"with index tensor value {item} of dtype {_dtype(tensor)}: ExecuTorch's kernel takes indices of dtype int64, "
+                f"with index tensor value {item} of dtype {dtype_name(tensor.scalar_type)}: ExecuTorch's kernel takes indices of dtype int64, "
                 f"int32, uint8 or bool and refuses the call"
             )
     return None
 
 
 _INDEX_DTYPES = frozenset({ScalarType.LONG, ScalarType.INT, ScalarType.BYTE, ScalarType.BOOL})
-
-
-def _dtype(tensor: Tensor) -> str:
-    try:
-        return ScalarType(tensor.scalar_type).name.lower()
-    except ValueError:
-        return f"scalar type {tensor.scalar_type}"
 
 
 _CONTRACTS: Mapping[str, Callable[[_Call], str | None]] = {

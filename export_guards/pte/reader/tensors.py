@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from executorch.exir.schema import ScalarType, Tensor
 from executorch.exir.tensor import get_scalar_type
 
-__all__ = ["describe_layout", "describe_tensor", "element_bytes", "tensor_nbytes"]
+__all__ = ["describe_layout", "describe_tensor", "dtype_name", "element_bytes", "tensor_nbytes"]
 
 
 def element_bytes(tensor: Tensor) -> int | None:
@@ -35,8 +35,12 @@ def describe_tensor(tensor: Tensor) -> str:
 
 def describe_layout(scalar_type: int, sizes: Sequence[int]) -> str:
     """``float32[8, 3, 3, 3]`` for an ExecuTorch scalar type and sizes."""
+    return f"{dtype_name(scalar_type)}{list(sizes)}"
+
+
+def dtype_name(scalar_type: int) -> str:
+    """``float32`` for an ExecuTorch scalar type, as torch names it; ``scalar type 99`` for none."""
     try:
-        dtype = str(get_scalar_type(ScalarType(scalar_type))).removeprefix("torch.")
+        return str(get_scalar_type(ScalarType(scalar_type))).removeprefix("torch.")
     except (KeyError, ValueError, TypeError):
-        dtype = f"scalar type {scalar_type}"
-    return f"{dtype}{list(sizes)}"
+        return f"scalar type {scalar_type}"

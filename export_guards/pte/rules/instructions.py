@@ -21,6 +21,7 @@ from executorch.exir.schema import (
 )
 
 from export_guards.pte.context import PteContext
+from export_guards.pte.reader.operators import spelled
 from export_guards.pte.reader.schemas import operator_schema
 from export_guards.ruleset import Hit, rule
 
@@ -121,7 +122,7 @@ def _problems(plan: ExecutionPlan, instructions: list, args: object) -> Iterator
         expected = _schema_kinds(operator.name, operator.overload)
         if expected is None:
             return  # an operator torch does not know here: indices checked, kinds cannot be
-        name = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
+        name = spelled(operator.name, operator.overload)
         if len(args.args) != len(expected):
             yield f"passes {name} {len(args.args)} values; its schema takes {len(expected)}"
             return

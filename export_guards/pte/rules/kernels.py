@@ -34,7 +34,6 @@ from executorch.exir.schema import (
     IntList,
     KernelCall,
     Null,
-    Operator,
     OptionalTensorList,
     String,
     Tensor,
@@ -74,13 +73,9 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                     if problem:
                         operator = plan.operators[call.op_index]
                         yield Hit(
-                            f"instruction {i} of chain {c} of method '{plan.name}' calls {_spelled(operator)} {problem}",
+                            f"instruction {i} of chain {c} of method '{plan.name}' calls {spelled(operator.name, operator.overload)} {problem}",
                             method=plan.name,
                         )
-
-
-def _spelled(operator: Operator) -> str:
-    return spelled(operator.name, operator.overload)
 
 
 def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
