@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict clean
+.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/pte_campaign.py
 	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/lint_verdict.py
+	$(PY) benchmarks/check_without_torch.py
 
 bench-placement: $(INSTALLED)
 	$(PY) benchmarks/placement.py
@@ -73,3 +74,7 @@ bench-verdict: $(INSTALLED)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# `export-guards check` on an XNNPACK program in a fresh interpreter, without torch (issue 38: at most 1 s).
+bench-check-light: $(INSTALLED)
+	$(PY) benchmarks/check_without_torch.py

@@ -24,13 +24,16 @@ import time
 import warnings
 from pathlib import Path
 
+import export_guards as eg  # first: it keeps the libraries' known noise off the terminal as they load
+
+# isort: split
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
 
-import export_guards as eg
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
+from export_guards.quiet import runtime_chatter_dropped
 from export_guards.testing.compare import compare_outputs
 
 HERE = Path(__file__).resolve().parent
@@ -66,7 +69,8 @@ def latencies(ptes: list[bytes], inputs: list[torch.Tensor], runs: int) -> tuple
     then ``runs`` timed runs of each, interleaved (A, B, A, B, ...) so that machine noise hits
     both alike. Returns each program's median seconds per forward, the median of the paired
     ratios first / second, and each program's outputs."""
-    methods = [Runtime.get().load_program(pte).load_method("forward") for pte in ptes]
+    with runtime_chatter_dropped():  # the runtime's CPU probe, as its first XNNPACK program loads
+        methods = [Runtime.get().load_program(pte).load_method("forward") for pte in ptes]
     outputs = [list(method.execute(inputs)) for method in methods]
     times: list[list[float]] = [[] for _ in ptes]
     for _ in range(runs):

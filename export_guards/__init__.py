@@ -1,7 +1,9 @@
 """export-guards: safety passes for the PyTorch to ExecuTorch export pipeline.
 
 Public names load on first use, so that ``import export_guards`` (and the pytest plugin,
-which every pytest run loads) stays cheap until torch and ExecuTorch are needed.
+which every pytest run loads) stays cheap until torch and ExecuTorch are needed. The few lines
+those libraries print that no user can act on are filtered at their source from the start
+(``export_guards.quiet.KNOWN_NOISE``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
+
+from export_guards.quiet import filter_known_noise
 
 if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type checkers read
     from export_guards.analysis.delegation import (
@@ -130,6 +134,8 @@ _DEPRECATED_CODES = {
 rule is ``RULES["EG103"]``."""
 
 __all__ = sorted(_EXPORTS)
+
+filter_known_noise()
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,7 @@ from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import known_rules, settle, with_project_rules, without_symptoms
-from export_guards.ruleset.noqa import UNUSED_NOQA, unused_noqa
+from export_guards.ruleset.noqa import unused_noqa
 from export_guards.settings import Settings
 
 __all__ = ["PROGRAM_LINT_RULES", "Ledger", "Recorded"]
@@ -83,7 +83,7 @@ class Ledger:
         if edge is not None and partitioned_lint:
             report += lint(edge, settings, stage="partitioned", reasons=reasons)
         report = without_symptoms(report)
-        if settings.enabled(UNUSED_NOQA):  # off by default: reading every node's line costs time
+        if settings.enabled("EG003"):  # off by default: reading every node's line costs time
             ran = {"program", "action"} | ({"partitioned"} if edge is not None and partitioned_lint else set())
             known = known_rules()
 

@@ -3,7 +3,12 @@ export-guards runs them: their loggers, the records their code logs on the root 
 (ExecuTorch's ``logging.warning(...)``, printed as ``WARNING:root:...``), and what their Python
 code writes to ``sys.stdout`` / ``sys.stderr`` (torch.export prints the partial graph of a model
 it cannot export before it raises). The command and the pytest plugin both use it. Imports
-neither torch nor ExecuTorch until the block runs."""
+neither torch nor ExecuTorch until the block runs.
+
+Outside any block, ``import export_guards`` filters the libraries' few known lines that no user
+can act on (:data:`KNOWN_NOISE`), each at its source: the one logger and module that emits it,
+the one warning category and message. Anything else a library says still reaches the user.
+``EXPORT_GUARDS_LIBRARY_NOISE=1`` (and the command's ``-v``) lets them through."""
 
 from __future__ import annotations
 
@@ -11,21 +16,27 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import sys
+import threading
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any, final
 
-__all__ = ["LIBRARIES", "libraries_quiet"]
+__all__ = ["CPU_PROBE", "KNOWN_NOISE", "LIBRARIES", "KnownLine", "filter_known_noise", "libraries_quiet", "runtime_chatter_dropped", "show_known_noise"]
 
 LIBRARIES = ("torch", "torchao", "executorch", "coremltools")
 """Whose log lines and prints are not the user's (coremltools: imported by the CoreML recipes)."""
 
 
 @contextlib.contextmanager
-def libraries_quiet() -> Iterator[None]:
+def libraries_quiet(*, load_torch: bool = True) -> Iterator[None]:
     """For the block: the libraries' loggers at ERROR, their records on the root logger dropped,
     their prints dropped. The user's own log lines and prints pass. Levels, filters and streams
-    are restored after, so that a caller in the same process (a test) finds them as they were."""
+    are restored after, so that a caller in the same process (a test) finds them as they were.
+    ``load_torch=False``: for a block that may need no torch at all (the program check), torch
+    is not imported here; if the block imports it, torch's loggers are at its own levels."""
     loggers = [logging.getLogger(name) for name in LIBRARIES]
     levels = [logger.level for logger in loggers]
     streams = sys.stdout, sys.stderr
@@ -33,10 +44,11 @@ def libraries_quiet() -> Iterator[None]:
     try:
         for logger in loggers:
             logger.setLevel(logging.ERROR)
-        import torch  # noqa: F401  (its first import resets its loggers' levels: set them again after)
+        if load_torch:
+            import torch  # noqa: F401  (its first import resets its loggers' levels: set them again after)
 
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
+            for logger in loggers:
+                logger.setLevel(logging.ERROR)
         logging.getLogger().addFilter(root_filter)
         sys.stdout, sys.stderr = (_WithoutLibraryPrints(stream, root_filter.folders) for stream in streams)
         yield
@@ -89,3 +101,121 @@ class _WithoutLibraryPrints:
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the stream's
         return getattr(self._stream, name)
+
+
+@final
+@dataclass(frozen=True)
+class KnownLine:
+    """A line a library prints that says nothing a user can act on, named at its source.
+
+    Attributes:
+        source: the logger that logs it (``"torchao"``), or the category of the warning.
+        message: a regular expression that the start of its message matches.
+        why: why it is noise, for the docs and the next reader of this table.
+        module: for a log line, the module (a path ending: ``"torchao/__init__.py"``) that logs it.
+    """
+
+    source: str | type[Warning]
+    message: str
+    why: str
+    module: str = ""
+
+
+KNOWN_NOISE: tuple[KnownLine, ...] = (
+    KnownLine(
+        "torchao", r"Failed to load .*_C\w*\.(abi3|cpython)",
+        "torchao's optional CUDA kernels (mxfp8, cutlass): a CPU build of torch cannot load them and needs none",
+        "torchao/__init__.py",
+    ),
+    KnownLine(
+        "torchao", r"Skipping import of cpp extensions",
+        "torchao's optional kernels, skipped on a torch they were not built for: its Python code works",
+        "torchao/__init__.py",
+    ),
+    KnownLine(
+        "torch.utils._pytree", r"<enum '\w+'> is an Enum subclass and is now natively supported",
+        "torchao registers its enums as pytree constants, which torch now deprecates: torchao's to change",
+        "torch/utils/_pytree.py",
+    ),
+    KnownLine(
+        FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        "torch.export's own copies of its graphs (copy.deepcopy) make LeafSpecs: torch's to change",
+    ),
+)  # fmt: skip
+"""The lines :func:`filter_known_noise` keeps off the terminal, each at its source."""
+
+
+@final
+class _KnownRecords(logging.Filter):
+    """On one library's logger: drops its records that :data:`KNOWN_NOISE` names."""
+
+    def __init__(self, lines: list[KnownLine]) -> None:
+        super().__init__()
+        self.lines = [(line.module, re.compile(line.message)) for line in lines]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        path = record.pathname.replace(os.sep, "/")
+        return not any(path.endswith(module) and pattern.match(record.getMessage()) for module, pattern in self.lines)
+
+
+_installed: list[tuple[logging.Logger, _KnownRecords]] = []
+
+
+def filter_known_noise() -> None:
+    """Keep :data:`KNOWN_NOISE` off the terminal from now on (``import export_guards`` calls
+    it; calling it again changes nothing). Does nothing when ``EXPORT_GUARDS_LIBRARY_NOISE`` is
+    set (to anything but ``0``). Imports neither torch nor ExecuTorch."""
+    if _installed or os.environ.get("EXPORT_GUARDS_LIBRARY_NOISE", "0") not in ("", "0"):
+        return
+    for name in sorted({line.source for line in KNOWN_NOISE if isinstance(line.source, str)}):
+        logger = logging.getLogger(name)
+        dropping = _KnownRecords([line for line in KNOWN_NOISE if line.source == name])
+        logger.addFilter(dropping)
+        _installed.append((logger, dropping))
+    for line in KNOWN_NOISE:
+        if not isinstance(line.source, str):
+            warnings.filterwarnings("ignore", line.message, line.source)
+
+
+def show_known_noise() -> None:
+    """Let :data:`KNOWN_NOISE` through again (the command's ``-v``)."""
+    while _installed:
+        logger, dropping = _installed.pop()
+        logger.removeFilter(dropping)
+    ours = {(line.message, line.source) for line in KNOWN_NOISE if not isinstance(line.source, str)}
+    warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[1].pattern, f[2]) in ours)]
+    getattr(warnings, "_filters_mutated", lambda: None)()  # what warnings.filterwarnings does after a change
+
+
+CPU_PROBE = "[cpuinfo_utils.cpp:"
+"""How the runtime's CPU probe starts its lines (five, when the first XNNPACK program loads:
+files of ARM machines it looks for, on any other machine). They say nothing about the program."""
+
+
+@contextlib.contextmanager
+def runtime_chatter_dropped() -> Iterator[None]:
+    """For the block: what native code writes to file descriptor 2 (``executorch.runtime``'s
+    log) goes on to stderr line by line as it comes, except the CPU probe's lines
+    (:data:`CPU_PROBE`). Every other line, an error above all, still reaches the user. For an
+    in-process run of the runtime (the demo); a child process's log is read by its parent."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    reading, writing = os.pipe()
+    os.dup2(writing, 2)
+    os.close(writing)
+
+    def forward() -> None:
+        with os.fdopen(reading, "rb") as pipe:
+            for line in pipe:
+                if not line.startswith(CPU_PROBE.encode()):
+                    os.write(saved, line)
+
+    forwarder = threading.Thread(target=forward, name="export-guards stderr", daemon=True)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer closes: the forwarder reads to its end
+        forwarder.join()
+        os.close(saved)

@@ -68,6 +68,8 @@ class Settings:
         recipe: an ExecuTorch recipe (``executorch.export``) to export with instead of
             ``backend``, by name (``"xnnpack_fp32"``; one of ``RECIPES``, of which
             ``export_guards.recipes.recipe_names()`` lists those this machine can make).
+        show_info: list info findings in the text report (``--show-info``); by default they are
+            only counted on its summary line. JSON and SARIF hold them always.
     """
 
     select: tuple[str, ...] = field(default_factory=lambda: ("EG", *project_prefixes()))
@@ -78,6 +80,7 @@ class Settings:
     placement: PlacementPolicy = "error"
     fold: bool = True
     recipe: str | None = None
+    show_info: bool = False
 
     def enabled(self, code: str) -> bool:
         """Whether findings of ``code`` are reported: the longest matching prefix decides. A
@@ -108,8 +111,9 @@ class Settings:
             "backend": _choice(self.backend, "backend", BACKENDS),
             "placement": _choice(self.placement, "placement", PLACEMENT_POLICIES),
         }
-        if not isinstance(self.fold, bool):
-            raise ValueError(f"fold must be true or false, not {self.fold!r}")
+        for switch in ("fold", "show_info"):
+            if not isinstance(getattr(self, switch), bool):
+                raise ValueError(f"{switch.replace('_', '-')} must be true or false, not {getattr(self, switch)!r}")
         if self.recipe is not None and self.recipe not in RECIPES:
             close = difflib.get_close_matches(str(self.recipe), RECIPES, n=3)
             hint = f"; did you mean {' or '.join(close)}?" if close else f"; recipes: {', '.join(RECIPES)}"

@@ -13,10 +13,12 @@ import importlib.util
 import sys
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from export_guards.report import SourceLocation
+from export_guards.report import Report, SourceLocation
+from export_guards.ruleset import CATALOG, Hit, finding
 
 __all__ = ["StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
 
@@ -43,6 +45,13 @@ class StepFailed(Exception):
         self.detail = detail
         self.cause = cause or detail.splitlines()[0]
         self.location = location
+
+    @property
+    def report(self) -> Report:
+        """This failure as a report, for a reader of JSON, SARIF, annotations or a test's
+        artifacts: its EG002 finding (the step, the innermost cause), on the user's line."""
+        found = finding(CATALOG["EG002"], Hit(f"{self.step} failed: {self.cause}"))
+        return Report.of([replace(found, location=self.location)])
 
 
 def parse_arguments(pairs: Iterable[str]) -> dict[str, Any]:
@@ -114,8 +123,10 @@ def check_target(target: str) -> Path | None:
     bound, dynamic = _top_level_names(tree)
     if name not in bound and not dynamic:
         close = difflib.get_close_matches(name, sorted(bound), n=3)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise TargetError(f"{source} defines no {name!r}{hint}")
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
+        factories = _functions(tree)
+        defined = f"Its functions: {', '.join(factories)}" if factories else "It defines no function at its top level"
+        raise TargetError(f"{source} defines no {name!r}{hint} {defined}")
     return source
 
 
@@ -137,6 +148,12 @@ def _module_source(module_part: str) -> Path | None:
         spec = found
     origin = Path(spec.origin) if spec.origin else None
     return origin if origin is not None and origin.suffix == ".py" and origin.is_file() else None
+
+
+def _functions(tree: ast.Module) -> list[str]:
+    """The public functions a module defines at its top level, in file order: the factories a
+    target may name."""
+    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")]
 
 
 def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:

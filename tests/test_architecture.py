@@ -31,7 +31,7 @@ LAYERS = [
     {"errors", "targets", "render"},
     {"analysis"},
     {"linter", "pte"},
-    {"passes"},
+    {"passes", "written"},
     {"ledger"},
     {"recipes"},
     {"pipeline"},
@@ -280,9 +280,27 @@ def test_the_backends_table_is_the_one_list_of_backends() -> None:
         backend_named("vulkan")
 
 
+def test_codes_are_data_no_module_names_one_and_no_renderer_knows_one() -> None:
+    """A code is its string and its rule ``CATALOG[code]`` (issue 39): no module binds a code
+    to a name of its own, and the renderers read every code's words off its rule (``Rule.done``)."""
+    bound = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and re.fullmatch(r"EG\d{3}", value.value):
+                bound.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert bound == []
+    for path in sorted((PACKAGE / "render").glob("*.py")):
+        assert not re.search(r"[\"']EG\d{3}[\"']", path.read_text()), path
+    assert {code for code, r in CATALOG.items() if r.done} == {code for code, r in CATALOG.items() if r.stage == "action"}
+
+
 def test_the_public_names_are_one_table_and_the_bare_codes_are_deprecated() -> None:
     assert eg.__all__ == sorted(set(eg.__all__))
-    for name, code in {"CONSTANT_COPIED": "EG103", "CONSTANT_FOLDED": "EG201", "PARAMETRIZATION_FOLDED": "EG202"}.items():
+    import export_guards.passes.placement as placement
+
+    for name, code in eg._DEPRECATED_CODES.items():  # kept in __init__'s table alone
+        assert not hasattr(placement, name)
         assert name not in eg.__all__
         with pytest.warns(DeprecationWarning, match=rf"use the code '{code}' \(its rule: export_guards.RULES\['{code}'\]\)"):
             assert getattr(eg, name) == code

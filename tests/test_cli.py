@@ -102,12 +102,13 @@ def test_sarif_format_follows_2_1_0(cli: Callable[..., Ran]) -> None:
     [
         (["lint", "no-colon-here"], "must be path/to/file.py:factory"),
         (["lint", "missing.py:factory"], "no such file"),
-        (["lint", f"{MODELS}:nope"], "defines no 'nope'"),
+        (["lint", f"{MODELS}:nope"], "defines no 'nope'. Its functions: clean, gated, training_mode, "),
         (["lint", f"{MODELS}:not_a_pair"], "must return (model, example_inputs)"),
         (["lint", "no_such_package.module:f"], "cannot import 'no_such_package.module'"),
         (["explain", "EG999"], "no code 'EG999'"),
         (["check", "x.pte", "--runtim"], "unrecognized arguments: --runtim"),  # no abbreviations
         (["lint", f"{MODELS}:nope", "--selec", "EG"], "unrecognized arguments: --selec"),
+        (["lint", f"{MODELS}:clean", f"{MODELS}:gated", "--pte", "x.pte"], "--pte writes one program: give one target with it"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(cli: Callable[..., Ran], args: list[str], message: str) -> None:
@@ -115,6 +116,24 @@ def test_usage_errors_exit_2_with_one_clear_line(cli: Callable[..., Ran], args: 
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
+    if "unrecognized" in message:  # the usage of the command given, not the top level's
+        assert done.stderr.startswith(f"usage: export-guards {args[0]} ") and f"export-guards {args[0]}: error:" in done.stderr
+
+
+def test_several_targets_one_after_another_each_its_report_and_one_exit_code(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    kept = tmp_path / "not" / "yet" / "model.pte"  # missing folders are made, as for --report-file
+    assert cli("lint", f"{MODELS}:clean", "--pte", kept, "-q").returncode == 0 and kept.read_bytes()[4:8] == b"ET12"
+    done = cli("lint", f"{MODELS}:clean", f"{MODELS}:raises", f"{MODELS}:training_mode", "-q")
+    assert done.returncode == 2  # a step failed: the other targets were linted all the same
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{MODELS}:clean: All checks passed: ") and "program " in lines[0]
+    raised = lines.index(next(line for line in lines if line.startswith(f"{MODELS}:raises: Found 1 finding (1 error)")))
+    assert any("EG002 [error] building the model failed" in line for line in lines[:raised])
+    assert any("EG301 [error]" in line for line in lines[raised:])
+    assert lines[-1] == "Checked 3 targets: 1 passed, 2 with problems (2 errors)."
+    assert "building the model failed: raises() raised" in done.stderr  # said once, on stderr, as for one target
+    machine = cli("lint", f"{MODELS}:clean", f"{MODELS}:training_mode", "-q", "--output-format", "json")
+    assert machine.returncode == 1 and [f["code"] for f in json.loads(machine.stdout)["findings"] if f["severity"] != "info"] == ["EG301"]
 
 
 def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose(cli: Callable[..., Ran]) -> None:
@@ -354,9 +373,15 @@ def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
     for noise in ("Failed to load", "FutureWarning", "_pytree", "LeafSpec"):
         assert noise not in done.stderr, done.stderr
     text = run("lint", f"{MODELS}:reparametrized")
-    infos = [line for line in text.stdout.splitlines() if "[info]" in line]
-    assert infos and all("-v lists them" in line for line in infos)  # one line per code
-    assert len(infos) == len({line.split()[0] for line in infos})
+    assert "[info]" not in text.stdout  # info is opt-in (issue 38): one summary line says what was done
+    (summary,) = text.stdout.splitlines()
+    assert summary.startswith("All checks passed: 1 constant folded; ")  # the fold of the weight norm
+    assert " compute ops delegated (100%) to XnnpackBackend; program " in summary and "bytes (" in summary
+    assert summary.endswith("infos not shown: --show-info).")
+    shown = run("lint", f"{MODELS}:reparametrized", "--show-info")
+    infos = [line for line in shown.stdout.splitlines() if "[info]" in line]
+    hidden = int(summary.rpartition("(")[2].split()[0])
+    assert len(infos) == hidden and shown.stdout.splitlines()[-1].startswith(f"Found {hidden} findings ({hidden} infos)")
 
 
 @pytest.mark.parametrize(

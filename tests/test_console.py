@@ -175,7 +175,7 @@ def test_a_recipe_run_on_a_terminal_shows_its_steps_in_colour_and_no_library_noi
     ``WARNING:root:`` lines, torch's and torchao's log lines stay off it."""
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")} | {"FORCE_COLOR": "1"}
     pte = tmp_path / "model.pte"
-    code, stdout, screen = on_a_terminal("lint", f"{MODELS}:gated", "--recipe", "xnnpack_fp32", "--pte", str(pte), "--fail-level", "warning", env=env)
+    code, stdout, screen = on_a_terminal("lint", f"{MODELS}:gated", "--recipe", "xnnpack_fp32", "--pte", str(pte), "--fail-level", "warning", "--show-info", env=env)
     assert code in (0, 1), screen[-3000:]
     assert f"{ESC}1mEG" in stdout and f"[{ESC}36minfo{ESC}0m]" in stdout  # coloured: FORCE_COLOR
     assert "\r\x1b[K" in screen  # the live line of a step, replaced by its end line

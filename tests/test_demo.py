@@ -18,6 +18,7 @@ def test_demo_exports_runs_and_writes_the_report(tmp_path: Path) -> None:
         [sys.executable, str(DEMO), "--size", "72", "--runs", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stderr == ""  # only the demo's own lines: no torchao, torch or runtime line (issue 38)
     assert "convs on XNNPACK: 7 of 11" in done.stdout  # without the guards: spectral_norm convs left out
     assert "convs on XNNPACK: 11 of 11" in done.stdout
     assert (tmp_path / "segmentation.pte").read_bytes()[4:8] == b"ET12"

@@ -134,3 +134,29 @@ def test_quantized_wrapper_weights_are_readable() -> None:
     program = torch.export.export(model, (torch.randn(2, 64),))
     assert len(eg.check_constant_placement(program)) == 0
     assert eg.guard_constant_placement(program) is program
+
+
+def test_names_that_end_like_a_reparametrization_are_not_one() -> None:
+    """``attn_v``, ``scale_g``, ``w_orig``: a suffix alone is no hook-based state (issue 39).
+    The fold names what it folds after them, and the lint sees nothing still reparametrized;
+    real state counts only with its companions, as the hooks register them."""
+    from export_guards.analysis.reparametrization import reparametrized
+
+    class Named(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn_v = nn.Parameter(torch.randn(4, 4))
+            self.scale_g = nn.Parameter(torch.randn(4))
+            self.w_orig = nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.linear(x, self.attn_v * 2) + nn.functional.linear(x, self.w_orig.t()) * self.scale_g.abs()
+
+    program = torch.export.export(Named().eval(), (torch.randn(2, 4),))
+    folded, _ = eg.fold_constants(program)
+    assert sorted(folded.state_dict) == ["attn_v_folded", "scale_g_folded", "w_orig_folded"]  # not 'attn', 'scale', 'w'
+    assert not eg.lint(program).with_code("EG212")
+    assert reparametrized(["attn_v", "scale_g", "w_orig", "c.weight_orig", "c.weight_u", "c.weight_v", "n.weight_g", "n.weight_v"]) == {
+        "c.weight": ["c.weight_orig", "c.weight_u", "c.weight_v"],
+        "n.weight": ["n.weight_g", "n.weight_v"],
+    }

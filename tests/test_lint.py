@@ -12,7 +12,7 @@ from executorch.exir import to_edge_transform_and_lower
 from torch import nn
 
 import export_guards as eg
-from export_guards.render import render_json, render_sarif, render_text
+from export_guards.render import is_report, render_json, render_sarif, render_text
 from export_guards.ruleset import without_symptoms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +60,9 @@ def test_config_from_pyproject_and_its_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="severity keys are rule codes"):
         eg.LintConfig.from_mapping({"severity": {"float64": "error"}})
     assert eg.LintConfig.from_mapping({"severity": {"eg304": "error"}}).severity == {"EG304": eg.Severity.ERROR}
+    assert eg.LintConfig.from_mapping({"show-info": True}).show_info and not eg.LintConfig().show_info
+    with pytest.raises(ValueError, match="show-info must be true or false, not 'yes'"):
+        eg.LintConfig.from_mapping({"show-info": "yes"})
     path.write_text("[project]\nname = 'x'\n")
     assert eg.LintConfig.from_pyproject(path) == eg.LintConfig()
 
@@ -101,7 +104,7 @@ def test_text_is_sorted_by_file_and_line_and_shows_each_fix_once() -> None:
 
 def test_renderers_read_the_same_findings() -> None:
     report = eg.lint(train_mode_program())
-    text = render_text(report)
+    text = render_text(report, show_info=True)
     # nn.Sequential alone: no line of the user's made the node, and torch's own lines are never shown
     assert re.search(r"^<method forward>: EG301 \[error\] dropout 'dropout' runs in training mode: the program drops activations at random$", text, re.MULTILINE)
     assert "site-packages" not in text
@@ -113,7 +116,28 @@ def test_renderers_read_the_same_findings() -> None:
     results = sarif["runs"][0]["results"]
     assert [r["ruleId"] for r in results] == [f.code for f in report]
     assert {r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]} >= set(eg.RULES)
-    assert render_text(eg.Report()).strip() == "Found 0 findings."
+    assert render_text(eg.Report()).strip() == "All checks passed."
+
+
+def test_text_counts_info_unless_asked_and_says_what_the_run_did() -> None:
+    info = eg.Finding("EG310", eg.Severity.INFO, "every dimension of x is fixed", method="forward")
+    folded = eg.Finding("EG201", eg.Severity.INFO, "folded 2 ops on 'w' into parameter 'w_folded'", method="forward")
+    warning = eg.Finding("EG304", eg.Severity.WARNING, "float64 weight", method="forward")
+    ran = ("3 of 4 compute ops delegated (75%) to XnnpackBackend", "program 1,024 bytes")
+    clean = eg.Report.of([info, folded])
+    assert render_text(clean, ran=ran) == (
+        "All checks passed: 1 constant folded; 3 of 4 compute ops delegated (75%) to XnnpackBackend; "
+        "program 1,024 bytes (2 infos not shown: --show-info).\n"
+    )
+    listed = render_text(clean, show_info=True, ran=ran).splitlines()
+    assert [line.split(": ", 1)[1].split()[0] for line in listed[:2]] == ["EG201", "EG310"]  # by method, then code
+    assert listed[-1] == "Found 2 findings (2 infos): 1 constant folded; 0 problems left."
+    problems = render_text(eg.Report.of([info, warning]), subject="model.pte").splitlines()
+    assert "[info]" not in "\n".join(problems)
+    assert problems[-1] == "model.pte: Found 1 finding (1 warning; 1 info not shown: --show-info)."
+    # Each is a report the command may replace at --report-file; a user's text is not.
+    assert all(is_report(text) for text in (render_text(clean, ran=ran), "\n".join(listed), "Checked 2 programs: 2 passed.\n"))
+    assert not is_report("All checks were fine, said my notes\n") and not is_report("Checked the oven\n")
 
 
 def test_partitioned_rules_report_the_partitioners_reason() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -200,9 +201,55 @@ def test_check_command_exit_codes(cli: Callable[..., Ran], programs: dict[str, W
     assert json.loads(done.stdout)["findings"][0]["code"] == "EG501"
     missing = cli("check", str(tmp_path / "missing.pte"))
     assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
-    folder = cli("check", str(tmp_path))
-    assert folder.returncode == 2 and "is a folder, not a file" in folder.stderr
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    folder = cli("check", str(nothing))
+    assert folder.returncode == 2 and "holds no .pte file" in folder.stderr
     assert cli("check").returncode == 2
+    assert "--jobs takes a number" in cli("check", str(programs["xnnpack"].pte), "--jobs", "0").stderr
+
+
+def test_check_many_programs_and_folders_each_its_report_one_exit_code(cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    (gate / "external").mkdir(parents=True)
+    shutil.copy(programs["xnnpack"].pte, gate / "a.pte")
+    (gate / "cut.pte").write_bytes(programs["xnnpack"].pte.read_bytes()[:3000])
+    shutil.copy(programs["external"].pte, gate / "external" / "model.pte")  # the only program there: its .ptd is its own
+    for ptd in programs["external"].data_files:
+        shutil.copy(ptd, gate / "external" / ptd.name)
+    done = cli("check", str(gate), str(programs["portable"].pte), "--isolated", "--ignore", "EG520")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    summaries = [line for line in lines if ": All checks passed: " in line or ": Found " in line]
+    assert [line.split(": ")[0] for line in summaries] == [str(gate / "a.pte"), str(gate / "cut.pte"), str(gate / "external" / "model.pte"), str(programs["portable"].pte)]
+    assert summaries[1].startswith(f"{gate / 'cut.pte'}: Found ") and "error" in summaries[1]
+    assert all(": All checks passed: program " in line for line in summaries[::2] + summaries[3:])  # with its .ptd: no EG508
+    assert lines[-1].startswith("Checked 4 programs: 3 passed, 1 with problems (")
+    machine = cli("check", str(gate), "--isolated", "--ignore", "EG520", "--output-format", "json")
+    assert machine.returncode == 1 and {f["artifact"] for f in json.loads(machine.stdout)["findings"]} == {"cut.pte"}  # relative to the project root
+    data = cli("check", str(gate / "a.pte"), str(gate / "cut.pte"), "--data", str(next(iter(programs["external"].data_files))))
+    assert data.returncode == 2 and "--data goes with one program file" in data.stderr
+
+
+def test_a_program_in_a_folder_of_several_gets_the_ptd_named_after_it(tmp_path: Path) -> None:
+    from export_guards.cli.check import data_beside
+
+    for name in ("m.pte", "n.pte", "m.ptd", "m.weights.ptd", "mm.ptd", "_default_external_constant.ptd"):
+        (tmp_path / name).write_bytes(b"")
+    assert data_beside(tmp_path / "m.pte") == (tmp_path / "m.ptd", tmp_path / "m.weights.ptd")
+    assert data_beside(tmp_path / "n.pte") == ()
+    (tmp_path / "n.pte").unlink()
+    assert len(data_beside(tmp_path / "m.pte")) == 4  # the only program: every .ptd beside it
+
+
+@pytest.mark.subprocess  # each runtime run is a child process; --jobs runs two at once
+def test_jobs_run_the_runtime_checks_at_once_with_the_same_findings(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:
+    targets = [str(programs["xnnpack"].pte), str(programs["portable"].pte), str(programs["external"].pte)]
+    one = cli("check", *targets, "--runtime", "--isolated", "--output-format", "json")
+    two = cli("check", *targets, "--runtime", "--isolated", "--output-format", "json", "--jobs", "2")
+    assert one.returncode == two.returncode == 1  # the external program, run without its .ptd
+    assert json.loads(one.stdout)["findings"] == json.loads(two.stdout)["findings"]
+    assert {f["artifact"] for f in json.loads(two.stdout)["findings"] if f["code"] == "EG511"} == {"external/external.pte"}
 
 
 def test_check_command_with_data_files_and_sarif(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:

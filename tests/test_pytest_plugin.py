@@ -337,6 +337,12 @@ def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_
     assert readable.startswith("test_model.py_test_training_mode_a-very-long-case-name_")
     assert len(readable) <= 100 and len(digest) == 8
     assert {p.name for p in kept.iterdir()} == {"report.txt", "report.json"}
+    # Written as the command writes its outputs: a user's file there is never replaced.
+    (kept / "report.txt").write_text("my notes on this failure\n")
+    again = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["*the artifacts were not saved in *: report.txt there is not export-guards' to replace*"])
+    assert (kept / "report.txt").read_text() == "my notes on this failure\n"
 
     Path(project.path, "blocked").write_text("a file where the artifacts folder should be\n")
     blocked = project.runpytest_subprocess("-q", "--eg-artifacts", "blocked")

@@ -33,6 +33,16 @@ class DelegationSummary:
         total = sum(self.delegated.values()) + sum(self.portable.values())
         return sum(self.delegated.values()) / total if total else 1.0
 
+    def stated(self) -> str:
+        """``12 of 12 compute ops delegated (100%) to XnnpackBackend``, or ``no conv / linear /
+        matmul to delegate (no delegate)``: as EG402 and the lint's summary line say it."""
+        delegated = sum(self.delegated.values())
+        total = delegated + sum(self.portable.values())
+        backends = ", ".join(sorted(self.backends)) or "no delegate"
+        if total:
+            return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}"
+        return f"no conv / linear / matmul to delegate ({backends})"
+
     def count(self, *names: str) -> tuple[int, int]:
         """``(delegated, total)`` for the given op names, e.g. ``count("convolution")``."""
         delegated = sum(self.delegated[n] for n in names)

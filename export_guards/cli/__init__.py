@@ -17,14 +17,13 @@ stderr (a line per step; colour on a terminal, ``NO_COLOR`` / ``FORCE_COLOR`` as
 from __future__ import annotations
 
 import sys
-import traceback
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from export_guards.cli import check, codes, lint
 from export_guards.cli.arguments import UsageError, parser
 from export_guards.cli.console import problem, write_stdout
-from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR
+from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR, said_failed
 from export_guards.cli.signals import Interrupted, Interrupts
 from export_guards.targets import StepFailed
 
@@ -51,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
     top = parser()
-    args = top.parse_args(argv)
+    args, unknown = top.parse_known_args(argv)
+    if unknown:  # the usage of the command given, not the top level's
+        (getattr(args, "command_parser", None) or top).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.version:
         write_stdout(f"export-guards {_version()}\n")
         return EXIT_CLEAN
@@ -64,12 +65,7 @@ def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
         problem("error", str(error))
         return EXIT_ERROR
     except StepFailed as error:
-        interrupts.check()  # a library turned the interrupt into an error of its own
-        problem(f"{error.step} failed", error.detail)
-        if getattr(args, "verbose", False) and error.__cause__ is not None:
-            traceback.print_exception(error.__cause__)
-        elif error.__cause__ is not None:
-            print("(run with -v for the full traceback)", file=sys.stderr)
+        said_failed(args, error, interrupts)
         return EXIT_ERROR
 
 

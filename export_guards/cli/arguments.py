@@ -30,17 +30,18 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
 
     linting = commands.add_parser("lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False)
-    linting.add_argument("target", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs)")
+    linting.add_argument("targets", nargs="+", metavar="TARGET", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs); several are linted one after another")
     linting.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="an argument for the factory, as a Python literal (else text); repeat for several")
     _export_options(linting)
-    linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found")
+    linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
     linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
     _kernels_option(linting, " (default: the installed executorch.runtime's)")
     _report_options(linting)
 
     checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
-    checking.add_argument("program", nargs="?", type=Path, help="the .pte file")
-    checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the program uses; repeat for several")
+    checking.add_argument("programs", nargs="*", type=Path, metavar="PROGRAM", help=".pte files, or folders: each .pte in a folder (and below) with the .ptd files beside it")
+    checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
+    checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
     _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
@@ -52,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
 
     explain = commands.add_parser("explain", help="print one code's documentation", allow_abbrev=False)
     explain.add_argument("code", help="a code, such as EG210")
+    for command in (linting, checking, rules, explain):
+        command.set_defaults(command_parser=command)  # whose usage an unknown option shows
     return top
 
 
@@ -84,6 +87,7 @@ def _report_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--report-file", type=Path, metavar="PATH", help="write the report here, atomically, instead of stdout (missing folders are made)")
     command.add_argument("--force", action="store_true", help="replace a file at an output path even when it is not a program or report that export-guards writes")
     command.add_argument("--statistics", action="store_true", help="count the findings per code instead of listing them")
+    command.add_argument("--show-info", action="store_true", default=None, help="list info findings too (text; default: counted on the summary line; config key show-info)")
     command.add_argument("--baseline", type=Path, metavar="FILE", help="report and fail only on findings that this baseline does not hold")
     command.add_argument("--write-baseline", type=Path, metavar="FILE", help="write the findings of this run to FILE as a baseline (then exit 0 unless a step failed)")
     configuration = command.add_mutually_exclusive_group()
@@ -91,7 +95,7 @@ def _report_options(command: argparse.ArgumentParser) -> None:
     configuration.add_argument("--isolated", action="store_true", help="read no configuration file: defaults and the command line only")
     loudness = command.add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", action="store_true", help="print no progress, only problems")
-    loudness.add_argument("-v", "--verbose", action="store_true", help="list info findings one by one; show library warnings and full tracebacks")
+    loudness.add_argument("-v", "--verbose", action="store_true", help="list info findings too; show the libraries' warnings and log lines, and full tracebacks")
 
 
 def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings:
@@ -116,6 +120,7 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         "placement": args.placement,
         "fold": args.fold,
         "recipe": args.recipe,
+        "show_info": True if args.show_info or args.verbose else None,
     }
     try:
         if args.isolated:

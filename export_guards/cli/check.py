@@ -1,54 +1,68 @@
-"""``export-guards check``: check a written ``.pte`` (and its ``.ptd`` files), or export a model
-twice and compare the bytes."""
+"""``export-guards check``: check written ``.pte`` files (and their ``.ptd`` files), or export a
+model twice and compare the bytes. Reads programs without torch (``export_guards.pte``)."""
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+from collections.abc import Callable
 from pathlib import Path
 
 from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here, settings_from
 from export_guards.cli.console import Stages, quiet_libraries
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed
+from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.reader.identity import file_kind_of
-from export_guards.report import Report
 from export_guards.ruleset import Stage
 from export_guards.targets import StepFailed, TargetError, check_target
 
 __all__ = ["run"]
 
+Program = tuple[Path, tuple[Path, ...]]  # a .pte, and the .ptd files it is checked with
+
 
 def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
-    """Check ``args.program`` and/or ``args.reproducible``; exit code as
+    """Check ``args.programs`` and/or ``args.reproducible``; exit code as
     :func:`~export_guards.cli.reporting.exit_code`."""
-    if args.program is None and args.reproducible is None:
-        raise UsageError("give a .pte file to check, or --reproducible path/to/file.py:factory")
+    if not args.programs and args.reproducible is None:
+        raise UsageError("give .pte files or folders to check, or --reproducible path/to/file.py:factory")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs takes a number of programs to check at once, 1 or more; not {args.jobs}")
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
-    _check_files(args)
+    programs = programs_to_check(args)
     against = kernels_from(args)
     try:
         source = check_target(args.reproducible) if args.reproducible is not None else None
     except TargetError as error:
         raise UsageError(str(error)) from None
-    outputs = Outputs(inputs=[args.program, *args.data, source], force=args.force, interrupts=interrupts)
+    read = [path for program, data in programs for path in (program, *data)]
+    outputs = Outputs(inputs=[*read, source], force=args.force, interrupts=interrupts)
     outputs.claim(args.report_file, "report", "--report-file")
     outputs.claim(args.write_baseline, "report", "--write-baseline")
     baseline = baseline_from(args)
     steps = Stages(args)
-    with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source or args.program, args.reproducible):
+    first = source or (programs[0][0] if programs else None)
+    with outputs, quiet_libraries(args.verbose, load_torch=False), reported_if_failed(args, outputs, first, args.reproducible):
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
-        report = Report()
-        if args.program is not None:
-            with steps(f"checking {args.program}" + (" and running it in executorch.runtime" if args.runtime else "")):
-                report += check_pte(args.program, data_files=args.data, config=settings, runtime=args.runtime, against=against)
+        def check(program: Program) -> Checked:
+            path, data = program
+            report = check_pte(path, data_files=data, config=settings, runtime=args.runtime, against=against)
+            ran = (f"program {path.stat().st_size:,} bytes",) + (("ran in executorch.runtime",) if args.runtime else ())
+            return Checked(str(path), report, ran)
+
+        checked: list[Checked] = []
+        if programs:
+            what = f"{programs[0][0]}" if len(programs) == 1 else f"{len(programs)} programs"
+            with steps(f"checking {what}" + (" and running each in executorch.runtime" if args.runtime else "")):
+                checked += _each(check, programs, args.jobs)
         if args.reproducible is not None:
             recipe_made_here(settings)
             try:
                 with steps(f"exporting {args.reproducible} twice, in separate processes ({settings.recipe or settings.backend})"):
-                    report += check_reproducible(
+                    report = check_reproducible(
                         args.reproducible,
                         backend=settings.backend,
                         placement=settings.placement,
@@ -56,26 +70,74 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
                         recipe=settings.recipe,
                         config=settings,
                     )
+                    checked.append(Checked(args.reproducible, report, ("exported twice",)))
             except ExportFailed as error:
                 raise StepFailed("the reproducibility check", str(error)) from None
-        root = project_root(source or args.program)
-        report, baselined = against_baseline(args, report, baseline, outputs, root=root)
-        delivered = deliver(args, report, outputs, root=root)
-    return exit_code(args, failed=bool(report.at_least(settings.fail_level)), complete=delivered and baselined)
+        root = project_root(first)
+        checked, baselined = against_baseline(args, checked, baseline, outputs, root=root)
+        delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
+    failed = bool(merged(checked).at_least(settings.fail_level))
+    return exit_code(args, failed=failed, complete=delivered and baselined)
 
 
-def _check_files(args: argparse.Namespace) -> None:
-    """The program and data files exist, are files, and are of their kind, before any import."""
-    if args.runtime and len(args.data) > 1:
-        raise UsageError(f"--runtime loads one data file (executorch.runtime takes one data_path); {len(args.data)} were given")
-    if args.program is not None:
-        _readable_file(args.program, "the program")
-        if file_kind_of(args.program) == "data":
-            raise UsageError(f"{args.program} is an external data file (.ptd), not a program: pass it with --data next to its .pte")
+def _each(check: Callable[[Program], Checked], programs: list[Program], jobs: int) -> list[Checked]:
+    """Each program checked, in the order given; ``jobs`` at once (their runtime runs are child
+    processes, so threads suffice). An interrupt cancels what has not started."""
+    if jobs == 1 or len(programs) == 1:
+        return [check(program) for program in programs]
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="export-guards check")
+    try:
+        return list(pool.map(check, programs))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def programs_to_check(args: argparse.Namespace) -> list[Program]:
+    """The programs ``args.programs`` names, each with its data files, before any import: a
+    file as given (with ``--data``, when it is the only one); a folder, every ``.pte`` in it and
+    below, each with the ``.ptd`` files beside it that are its own (:func:`data_beside`).
+
+    Raises:
+        UsageError: a missing or unreadable file, a ``.ptd`` given as a program, a ``.pte`` as
+            ``--data``, a folder without programs, or ``--data`` with several programs.
+    """
+    programs: list[Program] = []
+    for given in args.programs:
+        if given.is_dir():
+            found = sorted(given.rglob("*.pte"))
+            if not found:
+                raise UsageError(f"{given} holds no .pte file: give a folder of programs, or the programs themselves")
+            programs += [(path, data_beside(path)) for path in found]
+            continue
+        _readable_file(given, "the program")
+        if file_kind_of(given) == "data":
+            raise UsageError(f"{given} is an external data file (.ptd), not a program: pass it with --data next to its .pte")
+        programs.append((given, ()))
     for path in args.data:
         _readable_file(path, "--data")
         if file_kind_of(path) == "program":
             raise UsageError(f"--data {path} is a program (.pte), not a data file: give it as the program to check")
+    if args.data:
+        if len(programs) != 1 or args.programs[0].is_dir():
+            raise UsageError("--data goes with one program file; with several, give their folder: each .pte there is checked with the .ptd files beside it")
+        programs = [(programs[0][0], tuple(args.data))]
+    for program, data in programs:
+        if args.runtime and len(data) > 1:
+            raise UsageError(f"--runtime loads one data file (executorch.runtime takes one data_path); {len(data)} were given for {program}")
+    return programs
+
+
+def data_beside(program: Path) -> tuple[Path, ...]:
+    """The ``.ptd`` files beside ``program`` that are its own: those named after it
+    (``model.pte``: ``model.ptd``, ``model.weights.ptd``, ``model_weights.ptd``), or, when it
+    is the only program in its folder, every ``.ptd`` there (ExecuTorch names them after the
+    data's tag, ``_default_external_constant.ptd``)."""
+    folder = program.parent
+    ptds = sorted(folder.glob("*.ptd"))
+    if len(list(folder.glob("*.pte"))) == 1:
+        return tuple(ptds)
+    stem = program.stem
+    return tuple(p for p in ptds if p.stem == stem or p.stem.startswith((f"{stem}.", f"{stem}_")))
 
 
 def _readable_file(path: Path, option: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, final
 
-from export_guards.quiet import libraries_quiet
+from export_guards.quiet import libraries_quiet, show_known_noise
 
 __all__ = ["Stages", "colour_report", "colours", "problem", "progress", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
 
@@ -122,12 +122,14 @@ def write_stdout(text: str) -> None:
 
 
 @contextlib.contextmanager
-def quiet_libraries(verbose: bool) -> Iterator[None]:
+def quiet_libraries(verbose: bool, *, load_torch: bool = True) -> Iterator[None]:
     """Keep torch's, torchao's and ExecuTorch's warnings, log lines and prints off the terminal
     for the block (they are not the user's problems; ``export_guards.quiet``); ``-v`` shows
     them. The user's own warnings, log lines and prints still show. The warning hook is
-    restored after, so that a caller in the same process (a test) finds it as it was."""
+    restored after, so that a caller in the same process (a test) finds it as it was.
+    ``load_torch=False`` for a block that may need no torch (``export_guards.quiet``)."""
     if verbose:
+        show_known_noise()
         yield
         return
     original = warnings.showwarning
@@ -138,7 +140,7 @@ def quiet_libraries(verbose: bool) -> Iterator[None]:
             original(message, category, filename, lineno, *rest)
 
     try:
-        with libraries_quiet():
+        with libraries_quiet(load_torch=load_torch):
             warnings.showwarning = show
             yield
     finally:

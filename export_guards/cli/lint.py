@@ -1,69 +1,122 @@
-"""``export-guards lint``: export a model with the guards, write its program and check it as
+"""``export-guards lint``: export each model with the guards, write its program and check it as
 ``export-guards check`` would against the runtime that will load it, report, and keep the
 program when nothing reached the fail level."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here, settings_from
 from export_guards.cli.console import Stages, problem, progress, quiet_libraries, stdout_to_stderr
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import against_baseline, deliver, exit_code, project_root, reported_if_failed, with_factory_location
+from export_guards.cli.reporting import (
+    EXIT_ERROR,
+    Checked,
+    against_baseline,
+    deliver,
+    exit_code,
+    merged,
+    project_root,
+    reported_if_failed,
+    said_failed,
+    with_factory_location,
+)
 from export_guards.cli.signals import Interrupts
-from export_guards.targets import TargetError, check_target, parse_arguments, step
+from export_guards.settings import Settings
+from export_guards.targets import StepFailed, TargetError, check_target, parse_arguments, step
+
+if TYPE_CHECKING:
+    from export_guards.pte.inventory import RuntimeInventory
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
-    """Lint ``args.target``; exit code as :func:`~export_guards.cli.reporting.exit_code`."""
+    """Lint ``args.targets``, one after another; exit code as
+    :func:`~export_guards.cli.reporting.exit_code`, or 2 when a target's step failed (the
+    others are linted all the same)."""
     settings = settings_from(args, ("program", "partitioned", "pte", "action"))
     against = kernels_from(args)
     try:
         arguments = parse_arguments(args.arg)
-        source = check_target(args.target)  # missing, unparsable, no such factory: before any import
+        sources = [check_target(target) for target in args.targets]  # missing, unparsable, no such factory: before any import
     except TargetError as error:
         raise UsageError(str(error)) from None
-    outputs = Outputs(inputs=[source], force=args.force, interrupts=interrupts)
+    several = len(args.targets) > 1
+    if several and (args.pte or args.output):
+        raise UsageError(f"--pte writes one program: give one target with it ({len(args.targets)} were given)")
+    outputs = Outputs(inputs=sources, force=args.force, interrupts=interrupts)
     pte_path = outputs.claim(_pte_path(args), "program", "--pte" if args.output is None else "--output")
     outputs.claim(args.report_file, "report", "--report-file")
     outputs.claim(args.write_baseline, "report", "--write-baseline")
     baseline = baseline_from(args)
     steps = Stages(args)
-    fold = "on" if settings.fold else "off"
-    progress(args, f"exporting and linting {args.target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
-    with outputs, quiet_libraries(args.verbose), reported_if_failed(args, outputs, source, args.target):
-        with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
-            with steps("loading ExecuTorch"):
-                from export_guards.pipeline import export_target
-
-            recipe_made_here(settings)
-            try:
-                result = export_target(args.target, arguments, config=settings, each_step=steps)
-            except TargetError as error:
-                raise UsageError(str(error)) from None
-            found, program = result.report, None
-            if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
-                with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
-                    program = result.to_pte()
-                with steps("checking the written program"):
-                    found += result.check_program(program, against=against, config=settings)
-        root = project_root(source)
-        report, baselined = against_baseline(args, with_factory_location(found, args.target), baseline, outputs, root=root)
-        failing = report.at_least(settings.fail_level)
+    checked: list[Checked] = []
+    programs: list[bytes | None] = []
+    stopped = False
+    with outputs, quiet_libraries(args.verbose):
+        for target, source in zip(args.targets, sources, strict=True):
+            # One target: a failed step ends the run (its report too, for a machine format).
+            # Several: it is that target's report, and the others are linted all the same.
+            with contextlib.nullcontext() if several else reported_if_failed(args, outputs, source, target):
+                try:
+                    one, program = _lint(args, target, arguments, settings, against, steps)
+                except StepFailed as failed:
+                    if not several:
+                        raise
+                    said_failed(args, failed, interrupts)
+                    one, program, stopped = Checked(target, with_factory_location(failed.report, target)), None, True
+            checked.append(one)
+            programs.append(program)
+        root = project_root(sources[0])
+        checked, baselined = against_baseline(args, checked, baseline, outputs, root=root)
+        failing = merged(checked).at_least(settings.fail_level)
         written = True
-        if program is None:  # a constant the host cannot read stopped the export
-            progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
-        elif pte_path is not None and failing:
+        if pte_path is not None and programs[0] is not None and failing:
             progress(args, f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}", ongoing=False)
-        elif pte_path is not None:
-            written = outputs.write(pte_path, program)
+        elif pte_path is not None and programs[0] is not None:
+            written = outputs.write(pte_path, programs[0])
             if written:
                 progress(args, f"wrote {pte_path}", ongoing=False)
-        delivered = deliver(args, report, outputs, root=root)
-    return exit_code(args, failed=bool(failing) or program is None, complete=written and delivered and baselined)
+        delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
+    if stopped:
+        return EXIT_ERROR
+    unlowered = any(program is None for program in programs)
+    return exit_code(args, failed=bool(failing) or unlowered, complete=written and delivered and baselined)
+
+
+def _lint(
+    args: argparse.Namespace, target: str, arguments: dict[str, object], settings: Settings, against: RuntimeInventory | None, steps: Stages
+) -> tuple[Checked, bytes | None]:
+    """Export, lint, write and check one target: its report, and its program (``None`` when a
+    constant the host cannot read stopped the export before lowering)."""
+    fold = "on" if settings.fold else "off"
+    progress(args, f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
+    with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
+        with steps("loading ExecuTorch"):
+            from export_guards.pipeline import export_target
+
+        recipe_made_here(settings)
+        try:
+            result = export_target(target, arguments, config=settings, each_step=steps)
+        except TargetError as error:
+            raise UsageError(str(error)) from None
+        found, program = result.report, None
+        if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
+            with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
+                program = result.to_pte()
+            with steps("checking the written program"):
+                found += result.check_program(program, against=against, config=settings)
+    if program is None:
+        progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
+        ran: tuple[str, ...] = ()
+    else:
+        delegation = result.delegation
+        ran = ((delegation.stated(),) if delegation is not None and settings.backend != "portable" else ()) + (f"program {len(program):,} bytes",)
+    return Checked(target, with_factory_location(found, target), ran), program
 
 
 def _pte_path(args: argparse.Namespace) -> Path | None:

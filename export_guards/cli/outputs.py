@@ -16,26 +16,20 @@ Its promises, checked before any work and kept to the end of the run:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, final
+from typing import final
 
 from export_guards.cli.arguments import UsageError
 from export_guards.cli.signals import Interrupts
-from export_guards.pte.reader.identity import file_kind_of
-from export_guards.render import is_report
+from export_guards.written import WHAT, OutputKind, is_kind, write_atomically
 
 __all__ = ["OutputKind", "Outputs"]
 
-OutputKind = Literal["program", "report"]
-_WHAT = {"program": "an ExecuTorch program", "report": "an export-guards report"}
-_LARGEST_REPORT = 64 << 20  # a larger file is not read whole to decide whether it is a report
 
 
 @final
@@ -85,9 +79,9 @@ class Outputs:
             raise UsageError(f"{option} {path} is a folder: name a file (such as {path / ('model.pte' if kind == 'program' else 'report.txt')})")
         if path.exists() and not path.is_file():
             raise UsageError(f"{option} {path} is not a regular file: name a file")
-        if path.exists() and not self._force and not _is_kind(path, kind):
+        if path.exists() and not self._force and not is_kind(path, kind):
             raise UsageError(
-                f"{option} {path} exists and is not {_WHAT[kind]}: export-guards does not replace it; "
+                f"{option} {path} exists and is not {WHAT[kind]}: export-guards does not replace it; "
                 "name another file, or pass --force to replace it"
             )
         folder = next(p for p in path.absolute().parents if p.exists())
@@ -112,27 +106,11 @@ class Outputs:
         assert any(claim.path == path for claim in self._claims), f"{path} was not claimed"
         self._interrupts.check()
         try:
-            descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            write_atomically(path, data)
         except OSError as error:
             print(f"export-guards: writing {path} failed: {error.strerror or error}", file=sys.stderr)
             return False
-        try:
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)  # as a plain open() would create it, not mkstemp's 0600
-            os.replace(temporary, path)
-            self._written.add(path)
-        except BaseException as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            if not isinstance(error, OSError):
-                raise
-            print(f"export-guards: writing {path} failed: {error.strerror or error}", file=sys.stderr)
-            return False
+        self._written.add(path)
         return True
 
     def __enter__(self) -> Outputs:
@@ -145,7 +123,7 @@ class Outputs:
                 written = claim.path in self._written
                 if written and not interrupted:
                     continue
-                if written or (claim.path.is_file() and _is_kind(claim.path, claim.kind)):
+                if written or (claim.path.is_file() and is_kind(claim.path, claim.kind)):
                     claim.path.unlink(missing_ok=True)
                     why = "the run was interrupted" if interrupted else "this run did not write it, so it was not this run's result"
                     print(f"export-guards: removed {claim.path}: {why}", file=sys.stderr)
@@ -156,15 +134,3 @@ def _same_file(path: Path, other: Path) -> bool:
         return os.path.samefile(path, other)
     except OSError:  # one of them does not exist (yet)
         return path.resolve() == other.resolve()
-
-
-def _is_kind(path: Path, kind: OutputKind) -> bool:
-    """Whether the file at ``path`` is an artifact of the tool's kind for that output."""
-    if kind == "program":
-        return file_kind_of(path) == "program"
-    try:
-        if path.stat().st_size > _LARGEST_REPORT:
-            return False
-        return is_report(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return False

@@ -1,37 +1,65 @@
-"""The end of a run: the report rendered as asked, delivered to ``--report-file`` or stdout, and
-the exit code that says what was found."""
+"""The end of a run: each input's report (a program, a lint target) rendered as asked,
+delivered to ``--report-file`` or stdout, and the exit code that says what was found."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
-from dataclasses import replace
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from export_guards.cli.console import colour_report, colours, progress, write_stdout
+from export_guards.cli.console import colour_report, colours, problem, progress, write_stdout
 from export_guards.cli.outputs import Outputs
+from export_guards.cli.signals import Interrupts
 from export_guards.render import render
-from export_guards.render.baseline import render_baseline, without_baselined
+from export_guards.render.baseline import held_by, render_baseline
+from export_guards.render.text import render_text
 from export_guards.render.sarif import project_root as _project_root
-from export_guards.report import Report, SourceLocation
-from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.report import Report, Severity, SourceLocation
 from export_guards.targets import StepFailed, target_file
 
-__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "against_baseline", "deliver", "exit_code", "failed_report", "project_root", "reported_if_failed", "with_factory_location"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "Checked", "against_baseline", "deliver", "exit_code", "merged", "project_root", "reported_if_failed", "said_failed", "with_factory_location"]
 
-STEP_FAILED = "EG002"
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
-def deliver(args: argparse.Namespace, report: Report, outputs: Outputs, *, root: Path) -> bool:
-    """Render ``report`` and write it to the claimed ``--report-file``, else to stdout. Findings
-    are never lost: a report that cannot be written goes to stdout, and this returns ``False``.
-    The text format is coloured on stdout where :func:`~export_guards.cli.console.colours` says
-    so; a file and the machine formats never are."""
-    text = render(report, args.output_format, statistics=args.statistics, verbose=args.verbose, root=root)
+@dataclass(frozen=True)
+class Checked:
+    """One input of the run and its report.
+
+    Attributes:
+        subject: the input as the user named it (``model.pte``, ``models.py:net``).
+        report: what was found.
+        ran: what the run did, for the text summary line (``program 12,304 bytes``).
+    """
+
+    subject: str
+    report: Report
+    ran: tuple[str, ...] = ()
+
+
+def merged(checked: Sequence[Checked]) -> Report:
+    """The findings of every input, in input order: what the machine formats and the exit code read."""
+    return sum((c.report for c in checked), Report())
+
+
+def deliver(args: argparse.Namespace, checked: Sequence[Checked], outputs: Outputs, *, root: Path, show_info: bool = False) -> bool:
+    """Render the reports and write them to the claimed ``--report-file``, else to stdout.
+    Text gives each input's findings and summary line, then, for several inputs, one line
+    over them all; the machine formats and ``--statistics`` hold every input's findings as one
+    report (each finding names its file). Findings are never lost: a report that cannot be
+    written goes to stdout, and this returns ``False``. Text is coloured on stdout where
+    :func:`~export_guards.cli.console.colours` says so; a file and the machine formats never are."""
+    if args.output_format != "text" or args.statistics or len(checked) == 1:
+        one = checked[0] if len(checked) == 1 else Checked("", merged(checked))
+        text = render(one.report, args.output_format, statistics=args.statistics, show_info=show_info, root=root, ran=one.ran)
+    else:
+        blocks = [render_text(c.report, show_info=show_info, root=root, ran=c.ran, subject=c.subject) for c in checked]
+        text = "\n".join(blocks) + "\n" + _over_all(checked) + "\n"
     if args.report_file is None:
         _to_stdout(args, text)
         return True
@@ -42,25 +70,41 @@ def deliver(args: argparse.Namespace, report: Report, outputs: Outputs, *, root:
     return False
 
 
+def _over_all(checked: Sequence[Checked]) -> str:
+    """``Checked 3 programs: 2 passed, 1 with problems (1 error, 2 warnings).``"""
+    problems = [c for c in checked if any(f.severity.rank > 0 for f in c.report)]
+    total = merged(checked)
+    errors, warnings = len(total.errors), len(total.at_least(Severity.WARNING)) - len(total.errors)
+    counts = ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((errors, "error"), (warnings, "warning")) if n)
+    kind = "program" if all(c.subject.endswith(".pte") for c in checked) else "target"
+    said = f"Checked {len(checked)} {kind}s: {len(checked) - len(problems)} passed"
+    return said + (f", {len(problems)} with problems ({counts})." if problems else ".")
+
+
 def _to_stdout(args: argparse.Namespace, text: str) -> None:
     write_stdout(colour_report(text) if args.output_format == "text" and colours(sys.stdout) else text)
 
 
-def against_baseline(args: argparse.Namespace, report: Report, baseline: frozenset[str] | None, outputs: Outputs, *, root: Path) -> tuple[Report, bool]:
-    """``report`` less what ``--baseline`` holds (said on stderr); with ``--write-baseline``,
-    ``report`` written there and then left out whole, as the new baseline holds it all. Also
-    whether that write succeeded. What it did is a progress line: none with ``-q``."""
-    written = True
+def against_baseline(args: argparse.Namespace, checked: Sequence[Checked], baseline: frozenset[str] | None, outputs: Outputs, *, root: Path) -> tuple[list[Checked], bool]:
+    """Each input's report less what ``--baseline`` holds (said on stderr); with
+    ``--write-baseline``, every input's findings written there and then left out whole, as the
+    new baseline holds them all. Also whether that write succeeded. What it did is a progress
+    line: none with ``-q``. Fingerprints are those of all inputs' findings together, as the
+    baseline holds them."""
+    checked = list(checked)
     if args.write_baseline is not None:
-        written = outputs.write(args.write_baseline, render_baseline(report, root=root).encode())
+        written = outputs.write(args.write_baseline, render_baseline(merged(checked), root=root).encode())
         if written:
-            progress(args, f"wrote {len(report)} finding(s) to the baseline {args.write_baseline}", ongoing=False)
-        return Report((), report.suppressed), written
-    if baseline is not None:
-        report, left_out = without_baselined(report, baseline, root=root)
-        if left_out:
-            progress(args, f"{left_out} finding(s) in the baseline {args.baseline} left out", ongoing=False)
-    return report, written
+            progress(args, f"wrote {len(merged(checked))} finding(s) to the baseline {args.write_baseline}", ongoing=False)
+        return [replace(c, report=Report((), c.report.suppressed)) for c in checked], written
+    if baseline is None:
+        return checked, True
+    held = iter(held_by(merged(checked), baseline, root=root))
+    kept = [replace(c, report=Report(tuple(f for f in c.report if not next(held)), c.report.suppressed)) for c in checked]
+    left_out = len(merged(checked)) - len(merged(kept))
+    if left_out:
+        progress(args, f"{left_out} finding(s) in the baseline {args.baseline} left out", ongoing=False)
+    return kept, True
 
 
 def exit_code(args: argparse.Namespace, *, failed: bool, complete: bool = True) -> int:
@@ -86,16 +130,20 @@ def reported_if_failed(args: argparse.Namespace, outputs: Outputs, source: Path 
         yield
     except StepFailed as failed:
         if args.output_format != "text" or args.report_file is not None:
-            report = failed_report(failed)
-            deliver(args, with_factory_location(report, target) if target else report, outputs, root=project_root(source))
+            report = failed.report
+            located = with_factory_location(report, target) if target else report
+            deliver(args, [Checked(target or str(source), located)], outputs, root=project_root(source))
         raise
 
 
-def failed_report(failed: StepFailed) -> Report:
-    """The report of a run that a failed step ended: its EG002 finding, on the user's line
-    when the failure went through it."""
-    found = finding(CATALOG[STEP_FAILED], Hit(f"{failed.step} failed: {failed.cause}"))
-    return Report.of([replace(found, location=failed.location)])
+def said_failed(args: argparse.Namespace, error: StepFailed, interrupts: Interrupts) -> None:
+    """A failed step on stderr: what failed and why, and the cause's traceback with ``-v``."""
+    interrupts.check()  # a library turned the interrupt into an error of its own
+    problem(f"{error.step} failed", error.detail)
+    if getattr(args, "verbose", False) and error.__cause__ is not None:
+        traceback.print_exception(error.__cause__)
+    elif error.__cause__ is not None:
+        print("(run with -v for the full traceback)", file=sys.stderr)
 
 
 def with_factory_location(report: Report, target: str) -> Report:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -13,12 +12,9 @@ from torch.fx import Node
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.ops import ancestors, aten_name, call_nodes, compute_op_name, static_operand
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
+from export_guards.analysis.reparametrization import reparametrized
 
 __all__ = ["LintContext"]
-
-# parametrize's state: [module.]parametrizations.NAME.original[N] or .N.<buffer>; spectral_norm's: NAME_orig.
-_PARAMETRIZED = re.compile(r"^(?:(?P<module>.+)\.)?parametrizations\.(?P<name>\w+)\.(?:original\d*|\d+\.\w+)$")
-_SPECTRAL_NORMED = re.compile(r"^(?P<tensor>.+)_orig$")
 
 
 @dataclass
@@ -70,25 +66,8 @@ class LintContext:
     @functools.cached_property
     def reparametrized(self) -> dict[str, list[str]]:
         """Each tensor still computed by a reparametrization (``conv.weight``), and the FQNs of
-        the state it is computed from: ``parametrize``'s ``parametrizations.weight.original*``,
-        hook-based ``spectral_norm``'s ``weight_orig`` / ``_u`` / ``_v``, ``weight_norm``'s
-        ``weight_g`` / ``weight_v``."""
-        names = {c.fqn for c in self.constants.values()}
-        tensors: dict[str, list[str]] = {}
-        for fqn in names:
-            if match := _PARAMETRIZED.match(fqn):
-                tensor = f"{match['module']}.{match['name']}" if match["module"] else match["name"]
-                tensors.setdefault(tensor, []).append(fqn)
-            elif (match := _SPECTRAL_NORMED.match(fqn)) and match["tensor"] + "_u" in names:
-                tensors.setdefault(match["tensor"], []).append(fqn)
-            elif fqn.endswith("_g") and fqn[:-2] + "_v" in names:  # hook-based weight_norm
-                tensors.setdefault(fqn[:-2], []).extend([fqn, fqn[:-2] + "_v"])
-        for tensor, state in tensors.items():
-            for suffix in ("_u", "_v"):  # hook-based spectral_norm keeps u and v beside weight_orig
-                if tensor + suffix in names and tensor + suffix not in state:
-                    state.append(tensor + suffix)
-            state.sort()
-        return dict(sorted(tensors.items()))
+        the state it is computed from (``analysis.reparametrization``)."""
+        return reparametrized(c.fqn for c in self.constants.values())
 
     @functools.cached_property
     def modules_run(self) -> set[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -26,21 +25,13 @@ from torch.fx import Node
 from export_guards.analysis.fold_plan import FoldPlan, plan_fold
 from export_guards.analysis.ops import ancestors, argument_name, aten_name, is_view
 from export_guards.analysis.programs import ProgramConstant
+from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_site
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["CONSTANT_FOLDED", "FoldConstantsPass", "fold_constants", "fold_non_core_constants"]
-
-CONSTANT_FOLDED = "EG201"
-"""Rule code (info): a computation on constants was folded into one static constant."""
-
-# How reparametrizations name their state: the tensor they compute is the name without it.
-_REPARAMETRIZED = (
-    (re.compile(r"\.parametrizations\.(\w+)\.original\d*$"), r".\1"),  # torch.nn.utils.parametrize
-    (re.compile(r"_(orig|g|v)$"), ""),  # hook-based spectral_norm (_orig) and weight_norm (_g, _v)
-)
+__all__ = ["FoldConstantsPass", "fold_constants", "fold_non_core_constants"]
 
 
 def fold_constants(
@@ -211,7 +202,7 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     root = roots[0]
     consumer = next(u for u in root.users if u not in plan.foldable)
     shown = consumer if node_location(consumer) or not node_location(root) else root
-    return finding(CATALOG[CONSTANT_FOLDED], Hit(message, shown, fqn, fix=fix), locate=node_site)
+    return finding(CATALOG["EG201"], Hit(message, shown, fqn, fix=fix), locate=node_site)
 
 
 
@@ -363,11 +354,7 @@ def _constant_name(root: Node, readers: frozenset[Node], sources: dict[str, int]
     if argument in ("weight", "bias") and path:
         return f"{path}.{argument}"
     largest = max(sources, key=sources.__getitem__)
-    for pattern, replacement in _REPARAMETRIZED:
-        renamed = pattern.sub(replacement, largest)
-        if renamed != largest:
-            return renamed
-    return f"{largest}_folded"
+    return reparametrized_tensor(largest, sources) or f"{largest}_folded"
 
 
 def _unique(name: str, taken: set[str]) -> str:

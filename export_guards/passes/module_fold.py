@@ -17,13 +17,12 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
+from export_guards.analysis.reparametrization import SPECTRAL_NORM_STATE, WEIGHT_NORM_STATE
 from export_guards.report import Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["PARAMETRIZATION_FOLDED", "fold_parametrizations", "is_reparametrized"]
+__all__ = ["fold_parametrizations", "is_reparametrized"]
 
-PARAMETRIZATION_FOLDED = "EG202"
-"""Rule code (info): a module-level fold replaced a reparametrized weight by a plain parameter."""
 
 
 def fold_parametrizations(model: nn.Module, *, inplace: bool = False) -> tuple[nn.Module, Report]:
@@ -52,7 +51,7 @@ def fold_parametrizations(model: nn.Module, *, inplace: bool = False) -> tuple[n
             _remove(module, tensor_name, api)  # first: reading a parametrized weight in train mode runs it
             after = getattr(module, tensor_name).nbytes
             message = f"folded {api} of '{fqn}' into a plain parameter ({before:,} bytes of state -> {after:,} bytes)"
-            findings.append(finding(CATALOG[PARAMETRIZATION_FOLDED], Hit(message, constant=fqn)))
+            findings.append(finding(CATALOG["EG202"], Hit(message, constant=fqn)))
     return folded, Report.of(findings)
 
 
@@ -80,11 +79,9 @@ def _reparametrizations(module: nn.Module) -> Iterator[tuple[str, str, int]]:
     """``(tensor name, API, bytes of the state behind it)`` for each reparametrized tensor."""
     for hook in module._forward_pre_hooks.values():
         if isinstance(hook, SpectralNorm):
-            state = ("_orig", "_u", "_v")
-            yield hook.name, "torch.nn.utils.spectral_norm", _bytes(module, hook.name, state)
+            yield hook.name, "torch.nn.utils.spectral_norm", _bytes(module, hook.name, SPECTRAL_NORM_STATE)
         elif isinstance(hook, WeightNorm):
-            state = ("_g", "_v")
-            yield hook.name, "torch.nn.utils.weight_norm", _bytes(module, hook.name, state)
+            yield hook.name, "torch.nn.utils.weight_norm", _bytes(module, hook.name, WEIGHT_NORM_STATE)
     if parametrize.is_parametrized(module):
         for tensor_name, chain in module.parametrizations.items():
             kinds = ", ".join(type(p).__name__ for p in chain)

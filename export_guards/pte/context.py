@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from executorch.exir.schema import ExecutionPlan
-
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.dataflow import Access, method_accesses
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import Delegate, PteFile, Region
 from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.wheel import ExecutionPlan
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payload
 
 __all__ = ["PteContext"]

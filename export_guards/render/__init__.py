@@ -6,7 +6,7 @@ Renderers read findings; they never compute them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from export_guards.render.github import render_github
@@ -25,11 +25,12 @@ STATISTICS_FORMATS = ("text", "json")
 """The formats ``--statistics`` counts in."""
 
 
-def render(report: Report, output_format: str, *, statistics: bool = False, verbose: bool = False, root: Path | None = None) -> str:
+def render(report: Report, output_format: str, *, statistics: bool = False, show_info: bool = False, root: Path | None = None, ran: Sequence[str] = ()) -> str:
     """``report`` in ``output_format`` (a key of :data:`FORMATS`), or counted per code with
-    ``statistics``; ``verbose`` lists text info findings one by one; ``root`` is the project
-    root that every format's paths are relative to."""
+    ``statistics``; ``show_info`` lists text info findings (the machine formats hold them
+    all); ``root`` is the project root that every format's paths are relative to; ``ran``
+    says what the run did, on the text summary line."""
     if statistics:
         return render_statistics(report, output_format)
-    options = {"text": {"verbose": verbose}}.get(output_format, {})
+    options = {"text": {"show_info": show_info, "ran": ran}}.get(output_format, {})
     return FORMATS[output_format](report, root=root, **options)

@@ -10,7 +10,9 @@ from export_guards.render.baseline import is_baseline
 
 __all__ = ["is_report"]
 
-_SUMMARY = re.compile(r"^Found \d+ findings?\b")  # the last line of the text and statistics formats
+# The last line of the text and statistics formats: one report's summary, or the line over
+# several inputs' reports.
+_SUMMARY = re.compile(r"^(Found \d+ findings?\b|All checks passed\b|Checked \d+ (programs|targets): \d+ passed\b)")
 _ANNOTATION = ("::error ", "::warning ", "::notice ")  # every line of the GitHub format
 
 

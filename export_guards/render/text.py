@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from export_guards.render.paths import with_display_paths
@@ -11,31 +12,22 @@ from export_guards.ruleset import known_rules
 
 __all__ = ["render_text", "summary_line"]
 
-# What a guard did, counted in the summary as fixed rather than as problems.
-_DONE = {
-    "EG201": ("constant folded", "constants folded"),
-    "EG202": ("reparametrized weight folded", "reparametrized weights folded"),
-    "EG103": ("constant copied to the host", "constants copied to the host"),
-}
 
 
-def render_text(report: Report, *, verbose: bool = False, root: Path | None = None) -> str:
+def render_text(report: Report, *, show_info: bool = False, root: Path | None = None, ran: Sequence[str] = (), subject: str | None = None) -> str:
     """One block per error and warning (location, code, message, source line, module), sorted
-    by file, line, then code; info findings one line per code unless ``verbose``, which lists
-    them too; each distinct fix once, by code (ruff's ``--show-fixes`` idea: a fix repeated
-    under every finding hides the findings); then the summary line. Paths are relative to
-    ``root`` (default: the working folder's project root), absolute outside it."""
-    shown = sorted((f for f in report if verbose or f.severity is not Severity.INFO), key=_position)
+    by file, line, then code; info findings too with ``show_info`` (else only counted, as ruff
+    and flake8 leave what is not a problem out); each distinct fix once, by code (ruff's
+    ``--show-fixes`` idea: a fix repeated under every finding hides the findings); then the
+    summary line (:func:`summary_line`, with ``ran`` and, before it, ``subject``: the file or
+    target this report is of, when there are several). Paths are relative to ``root``
+    (default: the working folder's project root), absolute outside it."""
+    shown = sorted((f for f in report if show_info or f.severity is not Severity.INFO), key=_position)
     blocks = [_block(with_display_paths(f, root)) for f in shown]
-    if not verbose:
-        infos = Counter(f.code for f in report if f.severity is Severity.INFO)
-        for code, count in sorted(infos.items()):
-            name = known[code].name if code in (known := known_rules()) else ""
-            blocks.append(f"{code} [info] {name}: {count} finding{'s' if count != 1 else ''} (-v lists them)")
     fixes = dict.fromkeys((f.code, f.fix) for f in shown if f.fix)
     if fixes:
         blocks.append("Fixes:\n" + "\n".join(f"  {code} fix: {fix}" for code, fix in fixes))
-    blocks.append(summary_line(report))
+    blocks.append((f"{subject}: " if subject else "") + summary_line(report, show_info=show_info, ran=ran))
     return "\n".join(blocks) + "\n"
 
 
@@ -58,17 +50,28 @@ def _block(finding: Finding) -> str:
     return "\n".join(lines)
 
 
-def summary_line(report: Report) -> str:
-    """The one summary line of every text format: ``Found 43 findings (43 infos; 1 suppressed
-    by # noqa): 42 constants folded; 0 problems left.``"""
+def summary_line(report: Report, *, show_info: bool = True, ran: Sequence[str] = ()) -> str:
+    """The one summary line of every text format. Without an error or a warning, ``All checks
+    passed: 4 constants folded; 12 of 12 compute ops delegated (100 %); program 1,185,104
+    bytes (3 infos not shown: --show-info).``, with what the run did (``ran``); else ``Found 2
+    findings (1 error, 1 warning; 3 infos not shown: --show-info; 1 suppressed by # noqa): 4
+    constants folded; 2 problems left.``"""
     counts = Counter(f.severity.value for f in report)
-    parts = [", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in ("error", "warning", "info") if counts[s])]
-    parts.append(f"{len(report.suppressed)} suppressed by # noqa" if report.suppressed else "")
-    detail = "; ".join(p for p in parts if p)
-    line = f"Found {len(report)} finding{'s' if len(report) != 1 else ''}" + (f" ({detail})" if detail else "")
-    done = Counter(_DONE[f.code] for f in report if f.code in _DONE)
-    if not done:
-        return line + "."
     problems = counts["error"] + counts["warning"]
-    fixed = "; ".join(f"{n} {one if n == 1 else many}" for (one, many), n in done.items())
-    return f"{line}: {fixed}; {problems} problem{'s' if problems != 1 else ''} left."
+    rules = known_rules()
+    done = Counter(rule.done for f in report if (rule := rules.get(f.code)) is not None and rule.done)  # fixed, not problems
+    fixed = [f"{n} {one if n == 1 else many}" for (one, many), n in done.items()]
+    infos = counts["info"]
+    hidden = f"{infos} info{'s' if infos != 1 else ''} not shown: --show-info" if infos and not show_info else ""
+    suppressed = f"{len(report.suppressed)} suppressed by # noqa" if report.suppressed else ""
+    if not problems and not (show_info and infos):
+        notes = "; ".join(p for p in (hidden, suppressed) if p)
+        details = "; ".join((*fixed, *ran))
+        return "All checks passed" + (f": {details}" if details else "") + (f" ({notes})" if notes else "") + "."
+    shown = [s for s in ("error", "warning", "info") if counts[s] and (s != "info" or show_info)]
+    total = sum(counts[s] for s in shown)
+    detail = "; ".join(p for p in (", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in shown), hidden, suppressed) if p)
+    line = f"Found {total} finding{'s' if total != 1 else ''}" + (f" ({detail})" if detail else "")
+    if not fixed:
+        return line + "."
+    return f"{line}: {'; '.join(fixed)}; {problems} problem{'s' if problems != 1 else ''} left."

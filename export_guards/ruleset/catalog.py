@@ -83,6 +83,7 @@ _RULES = (
         "The placement guard's 'copy' policy copied a constant from device memory to the host.",
         _NOTHING_TO_DO + " To export without the copy, move the model to the CPU before torch.export.",
         "action",
+        done=("constant copied to the host", "constants copied to the host"),
     ),
     Rule(
         "EG201",
@@ -91,6 +92,7 @@ _RULES = (
         "A computation on constants only was folded into one static parameter.",
         _NOTHING_TO_DO + ' The program holds the folded weight instead of the computation.',
         "action",
+        done=("constant folded", "constants folded"),
     ),
     Rule(
         "EG202",
@@ -99,6 +101,7 @@ _RULES = (
         "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
         _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
         "action",
+        done=("reparametrized weight folded", "reparametrized weights folded"),
     ),
     Rule(
         "EG210",

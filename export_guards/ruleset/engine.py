@@ -14,10 +14,8 @@ from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 
-__all__ = ["RULE_FAILED", "Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle", "without_symptoms"]
+__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle", "without_symptoms"]
 
-RULE_FAILED = "EG001"
-"""The engine's own code: a rule raised instead of returning its hits."""
 
 class Selection(Protocol):
     """What the engine asks of the user's settings (``export_guards.settings.Settings``)."""
@@ -106,7 +104,7 @@ def run(
             hits = list(rule.check(subject))
         except Exception as error:  # an input the rule did not expect: say so, carry on
             message = f"rule {rule.code} ({rule.name}) failed on {name}: {describe_error(error)}"
-            findings.append(finding(CATALOG[RULE_FAILED], Hit(message), method=method, artifact=artifact))
+            findings.append(finding(CATALOG["EG001"], Hit(message), method=method, artifact=artifact))
             continue
         findings.extend(finding(rule, hit, method=method, locate=locate, artifact=artifact) for hit in hits)
     return settle(findings, settings)
@@ -140,7 +138,7 @@ def settle(findings: Iterable[Finding], settings: Selection) -> Report:
     ignored by name or prefix: selecting some rules must not hide that one of them failed."""
     settled = []
     for found in findings:
-        shown = settings.enabled(found.code) or (found.code == RULE_FAILED and not settings.ignores(found.code))
+        shown = settings.enabled(found.code) or (found.code == "EG001" and not settings.ignores(found.code))
         if shown:
             severity = settings.severity_of(found.code, found.severity)
             settled.append(found if severity is found.severity else replace(found, severity=severity))

@@ -12,11 +12,9 @@ from collections.abc import Callable, Iterable
 from export_guards.report import Finding, Report, SourceLocation
 from export_guards.ruleset.catalog import CATALOG
 
-__all__ = ["UNSUPPRESSIBLE", "UNUSED_NOQA", "split_suppressed", "unused_noqa"]
+__all__ = ["UNSUPPRESSIBLE", "split_suppressed", "unused_noqa"]
 
-UNUSED_NOQA = "EG003"
-"""The code of a ``# noqa`` that suppressed nothing."""
-UNSUPPRESSIBLE = frozenset({"EG001", "EG002", UNUSED_NOQA})
+UNSUPPRESSIBLE = frozenset({"EG001", "EG002", "EG003"})
 """A rule that failed, a step that failed, a comment that suppressed nothing: no comment on a
 line can answer for them (a bare ``# noqa`` would otherwise hide its own EG003)."""
 
@@ -59,7 +57,7 @@ def unused_noqa(report: Report, lines: Iterable[tuple[str, int]], judged: Callab
     for found in report.suppressed:
         if found.location is not None:
             used.setdefault((found.location.file, found.location.line), set()).add(found.code)
-    rule, findings = CATALOG[UNUSED_NOQA], []
+    rule, findings = CATALOG["EG003"], []
     for file, line in sorted(set(lines)):
         codes = _noqa_codes(file, line)
         if codes is None:

@@ -86,6 +86,9 @@ class Rule:
             a guard reports itself (stage ``action``) or the engine does (``engine``).
         url: the rule's documentation page, for a project's rules (export-guards' own codes
             link to their section of ``docs/rules.md``).
+        done: for a code that reports what a guard did (stage ``action``), what one and what
+            several findings did, as the text summary counts them among what was fixed
+            (``("constant folded", "constants folded")``).
     """
 
     code: str
@@ -96,6 +99,7 @@ class Rule:
     stage: Stage
     check: Check | None = dataclasses.field(default=None, compare=False, repr=False)
     url: str | None = None
+    done: tuple[str, str] | None = None
 
     @property
     def help_uri(self) -> str | None:

@@ -52,13 +52,7 @@ def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
 @rule("EG402")
 def delegation_coverage(context: LintContext) -> Iterator[Hit]:
     summary = delegation_summary(context.program)
-    delegated = sum(summary.delegated.values())
-    total = delegated + sum(summary.portable.values())
-    backends = ", ".join(sorted(summary.backends)) or "no delegate"
-    if total:
-        stated = f"{delegated} of {total} compute ops delegated ({summary.fraction_delegated:.0%}) to {backends}"
-    else:  # stated all the same: what the delegates took is the question, whatever the model
-        stated = f"no conv / linear / matmul to delegate ({backends})"
+    stated = summary.stated()  # stated all the same without compute ops: what the delegates took is the question
     if summary.other_portable:
         left = ", ".join(f"{op} x{count}" for op, count in sorted(summary.other_portable.items()))
         stated += f"; left outside every delegate, on the runtime's kernels: {left} (EG403)"

@@ -8,10 +8,6 @@ from export_guards.analysis.storage import describe, first_user, storage_problem
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, RuleSet, rule
 
-CONSTANT_ON_DEVICE = "EG101"
-"""Rule code: a constant lives in non-CPU (device) memory."""
-CONSTANT_WITHOUT_DATA = "EG102"
-"""Rule code: a constant has no storage to read (meta, fake, or a null data pointer)."""
 
 
 def _hits(context: LintContext, on_device: bool) -> Iterator[Hit]:
@@ -21,12 +17,12 @@ def _hits(context: LintContext, on_device: bool) -> Iterator[Hit]:
             yield Hit(f"{describe(constant)} {problem.why}", first_user(constant.node), constant.fqn)
 
 
-@rule(CONSTANT_ON_DEVICE)
+@rule("EG101")
 def constant_on_device(context: LintContext) -> Iterator[Hit]:
     return _hits(context, on_device=True)
 
 
-@rule(CONSTANT_WITHOUT_DATA)
+@rule("EG102")
 def constant_without_data(context: LintContext) -> Iterator[Hit]:
     return _hits(context, on_device=False)
 

@@ -16,7 +16,6 @@ The facts (whether the host can read a tensor) are ``analysis.storage``'s; the l
 EG101 / EG102 rules report them.
 """
 
-from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, CONSTANT_WITHOUT_DATA
 from export_guards.passes.placement.emit import EmitPlacementPass, emit_passes
 from export_guards.passes.placement.guard import (
     ConstantPlacementPass,
@@ -24,13 +23,10 @@ from export_guards.passes.placement.guard import (
     check_policy,
     guard_constant_placement,
 )
-from export_guards.passes.placement.messages import CONSTANT_COPIED, copy_findings, placement_error
+from export_guards.passes.placement.messages import copy_findings, placement_error
 from export_guards.passes.placement.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
 
 __all__ = [
-    "CONSTANT_COPIED",
-    "CONSTANT_ON_DEVICE",
-    "CONSTANT_WITHOUT_DATA",
     "DEVICE_BACKENDS",
     "ConstantPlacementPass",
     "EmitPlacementPass",

@@ -19,7 +19,7 @@ from torch.fx.passes.infra.pass_base import PassBase
 
 from export_guards.errors import GuardError
 from export_guards.linter import lint, lint_method
-from export_guards.linter.rules.placement import CONSTANT_WITHOUT_DATA, PLACEMENT_RULES
+from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.placement.guard import check_policy
 from export_guards.passes.placement.host_copy import host_constants, host_graph
 from export_guards.passes.placement.messages import copy_findings, placement_error
@@ -74,7 +74,7 @@ class EmitPlacementPass(PassBase):
         report = lint_method(program, method, rules=PLACEMENT_RULES)
         if not report.errors:
             return GuardGraphPassResult(graph_module, False)
-        if self.policy == "error" or any(f.code == CONSTANT_WITHOUT_DATA for f in report.errors):
+        if self.policy == "error" or any(f.code == "EG102" for f in report.errors):
             others = {name: manager.exported_program(name) for name in manager.methods if name != method} if manager else {}
             raise placement_error(report + lint(others, rules=PLACEMENT_RULES) if others else report)
         # The graph is twinned alone: to_executorch has made it non-functional (buffer

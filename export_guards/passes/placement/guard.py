@@ -17,7 +17,7 @@ from torch.export import ExportedProgram
 
 from export_guards.analysis.programs import Program, methods_of
 from export_guards.linter import lint, lint_method
-from export_guards.linter.rules.placement import CONSTANT_WITHOUT_DATA, PLACEMENT_RULES, constant_on_device
+from export_guards.linter.rules.placement import PLACEMENT_RULES, constant_on_device
 from export_guards.passes.placement.host_copy import host_twin
 from export_guards.passes.placement.messages import copy_findings, placement_error
 from export_guards.passes.result import GuardPassResult
@@ -136,5 +136,5 @@ def check_policy(policy: str) -> None:
 
 
 def _raise_unless_copyable(report: Report, policy: PlacementPolicy) -> None:
-    if policy != "copy" or any(f.code == CONSTANT_WITHOUT_DATA for f in report.errors):
+    if policy != "copy" or any(f.code == "EG102" for f in report.errors):
         raise placement_error(report)

@@ -25,7 +25,7 @@ from torch.utils import _pytree as pytree
 from export_guards.analysis.programs import ConstantKind
 from export_guards.analysis.storage import unreadable_constants
 from export_guards.linter import lint_method
-from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE, PLACEMENT_RULES
+from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.placement.messages import placement_error
 from export_guards.ruleset import CATALOG
 
@@ -49,7 +49,7 @@ def host_twin(method: str | None, ep: ExportedProgram) -> ExportedProgram:
         twin._example_inputs = pytree.tree_map_only(torch.Tensor, _on_host, ep.example_inputs)
     left = lint_method(twin, method, rules=PLACEMENT_RULES)
     if left:
-        raise placement_error(left, advice=CATALOG[CONSTANT_ON_DEVICE].fix)
+        raise placement_error(left, advice=CATALOG["EG101"].fix)
     return twin
 
 

@@ -10,10 +10,8 @@ from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
 from torch.export import ExportedProgram
 
-__all__ = ["CONSTANT_COPIED", "FIX", "FIX_BACKEND", "FIX_EMITTER", "copy_findings", "placement_error"]
+__all__ = ["FIX", "FIX_BACKEND", "FIX_EMITTER", "copy_findings", "placement_error"]
 
-CONSTANT_COPIED = "EG103"
-"""Rule code (info): the ``"copy"`` policy copied a constant to host memory."""
 
 FIX = (
     "move the model to the CPU before torch.export, or copy the constants to the host "
@@ -37,7 +35,7 @@ def copy_findings(method: str | None, ep: ExportedProgram) -> Report:
     policy copies to the host."""
     copies = [
         finding(
-            CATALOG[CONSTANT_COPIED],
+            CATALOG["EG103"],
             Hit(f"copied {describe(constant)} from {constant.tensor.device} to host memory", first_user(constant.node), constant.fqn),
             method=method,
             locate=node_site,

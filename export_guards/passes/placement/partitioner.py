@@ -20,7 +20,6 @@ from export_guards.analysis.programs import ProgramConstant, iter_constants
 from export_guards.analysis.source import node_site
 from export_guards.analysis.storage import describe, first_user
 from export_guards.backends import device_backend_ids
-from export_guards.linter.rules.placement import CONSTANT_ON_DEVICE
 from export_guards.passes.placement.guard import check_policy
 from export_guards.passes.placement.messages import FIX_BACKEND, FIX_EMITTER, placement_error
 from export_guards.report import Report
@@ -166,7 +165,7 @@ def _host_reads_of_device_memory(result: PartitionResult, trusted: frozenset[str
         if reader is not None and reader not in trusted:
             message = f"{describe(constant)} is on {device}, not in host (CPU) memory; {_reads(reader)}"
             hit = Hit(message, first_user(constant.node), constant.fqn, fix=_fix(reader))
-            hits.append(finding(CATALOG[CONSTANT_ON_DEVICE], hit, locate=node_site))
+            hits.append(finding(CATALOG["EG101"], hit, locate=node_site))
     return Report.of(hits)
 
 

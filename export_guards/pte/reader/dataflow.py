@@ -18,7 +18,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import final
 
-from executorch.exir.schema import (
+from export_guards.pte.reader.operators import VIEWS
+from export_guards.pte.reader.schemas import operator_schema
+from export_guards.pte.reader.tensors import tensor_nbytes
+from export_guards.pte.reader.wheel import (
     DelegateCall,
     ExecutionPlan,
     FreeCall,
@@ -29,10 +32,6 @@ from executorch.exir.schema import (
     Tensor,
     TensorList,
 )
-
-from export_guards.pte.reader.operators import VIEWS
-from export_guards.pte.reader.schemas import operator_schema
-from export_guards.pte.reader.tensors import tensor_nbytes
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
 __all__ = ["Access", "arena_slot", "method_accesses", "read_before_written", "tensor_arguments", "views"]

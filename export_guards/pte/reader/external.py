@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import final
 
-from executorch.extension.flat_tensor.serialize.serialize import FlatTensorHeader
-
 from export_guards.pte.reader.file import Region
 from export_guards.pte.reader.flatc import generated_reader
+from export_guards.pte.reader.headers import FlatTensorHeader
 from export_guards.pte.reader.identity import DATA_IDENTIFIER as IDENTIFIER
 
 __all__ = ["PtdFile"]

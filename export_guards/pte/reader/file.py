@@ -21,16 +21,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, final
 
-from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (
-    Program as _ProgramTable,
-)
-from executorch.exir.schema import DataLocation, Program, SubsegmentOffsets
 from flatbuffers import number_types
 from flatbuffers.table import Table
 
+from export_guards.pte.reader.headers import ExtendedHeader
 from export_guards.pte.reader.identity import PROGRAM_IDENTIFIER as FILE_IDENTIFIER
 from export_guards.pte.reader.program_table import parse_program
+from export_guards.pte.reader.wheel import DataLocation, Program, ProgramTable, SubsegmentOffsets
 from export_guards.ruleset import describe_error
 
 __all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "PteFile", "Region", "SubsegmentTable", "open_bytes", "verified_reader"]
@@ -145,12 +142,12 @@ class PteFile:
         return bytes(self.data[4:8])
 
     @cached_property
-    def header(self) -> _ExtendedHeader | None:
+    def header(self) -> ExtendedHeader | None:
         """The extended header, when its magic is present (valid or not: the rules judge it)."""
-        if self.size < 8 + _ExtendedHeader.EXPECTED_LENGTH:
+        if self.size < 8 + ExtendedHeader.EXPECTED_LENGTH:
             return None
-        header = _ExtendedHeader.from_bytes(bytes(self.data[8 : 8 + _ExtendedHeader.EXPECTED_LENGTH]))
-        return header if header.magic == _ExtendedHeader.EXPECTED_MAGIC else None
+        header = ExtendedHeader.from_bytes(bytes(self.data[8 : 8 + ExtendedHeader.EXPECTED_LENGTH]))
+        return header if header.magic == ExtendedHeader.EXPECTED_MAGIC else None
 
     @property
     def program_size(self) -> int:
@@ -164,7 +161,7 @@ class PteFile:
     @cached_property
     def program(self) -> Program | None:
         """The program table, parsed by ExecuTorch's deserializer; None (with a problem) if it fails."""
-        if self.size < 8 or not _ProgramTable.ProgramBufferHasIdentifier(bytes(self.data[:8]), 0):
+        if self.size < 8 or not ProgramTable.ProgramBufferHasIdentifier(bytes(self.data[:8]), 0):
             self.problems.append(f"no ExecuTorch program: file identifier {self.identifier!r}, expected {FILE_IDENTIFIER!r}")
             return None
         if not 8 <= self.program_size <= self.size:

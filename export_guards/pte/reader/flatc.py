@@ -1,17 +1,17 @@
 """Readers for the flatbuffers that ExecuTorch has no Python reader for (XNNPACK payloads,
 ``.ptd`` files): generated once per process by ExecuTorch's own ``flatc`` from the schema that
-ExecuTorch ships, then read in-process, lazily (no child process per payload)."""
+ExecuTorch ships (read from the wheel's files: importing the packages that hold them would
+import torch), then read in-process, lazily (no child process per payload)."""
 
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import subprocess
 import tempfile
 import types
 from pathlib import Path
 
-from executorch.exir._serialize._flatbuffer import _get_flatc_path
+from export_guards.pte.reader.wheel import flatc_path, read_resource
 
 __all__ = ["DecodeError", "generated_reader"]
 
@@ -33,8 +33,8 @@ def generated_reader(package: str, schema: str, *included: str) -> types.ModuleT
     with tempfile.TemporaryDirectory(prefix="export-guards-") as scratch:
         folder = Path(scratch)
         for name in (schema, *included):
-            (folder / name).write_bytes(importlib.resources.files(package).joinpath(name).read_bytes())
-        command = [_get_flatc_path(), "--python", "--gen-onefile", "--gen-all", "-o", scratch, str(folder / schema)]
+            (folder / name).write_bytes(read_resource(package, name))
+        command = [flatc_path(), "--python", "--gen-onefile", "--gen-all", "-o", scratch, str(folder / schema)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         generated = folder / f"{Path(schema).stem}_generated.py"
         if done.returncode != 0 or not generated.is_file():

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import math
 
-from executorch.exir.schema import Bool, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Tensor
-
 from export_guards.pte.reader.dataflow import Access, arena_slot
 from export_guards.pte.reader.operators import DISJOINT_POOLS, ELEMENTWISE, INNER_REDUCTIONS, RIGHT_MATRIX, SCALAR_HOISTING, SELF_COPIED_FIRST
 from export_guards.pte.reader.tensors import element_bytes
+from export_guards.pte.reader.wheel import Bool, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Tensor
 
 __all__ = ["hoists_a_scalar", "reads_before_overwriting"]
 

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from executorch.exir.scalar_type import ScalarType
-from executorch.exir.schema import Bool, ExecutionPlan, Int, IntList, Null, OptionalTensorList, Tensor, TensorList
-
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.pte.reader.tensors import dtype_name
+from export_guards.pte.reader.wheel import (
+    Bool,
+    ExecutionPlan,
+    Int,
+    IntList,
+    Null,
+    OptionalTensorList,
+    ScalarType,
+    Tensor,
+    TensorList,
+)
 
 __all__ = ["OUT_SHAPES", "refusal"]
 

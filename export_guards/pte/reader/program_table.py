@@ -5,7 +5,7 @@ then converts every value to the dataclasses by inspecting its type hints, once 
 the unpacking is ExecuTorch's own, and the conversion follows the same rules with a plan made
 once per dataclass and field type, which takes about a fifth off the parse of a small program
 (the check's largest cost). ``tests/test_pte_check.py`` compares the two on every program it
-writes.
+writes. ExecuTorch's helpers and classes come from ``reader/wheel.py``: loaded without torch.
 """
 
 from __future__ import annotations
@@ -16,14 +16,7 @@ from collections.abc import Callable
 from dataclasses import is_dataclass
 from typing import Any, Union, get_args, get_origin
 
-from executorch.exir._serialize._flatbuffer_program import (
-    _coerce_bytes,
-    _dataclass_field_map,
-    _dataclass_type_hints,
-    _patch_generated_flatbuffer_aliases,
-)
-from executorch.exir._serialize.generated.executorch_flatbuffer.Program import ProgramT
-from executorch.exir.schema import Program
+from export_guards.pte.reader.wheel import Program, ProgramT, coerce_bytes, dataclass_field_map, dataclass_type_hints, patch_generated_flatbuffer_aliases
 
 __all__ = ["parse_program"]
 
@@ -33,7 +26,7 @@ Converter = Callable[[Any], Any]
 def parse_program(data: bytes) -> Program:
     """``data`` (the program flatbuffer) as a ``Program``, equal to what ExecuTorch's
     ``_flatbuffer_to_program`` gives. Raises what the unpacking raises on a damaged buffer."""
-    _patch_generated_flatbuffer_aliases()
+    patch_generated_flatbuffer_aliases()
     return _converter(Program)(ProgramT.InitFromPackedBuf(data))
 
 
@@ -48,9 +41,9 @@ def _converter(expected: Any) -> Converter:
         choices = get_args(expected)
         return lambda value: None if value is None else _union(choices, value)
     if expected is bytes:
-        return lambda value: None if value is None else _coerce_bytes(value)
+        return lambda value: None if value is None else coerce_bytes(value)
     if expected is str:
-        return lambda value: None if value is None else _coerce_bytes(value).decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+        return lambda value: None if value is None else coerce_bytes(value).decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
     if is_dataclass(expected):
         return _dataclass_converter(expected)
     if isinstance(expected, type) and issubclass(expected, enum.Enum):
@@ -61,14 +54,14 @@ def _converter(expected: Any) -> Converter:
 
 
 def _dataclass_converter(cls: type) -> Converter:
-    hints = _dataclass_type_hints(cls)
+    hints = dataclass_type_hints(cls)
     plan: list[tuple[str, str, Converter]] = []
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
         if not plan:  # filled on first use: a field may hold this very dataclass
-            plan.extend((name, source, _converter(hints[name])) for name, source in _dataclass_field_map(cls))
+            plan.extend((name, source, _converter(hints[name])) for name, source in dataclass_field_map(cls))
         return cls(**{name: field(getattr(value, source)) for name, source, field in plan})
 
     return convert

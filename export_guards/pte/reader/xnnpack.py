@@ -6,17 +6,16 @@ and which values each node reads and writes."""
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import math
 import re
 import types
 from dataclasses import dataclass
 from typing import Any, final
 
-from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
-
 from export_guards.pte.reader.file import verified_reader
 from export_guards.pte.reader.flatc import DecodeError, generated_reader
+from export_guards.pte.reader.headers import XNNHeader
+from export_guards.pte.reader.wheel import read_resource
 
 __all__ = ["BACKEND_ID", "ELEMENT_BYTES", "GRAPH_IDENTIFIERS", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnValue", "is_xnnpack_payload", "read_payload"]
 
@@ -323,7 +322,7 @@ def _nodes(root: object) -> tuple[XnnNode, ...]:
 def _node_tables() -> dict[int, tuple[str, str | None]]:
     """Each node kind's union tag -> (its name, the schema table that holds its fields), read
     from the schema's ``union XNodeUnion`` (``XNNAdd: _XNNNode2x1``, or a table of its own)."""
-    text = importlib.resources.files("executorch.backends.xnnpack.serialization").joinpath("schema.fbs").read_text()
+    text = read_resource("executorch.backends.xnnpack.serialization", "schema.fbs").decode()
     body = re.search(r"union\s+XNodeUnion\s*\{(.*?)\}", text, re.DOTALL)
     members = {}
     for line in (body.group(1) if body else "").split(","):

@@ -18,11 +18,18 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from executorch.exir.scalar_type import ScalarType
-from executorch.exir.schema import DelegateCall, ExecutionPlan, KernelCall, OptionalTensorList, Tensor, TensorList, TensorShapeDynamism
-
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.tensors import describe_tensor, element_bytes
+from export_guards.pte.reader.wheel import (
+    DelegateCall,
+    ExecutionPlan,
+    KernelCall,
+    OptionalTensorList,
+    ScalarType,
+    Tensor,
+    TensorList,
+    TensorShapeDynamism,
+)
 from export_guards.pte.reader.xnnpack import (
     ELEMENT_BYTES,
     EXTERNAL_INPUT,

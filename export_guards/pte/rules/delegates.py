@@ -7,14 +7,13 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 
-from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
-from executorch.exir.schema import Tensor, TensorDataLocation
-
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.backend_ids import KNOWN_BACKEND_IDS
 from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.headers import XNNHeader
 from export_guards.pte.reader.tensors import describe_layout, describe_tensor, tensor_nbytes
+from export_guards.pte.reader.wheel import Tensor, TensorDataLocation
 from export_guards.pte.reader.xnnpack import BACKEND_ID, ELEMENT_BYTES, NO_OFFSET, XnnPayload, is_xnnpack_payload
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule

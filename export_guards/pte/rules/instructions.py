@@ -1,13 +1,19 @@
 """EG512: instructions that point at values, operators or delegates that are not there, or pass
-an operator a value of the wrong kind (the runtime asserts, or reads out of bounds)."""
+an operator a value of the wrong kind (the runtime asserts, or reads out of bounds).
+
+The kinds come from torch's schema of each operator called (``reader/schemas.py``): torch is
+imported for a program with kernel calls only."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
-from executorch.exir.schema import (
+from export_guards.pte.context import PteContext
+from export_guards.pte.reader.operators import spelled
+from export_guards.pte.reader.schemas import operator_schema, torch_with_executorch_operators
+from export_guards.pte.reader.wheel import (
     DelegateCall,
     ExecutionPlan,
     FreeCall,
@@ -19,11 +25,10 @@ from executorch.exir.schema import (
     Tensor,
     TensorList,
 )
-
-from export_guards.pte.context import PteContext
-from export_guards.pte.reader.operators import spelled
-from export_guards.pte.reader.schemas import operator_schema
 from export_guards.ruleset import Hit, rule
+
+if TYPE_CHECKING:
+    import torch
 
 # The value kinds the runtime accepts for each kind of schema type.
 _KINDS = {
@@ -211,7 +216,7 @@ def _in_place_positions(name: str, overload: str) -> tuple[int, ...]:
 
 
 def _accepted(schema_type: torch._C.JitType) -> frozenset[str]:
-    optional = isinstance(schema_type, torch._C.OptionalType)
+    optional = isinstance(schema_type, torch_with_executorch_operators()._C.OptionalType)  # imported: a schema is read
     inner = schema_type.getElementType() if optional else schema_type
     kinds = _KINDS.get(str(inner).replace("int[]", "List[int]"))
     if kinds is None:

@@ -15,6 +15,9 @@ Out of reach, and left alone: calls with dynamic shapes (their sizes are bounds)
 meta tensors cannot hold (quantized ones), arguments a replay cannot build (devices, layouts),
 operators torch does not know here or that have no meta kernel (torch raises
 ``NotImplementedError``).
+
+torch (and ExecuTorch's operators, ``reader/schemas.py``) is imported at the first ATen or
+``dim_order_ops`` call: never for a program without one.
 """
 
 from __future__ import annotations
@@ -22,9 +25,14 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
-from executorch.exir.schema import (
+from export_guards.pte.context import PteContext
+from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, refusal
+from export_guards.pte.reader.operators import ONE_DTYPE, spelled
+from export_guards.pte.reader.schemas import torch_with_executorch_operators
+from export_guards.pte.reader.tensors import describe_tensor, dtype_name, has_dtype
+from export_guards.pte.reader.wheel import (
     Bool,
     BoolList,
     Double,
@@ -40,15 +48,10 @@ from executorch.exir.schema import (
     TensorList,
     TensorShapeDynamism,
 )
-from executorch.exir.tensor import get_scalar_type
-
-from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (defines torch.ops.dim_order_ops)
-
-from export_guards.pte.context import PteContext
-from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, refusal
-from export_guards.pte.reader.operators import ONE_DTYPE, spelled
-from export_guards.pte.reader.tensors import describe_tensor
 from export_guards.ruleset import Hit, rule
+
+if TYPE_CHECKING:
+    import torch
 
 # What torch says when the replay, not the program, is at fault (an argument it could not pass,
 # a path with no meta kernel).
@@ -118,13 +121,13 @@ def _mixed_dtypes(name: str, arguments: list, signature: tuple) -> str | None:
     if name not in ONE_DTYPE:
         return None
     dtypes = {
-        a.name: get_scalar_type(d[1])
+        a.name: dtype_name(d[1])
         for a, d in zip(arguments, signature)
         if isinstance(d, tuple) and d[:1] == ("tensor",) and a.name not in _OWN_DTYPE
     }
     if len(set(dtypes.values())) < 2:
         return None
-    listed = ", ".join(f"{k} {str(v).removeprefix('torch.')}" for k, v in dtypes.items())
+    listed = ", ".join(f"{k} {v}" for k, v in dtypes.items())
     return f"with tensors of different dtypes ({listed}): ExecuTorch's kernel takes them in one dtype and refuses the call"
 
 
@@ -136,6 +139,7 @@ def _replay_signature(
     of its refusal (dtypes or shapes it does not take together), or (the position of a written
     argument, the shape ExecuTorch's kernel resizes it to: ``fixed``'s where given, else the
     one torch computes)."""
+    torch = torch_with_executorch_operators()
     arguments = overload._schema.arguments
     try:
         built = [_build(description) for description in signature]
@@ -168,6 +172,7 @@ def _overload(name: str, overload: str) -> torch._ops.OpOverload | None:
     namespace, _, op_name = name.partition("::")
     if namespace not in ("aten", "dim_order_ops"):
         return None
+    torch = torch_with_executorch_operators()
     packet = getattr(getattr(torch.ops, namespace), op_name, None)
     op = getattr(packet, overload or "default", None) if packet is not None else None
     # Operators with a meta kernel of their own, or an out variant that calls its functional
@@ -215,12 +220,18 @@ def _build(description: object) -> object:
     kind, payload = description[0], description[1:]
     if kind == "tensor":
         dtype, sizes, strides = payload
-        return torch.empty_strided(sizes, strides, dtype=get_scalar_type(dtype), device="meta")
+        return torch_with_executorch_operators().empty_strided(sizes, strides, dtype=_torch_dtype(dtype), device="meta")
     if kind == "dtype":
-        return get_scalar_type(payload[0])
+        return _torch_dtype(payload[0])
     if kind in ("ints", "list"):
         return list(payload[0])
     return [_build(item) for item in payload[0]]  # tensors
+
+
+def _torch_dtype(scalar_type: int) -> torch.dtype:
+    from executorch.exir.tensor import get_scalar_type  # imported with torch, by then
+
+    return get_scalar_type(scalar_type)
 
 
 def _int(plan: ExecutionPlan, index: int) -> int:
@@ -231,10 +242,8 @@ def _int(plan: ExecutionPlan, index: int) -> int:
 
 
 def _tensor(tensor: Tensor) -> tuple[str, int, tuple[int, ...], tuple[int, ...]]:
-    try:
-        get_scalar_type(tensor.scalar_type)
-    except (KeyError, ValueError, TypeError):
-        raise _Unsupported from None
+    if not has_dtype(tensor.scalar_type):
+        raise _Unsupported
     sizes = list(tensor.sizes)
     order = list(tensor.dim_order)
     if sorted(order) != list(range(len(sizes))):

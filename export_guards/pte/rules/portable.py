@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from executorch.exir.schema import DelegateCall, KernelCall
-
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.operators import COMPUTE
+from export_guards.pte.reader.wheel import DelegateCall, KernelCall
 from export_guards.ruleset import Hit, rule
 
 

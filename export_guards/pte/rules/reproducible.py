@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 
-from executorch.exir.schema import Tensor
-
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.wheel import Tensor
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnConstant, read_payload
 from export_guards.pte.reproducible import ExportPair
 from export_guards.ruleset import Hit, rule

@@ -6,12 +6,11 @@ import itertools
 import math
 from collections.abc import Iterator
 
-from executorch.exir._serialize._program import _ExtendedHeader
-from executorch.exir.schema import AllocationDetails, ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
-
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile, Region
+from export_guards.pte.reader.headers import ExtendedHeader
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.wheel import AllocationDetails, ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
@@ -40,10 +39,10 @@ def pte_header(context: PteContext) -> Iterator[Hit]:
     header = pte.header
     if header is None:
         return  # a program without segments: the flatbuffer is the whole file
-    fields = (8, _ExtendedHeader.EXPECTED_LENGTH)  # the extended header, whose fields are wrong
+    fields = (8, ExtendedHeader.EXPECTED_LENGTH)  # the extended header, whose fields are wrong
     if not header.is_valid():
-        yield Hit(f"the extended header's length is {header.length}; it must be at least {_ExtendedHeader.MINIMUM_LENGTH}", region=fields)
-    if not 8 + _ExtendedHeader.MINIMUM_LENGTH <= header.program_size <= pte.size:  # the runtime reads no further than the length it needs
+        yield Hit(f"the extended header's length is {header.length}; it must be at least {ExtendedHeader.MINIMUM_LENGTH}", region=fields)
+    if not 8 + ExtendedHeader.MINIMUM_LENGTH <= header.program_size <= pte.size:  # the runtime reads no further than the length it needs
         yield Hit(f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)", region=fields)
     base, data_size = header.segment_base_offset, header.segment_data_size
     if base > pte.size or base + data_size > pte.size:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from executorch.exir.schema import DelegateCall, ExecutionPlan, Int, KernelCall, Tensor
-
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_written, tensor_arguments, views
 from export_guards.pte.reader.in_call import hoists_a_scalar, reads_before_overwriting
 from export_guards.pte.reader.operators import BYTE_COPIES, DIM_ORDER_BLIND, is_aten
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
+from export_guards.pte.reader.wheel import DelegateCall, ExecutionPlan, Int, KernelCall, Tensor
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
