@@ -25,7 +25,7 @@ ROOT = PACKAGE.parent
 
 # Each room may import only the rooms before it in this order (and itself).
 LAYERS = [
-    {"report", "backends", "quiet"},
+    {"report", "backends", "quiet", "compat"},
     {"ruleset"},
     {"settings"},
     {"errors", "targets", "render"},

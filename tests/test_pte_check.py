@@ -365,6 +365,32 @@ def test_runtime_takes_one_data_file(programs: dict[str, Written]) -> None:
         check_pte(written.pte, data_files=[written.data_files[0]] * 2, runtime=True)
 
 
+@pytest.mark.subprocess  # the runtime child loads the program with its data file
+def test_the_runtime_run_loads_the_data_file_where_this_executorch_takes_one(programs: dict[str, Written]) -> None:
+    """``data_path`` is new in executorch 1.5's ``Runtime.load_program`` (issue 37): detected by
+    its signature (``export_guards.compat``), never by the version. Here it is there, and the
+    external program runs with its ``.ptd``; a signature without it refuses the data file in
+    one line that names the version."""
+    import inspect
+
+    from executorch.runtime import Runtime
+
+    from export_guards.compat import load_program, takes_keyword
+
+    written = programs["external"]
+    assert takes_keyword(Runtime.load_program, "data_path") == ("data_path" in inspect.signature(Runtime.load_program).parameters)
+    if takes_keyword(Runtime.load_program, "data_path"):
+        assert not check_pte(written.pte, data_files=written.data_files, runtime=True).with_code("EG511")
+
+    class Before15:  # the signature of Runtime.load_program before executorch 1.5
+        def load_program(self, data: bytes, *, verification: object = None) -> bytes:
+            return data
+
+    assert load_program(Before15(), b"program") == b"program"
+    with pytest.raises(RuntimeError, match=r"Runtime.load_program\(data_path=...\) is new in executorch 1.5"):
+        load_program(Before15(), b"program", "weights.ptd")
+
+
 def test_a_rule_that_raises_is_reported_as_eg001(programs: dict[str, Written], monkeypatch: pytest.MonkeyPatch) -> None:
     """What the fuzz test looks for: a rule that fails on its input is an EG001 finding naming
     the rule and the file, and every other rule still runs."""

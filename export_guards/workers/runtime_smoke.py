@@ -16,6 +16,7 @@ from executorch.exir.schema import Bool, Double, Int, Tensor
 from executorch.exir.tensor import get_scalar_type
 from executorch.runtime import Runtime
 
+from export_guards.compat import load_program
 from export_guards.pte.reader.file import PteFile, open_bytes
 
 __all__ = ["in_dim_order", "smoke"]
@@ -29,7 +30,7 @@ def smoke(program: str, data_file: str | None) -> int:
 
     step("load")
     try:
-        loaded = Runtime.get().load_program(program, data_path=data_file)
+        loaded = load_program(Runtime.get(), program, data_file)  # data_path: executorch 1.5 and later
         names = sorted(loaded.method_names)
     except Exception as error:
         print(json.dumps({"failure": f"load: {type(error).__name__}: {error}"}), flush=True)
