@@ -236,10 +236,10 @@ def test_a_program_in_a_folder_of_several_gets_the_ptd_named_after_it(tmp_path: 
 
     for name in ("m.pte", "n.pte", "m.ptd", "m.weights.ptd", "mm.ptd", "_default_external_constant.ptd"):
         (tmp_path / name).write_bytes(b"")
-    assert data_beside(tmp_path / "m.pte") == (tmp_path / "m.ptd", tmp_path / "m.weights.ptd")
-    assert data_beside(tmp_path / "n.pte") == ()
+    assert data_beside(tmp_path / "m.pte", list(tmp_path.iterdir())) == (tmp_path / "m.ptd", tmp_path / "m.weights.ptd")
+    assert data_beside(tmp_path / "n.pte", list(tmp_path.iterdir())) == ()
     (tmp_path / "n.pte").unlink()
-    assert len(data_beside(tmp_path / "m.pte")) == 4  # the only program: every .ptd beside it
+    assert len(data_beside(tmp_path / "m.pte", list(tmp_path.iterdir()))) == 4  # the only program: every .ptd beside it
 
 
 @pytest.mark.subprocess  # each runtime run is a child process; --jobs runs two at once

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here, settings_from
@@ -107,7 +107,10 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
             found = sorted(given.rglob("*.pte"))
             if not found:
                 raise UsageError(f"{given} holds no .pte file: give a folder of programs, or the programs themselves")
-            programs += [(path, data_beside(path)) for path in found]
+            beside: dict[Path, list[Path]] = {}  # each folder listed once, however many programs it holds
+            for path in sorted([*found, *given.rglob("*.ptd")]):
+                beside.setdefault(path.parent, []).append(path)
+            programs += [(path, data_beside(path, beside[path.parent])) for path in found]
             continue
         _readable_file(given, "the program")
         if file_kind_of(given) == "data":
@@ -127,15 +130,14 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
     return programs
 
 
-def data_beside(program: Path) -> tuple[Path, ...]:
-    """The ``.ptd`` files beside ``program`` that are its own: those named after it
-    (``model.pte``: ``model.ptd``, ``model.weights.ptd``, ``model_weights.ptd``), or, when it
-    is the only program in its folder, every ``.ptd`` there (ExecuTorch names them after the
-    data's tag, ``_default_external_constant.ptd``)."""
-    folder = program.parent
-    ptds = sorted(folder.glob("*.ptd"))
-    if len(list(folder.glob("*.pte"))) == 1:
-        return tuple(ptds)
+def data_beside(program: Path, folder: Sequence[Path]) -> tuple[Path, ...]:
+    """The ``.ptd`` files beside ``program`` that are its own, given the ``.pte`` and ``.ptd``
+    files of its ``folder``: those named after it (``model.pte``: ``model.ptd``,
+    ``model.weights.ptd``, ``model_weights.ptd``), or, when it is the only program there, every
+    ``.ptd`` (ExecuTorch names them after the data's tag, ``_default_external_constant.ptd``)."""
+    ptds = tuple(sorted(p for p in folder if p.suffix == ".ptd"))
+    if sum(p.suffix == ".pte" for p in folder) == 1:
+        return ptds
     stem = program.stem
     return tuple(p for p in ptds if p.stem == stem or p.stem.startswith((f"{stem}.", f"{stem}_")))
 
