@@ -12,6 +12,7 @@ import functools
 import mmap
 import os
 import signal
+import sys
 import threading
 import time
 import typing
@@ -400,10 +401,16 @@ def _time_limit(seconds: float) -> Iterator[None]:
         if armed[0]:
             raise _ParseTimeout
 
+    def unraisable(report: Any) -> None:  # our own tick, swallowed where it landed: said by nobody
+        if not isinstance(report.exc_value, _ParseTimeout):
+            previous_unraisable(report)
+
     started = time.monotonic()
+    previous_unraisable, sys.unraisablehook = sys.unraisablehook, unraisable
     previous_handler = signal.signal(signal.SIGALRM, expire)
-    # Repeating: an exception raised while a weakref callback or __del__ runs is swallowed, so
-    # the alarm fires again until one lands in the parse.
+    # Repeating: an exception raised while a weakref callback or __del__ runs is swallowed (and
+    # reported as unraisable: the hook above keeps those quiet, so that no later tick lands in a
+    # reporter such as pytest's), so the alarm fires again until one lands in the parse.
     previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
     if previous_delay and previous_delay < seconds:
         signal.signal(signal.SIGALRM, previous_handler)  # the caller's alarm comes first
@@ -414,6 +421,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
         armed[0] = False  # first: a tick from here on raises nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
+        sys.unraisablehook = previous_unraisable
         remaining = previous_delay - (time.monotonic() - started)
         if previous_delay and remaining > 0:  # not yet due (had it been, it would have fired)
             signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
