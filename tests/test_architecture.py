@@ -126,6 +126,53 @@ def test_rooms_import_one_way() -> None:
     assert not importers_of_workers, f"child-process entry points are imported by {importers_of_workers}"
 
 
+def design_table() -> list[tuple[set[str], str]]:
+    """docs/design.md's table of rooms: each row's rooms and its "imports" column."""
+    rows = []
+    for line in (ROOT / "docs" / "design.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            names = re.findall(r"`([\w.]+?)(?:\.py|/)?`", cells[0])
+            rows.append(({name for name in names}, cells[2]))
+    return rows
+
+
+def claimed_imports(column: str, above: set[str], everything: set[str]) -> tuple[set[str], bool]:
+    """The rooms a row's "imports" column names, and whether it names them exactly (a list)
+    rather than as a bound ("the above", "everything")."""
+    if column == "nothing":
+        return set(), True
+    if column == "the above":
+        return above, False
+    if column == "everything":
+        return everything, False
+    named = re.sub(r"\(.*?\)", "", column)  # "analysis (`dim_orders.py` only: ...)": the room
+    return {word.strip(" `") for word in named.split(",")}, True
+
+
+def test_the_design_table_of_rooms_is_true_of_the_imports() -> None:
+    graph = import_graph()
+    imported_by_room: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        imported_by_room.setdefault(room(module), set()).update(room(i) for i in imported if room(i) != room(module))
+    rows = design_table()
+    tabled = set().union(*(names for names, _ in rows))
+    entry_points = {"__init__", "__main__"}  # the lazy public face and `python -m export_guards`
+    assert tabled == set(imported_by_room) - entry_points, "rooms in the code and in docs/design.md's table differ"
+    above: set[str] = set()
+    wrong = []
+    for names, column in rows:
+        claimed, exact = claimed_imports(column, above, tabled)
+        for name in sorted(names):
+            actual = imported_by_room[name] - entry_points
+            if not actual <= claimed:
+                wrong.append(f"{name} imports {sorted(actual - claimed)}, which its row does not name ({column!r})")
+            if exact and not claimed <= actual | names:
+                wrong.append(f"{name}'s row names {sorted(claimed - actual - names)}, which it does not import")
+        above |= names
+    assert not wrong, "docs/design.md's table of rooms is not true of the code:\n" + "\n".join(wrong)
+
+
 def test_the_layer_check_sees_imports() -> None:
     """The graph is read, not assumed: known edges are in it."""
     graph = import_graph()

@@ -16,7 +16,7 @@ The facts (whether the host can read a tensor) are ``analysis.storage``'s; the l
 EG101 / EG102 rules report them.
 """
 
-from export_guards.passes.placement.emit import EmitPlacementPass, emit_passes
+from export_guards.passes.placement.emit import EmitPlacementPass, EmittedProgram, emit_passes
 from export_guards.passes.placement.guard import (
     ConstantPlacementPass,
     check_constant_placement,
@@ -30,6 +30,7 @@ __all__ = [
     "DEVICE_BACKENDS",
     "ConstantPlacementPass",
     "EmitPlacementPass",
+    "EmittedProgram",
     "GuardedPartitioner",
     "check_constant_placement",
     "check_policy",

@@ -10,15 +10,14 @@ the delegate's preprocess, which the partitioner guard covers.
 
 from __future__ import annotations
 
-import sys
-
-from executorch.exir import EdgeProgramManager
+import torch
+from executorch.exir.passes.spec_prop_pass import SpecPropPass
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
-from torch.fx.passes.infra.pass_base import PassBase
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from export_guards.errors import GuardError
-from export_guards.linter import lint, lint_method
+from export_guards.linter import lint_method
 from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.placement.guard import check_policy
 from export_guards.passes.placement.host_copy import host_constants, host_graph
@@ -27,30 +26,60 @@ from export_guards.passes.result import GuardGraphPassResult
 from export_guards.report import Report
 from export_guards.settings import PlacementPolicy
 
-__all__ = ["EmitPlacementPass", "emit_passes"]
+__all__ = ["EmitPlacementPass", "EmittedProgram", "emit_passes"]
 
 
 def emit_passes(policy: PlacementPolicy = "error") -> list[PassBase]:
     """The guard passes for ``to_executorch(ExecutorchBackendConfig(passes=emit_passes()))``.
 
-    Right before emission, every constant the emitter will read, in every method, must be in
-    host memory: ``"error"`` raises :class:`~export_guards.ConstantPlacementError` naming each
-    one (its device, the node that uses it, the user's source line); ``"copy"`` emits the
+    Right before emission, every constant the emitter will read must be in host memory:
+    ``"error"`` raises :class:`~export_guards.ConstantPlacementError` naming each one of the
+    method (its device, the node that uses it, the user's source line); ``"copy"`` emits the
     method's host twin instead: its ``.pte`` is the CPU export's, byte for byte.
+
+    Two passes, in this order: :class:`EmittedProgram`, which ``to_executorch`` hands the
+    program it is emitting, and the :class:`EmitPlacementPass` that checks that program.
 
     Raises:
         ValueError: ``policy`` is not ``"error"`` or ``"copy"``.
     """
-    return [EmitPlacementPass(policy)]
+    guard = EmitPlacementPass(policy)
+    return [guard.emitted, guard]
+
+
+class EmittedProgram(SpecPropPass):
+    """Receives the program that ``to_executorch`` is emitting, for the
+    :class:`EmitPlacementPass` after it.
+
+    ``ExecutorchBackendConfig.passes`` are handed one method's graph module; the emitter reads
+    the constants from that method's program, which ``to_executorch`` may have replaced by
+    then (its constant propagation makes a new one). ``to_executorch`` hands that program to
+    every ``SpecPropPass`` among its passes, right after the pass ran
+    (``update_placeholder_tensor_specs(program, graph_module)``, in executorch 1.3 to 1.5):
+    this pass is one only to be handed it. It leaves the graph module as it is.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.program: ExportedProgram | None = None
+
+    def __call__(self, graph_module: torch.nn.Module) -> PassResult:
+        return PassResult(graph_module, False)
+
+    def update_placeholder_tensor_specs(self, exported_program: ExportedProgram, graph_module: GraphModule) -> None:
+        self.program = exported_program
+
+    def taken(self) -> ExportedProgram | None:
+        """The program handed over since the last call, once."""
+        program, self.program = self.program, None
+        return program
 
 
 class EmitPlacementPass(PassBase):
-    """The placement guard as a pass of ``ExecutorchBackendConfig.passes``.
-
-    ExecuTorch hands these passes one method's graph module, not its program, while the
-    emitter reads the constants from that program; the pass finds it among the locals of its
-    caller, ``to_executorch`` (the program whose graph module is being passed), and raises a
-    ``GuardError`` when called anywhere else.
+    """The placement guard as a pass of ``ExecutorchBackendConfig.passes``, after its
+    :attr:`emitted` pass (:func:`emit_passes` lists both), which hands it the method's program.
+    Called without that program (outside ``to_executorch``, or without the pass before it), it
+    raises a ``GuardError`` instead of checking nothing.
 
     With ``"copy"``, the pass returns the graph module of the program's host twin, and that
     program (the edge program, which ``to_executorch`` rewrites in place anyway) takes the
@@ -68,44 +97,25 @@ class EmitPlacementPass(PassBase):
     def __init__(self, policy: PlacementPolicy = "error") -> None:
         check_policy(policy)
         self.policy: PlacementPolicy = policy
+        self.emitted = EmittedProgram()
 
     def call(self, graph_module: GraphModule) -> GuardGraphPassResult:
-        manager, method, program = _program_being_emitted(graph_module)
-        report = lint_method(program, method, rules=PLACEMENT_RULES)
+        program = self.emitted.taken()
+        if program is None:
+            raise GuardError(
+                "EmitPlacementPass was handed no program being emitted: it runs only inside "
+                "to_executorch(ExecutorchBackendConfig(passes=emit_passes())), after the pass that "
+                "emit_passes() lists before it. To check a program yourself, use "
+                "check_constant_placement(program)",
+                Report(),
+            )
+        report = lint_method(program, None, rules=PLACEMENT_RULES)
         if not report.errors:
             return GuardGraphPassResult(graph_module, False)
         if self.policy == "error" or any(f.code == "EG102" for f in report.errors):
-            others = {name: manager.exported_program(name) for name in manager.methods if name != method} if manager else {}
-            raise placement_error(report + lint(others, rules=PLACEMENT_RULES) if others else report)
+            raise placement_error(report)
         # The graph is twinned alone: to_executorch has made it non-functional (buffer
         # write-backs), which an ExportedProgram refuses. An earlier pass may have replaced it.
-        copies, graph = copy_findings(method, program), host_graph(method, program, graph_module)
+        copies, graph = copy_findings(None, program), host_graph(None, program, graph_module)
         program._state_dict, program._constants = host_constants(program)  # their setters refuse
         return GuardGraphPassResult(graph, True, copies)
-
-
-def _program_being_emitted(graph_module: GraphModule) -> tuple[EdgeProgramManager | None, str | None, ExportedProgram]:
-    """The program that ``to_executorch`` is emitting with ``graph_module``, the
-    ``EdgeProgramManager`` emitting it, and its method name.
-
-    It is the frame that holds ``graph_module`` and one ``ExportedProgram`` as locals; the
-    method is the name under which that frame's ``EdgeProgramManager`` (``self``) keeps it.
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        values = list(frame.f_locals.values())
-        programs = [v for v in values if isinstance(v, ExportedProgram)]
-        if len(programs) == 1 and any(v is graph_module for v in values):
-            program = programs[0]
-            manager = frame.f_locals.get("self")
-            if not isinstance(manager, EdgeProgramManager):
-                return None, None, program
-            method = next((name for name in manager.methods if manager.exported_program(name) is program), None)
-            return manager, method, program
-        frame = frame.f_back
-    raise GuardError(
-        "EmitPlacementPass found no program being emitted: it runs only inside "
-        "to_executorch(ExecutorchBackendConfig(passes=emit_passes())). To check a program "
-        "yourself, use check_constant_placement(program)",
-        Report(),
-    )
