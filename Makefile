@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light clean
+.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,32 @@ demo: $(INSTALLED)
 # long file does not hold the run up). CI runs this.
 test: $(INSTALLED)
 	$(PY) -m pytest -n auto --dist worksteal
+
+# The pairs besides the default one that the compat tier runs on (docs/compatibility.md): in
+# each, the fast tests and the command on a bundled example (lint, check, check --runtime). Each
+# pair has its venv beside .venv (.venv-PAIR, kept between runs), pinned by constraints/PAIR.txt.
+COMPAT_PAIRS := executorch-1.4-torch-2.13
+OLDEST_PAIR := executorch-1.4-torch-2.13
+
+# What CI runs (the README's test command): the whole suite on the default pair, then the compat
+# tier on the oldest supported pair.
+ci: test compat-$(OLDEST_PAIR)
+
+# The compat tier on every pair of COMPAT_PAIRS.
+test-compat: $(addprefix compat-,$(COMPAT_PAIRS))
+
+.PRECIOUS: .venv-%/.installed  # not an intermediate file: make would remove it after the run
+.venv-%/.installed: pyproject.toml constraints/%.txt
+	test -x .venv-$*/bin/python || $(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --constraint constraints/$*.txt --editable '.[test]'
+	touch $@
+
+compat-%: .venv-%/.installed
+	.venv-$*/bin/python -m pytest tests -n auto --dist worksteal -m "not slow and not subprocess" --pte-fuzz-cases 200 -p no:cacheprovider -q
+	mkdir -p out/$*
+	.venv-$*/bin/export-guards lint examples/decoder.py:model --pte out/$*/decoder.pte
+	.venv-$*/bin/export-guards check out/$*/decoder.pte
+	.venv-$*/bin/export-guards check --runtime out/$*/decoder.pte
 
 # Line coverage of export_guards/ by the whole suite, every process counted (coverage.py).
 coverage: $(INSTALLED)
@@ -73,7 +99,7 @@ bench-verdict: $(INSTALLED)
 	$(PY) benchmarks/lint_verdict.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV)-* build *.egg-info
 
 # `export-guards check` on an XNNPACK program in a fresh interpreter, without torch (issue 38: at most 1 s).
 bench-check-light: $(INSTALLED)

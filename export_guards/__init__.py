@@ -12,6 +12,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from export_guards.compat import say_once_if_untested
 from export_guards.quiet import filter_known_noise
 
 if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type checkers read
@@ -136,6 +137,7 @@ rule is ``RULES["EG103"]``."""
 __all__ = sorted(_EXPORTS)
 
 filter_known_noise()
+say_once_if_untested()
 
 
 def __getattr__(name: str) -> Any:
