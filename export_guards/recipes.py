@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, final
 
+import executorch
 import torch
 from executorch.exir import ExecutorchBackendConfig
 from executorch.exir.backend.partitioner import Partitioner
@@ -25,18 +28,20 @@ from export_guards.passes.fold import fold_constants, fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
 from export_guards.passes.placement import DEVICE_BACKENDS, ConstantPlacementPass, GuardedPartitioner, check_policy, emit_passes, guard_partitioners
 from export_guards.report import Report
-from export_guards.settings import PlacementPolicy, Settings
+from export_guards.settings import RECIPES, PlacementPolicy, Settings
 
 __all__ = ["guard_recipe", "ledger_of", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
 
 # The backends whose recipe providers register themselves when their ``recipes`` package is
-# imported; those that cannot be imported here (their SDK is missing) are left out.
-_RECIPE_PACKAGES = (
-    "executorch.backends.xnnpack.recipes",
-    "executorch.backends.apple.coreml.recipes",
-    "executorch.backends.qualcomm.recipes",
-    "executorch.backends.arm.recipes",
-)
+# imported, by the prefix of their recipe names, with the oldest supported ExecuTorch that has
+# the package; those that cannot be imported here (their SDK is missing, or this ExecuTorch
+# predates them) are left out.
+_RECIPE_PACKAGES: dict[str, tuple[str, str]] = {
+    "xnnpack": ("executorch.backends.xnnpack.recipes", "1.4"),
+    "coreml": ("executorch.backends.apple.coreml.recipes", "1.4"),
+    "qnn": ("executorch.backends.qualcomm.recipes", "1.4"),
+    "arm": ("executorch.backends.arm.recipes", "1.5"),
+}
 
 
 def guard_recipe(
@@ -167,24 +172,39 @@ def recipe_type(name: str) -> RecipeType:
         ValueError: no recipe of that name; the message names the closest ones.
     """
     types = _recipe_types()
-    if name not in types:
-        close = difflib.get_close_matches(name, types, n=3)
-        hint = f"; did you mean {' or '.join(close)}?" if close else "."
-        raise ValueError(f"unknown recipe {name!r}{hint} Recipes here: {', '.join(sorted(types))}")
-    return types[name]
+    if name in types:
+        return types[name]
+    if name in RECIPES:  # ExecuTorch's, but its backend's recipes do not import here
+        package, since = _RECIPE_PACKAGES[name.split("_", 1)[0]]
+        raise ValueError(f"recipe {name!r} cannot be made here: {package} {_import_failure(package, since)}")
+    close = difflib.get_close_matches(name, types, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else "."
+    raise ValueError(f"unknown recipe {name!r}{hint} Recipes here: {', '.join(sorted(types))}")
 
 
 def _recipe_types() -> dict[str, RecipeType]:
-    for package in _RECIPE_PACKAGES:
-        try:
-            importlib.import_module(package)
-        except Exception:  # noqa: BLE001 - a backend whose SDK is not installed offers no recipe here
-            continue
+    for package, since in _RECIPE_PACKAGES.values():
+        _import_failure(package, since)  # imported, its provider registers its recipes
     return {
         str(recipe_type.value): recipe_type
         for backend in recipe_registry.list_backends()
         for recipe_type in recipe_registry.get_supported_recipes(backend)
     }
+
+
+@functools.cache
+def _import_failure(package: str, since: str) -> str | None:
+    """Why a backend's recipes package does not import here (the rest of a sentence that
+    names it), or ``None`` once it has."""
+    # looked up in executorch's folder first, so that a package this ExecuTorch lacks is told
+    # apart from one whose backend's SDK is missing
+    if not Path(executorch.__path__[0], *package.split(".")[1:]).is_dir():
+        return f"is not in this ExecuTorch: it is new in executorch {since}"
+    try:
+        importlib.import_module(package)
+    except Exception as error:  # noqa: BLE001 - a backend whose SDK is not installed offers no recipe here
+        return f"does not import ({type(error).__name__}: {error}): install its backend's SDK"
+    return None
 
 
 @final
