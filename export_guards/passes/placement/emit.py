@@ -55,7 +55,7 @@ class EmittedProgram(SpecPropPass):
     the constants from that method's program, which ``to_executorch`` may have replaced by
     then (its constant propagation makes a new one). ``to_executorch`` hands that program to
     every ``SpecPropPass`` among its passes, right after the pass ran
-    (``update_placeholder_tensor_specs(program, graph_module)``, in executorch 1.3 to 1.5):
+    (``update_placeholder_tensor_specs(program, graph_module)``, in executorch 1.4 and 1.5, as in 1.3):
     this pass is one only to be handed it. It leaves the graph module as it is.
     """
 
