@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["TESTED", "load_program", "say_once_if_untested", "takes_keyword", "untested"]
 
-TESTED: frozenset[tuple[str, str]] = frozenset({("1.5", "2.13"), ("1.4", "2.13"), ("1.5", "2.14"), ("1.4", "2.14")})
+TESTED: frozenset[tuple[str, str]] = frozenset({("1.5", "2.13"), ("1.4", "2.13"), ("1.5", "2.14"), ("1.4", "2.14"), ("1.5", "2.15")})
 """The (executorch, torch) minor versions that the test suite has run on (docs/compatibility.md
 has the table: by CI, every change, or by hand, with the date)."""
 
