@@ -23,8 +23,9 @@ test: $(INSTALLED)
 # The pairs besides the default one that the compat tier runs on (docs/compatibility.md): in
 # each, the fast tests and the command on a bundled example (lint, check, check --runtime). Each
 # pair has its venv beside .venv (.venv-PAIR, kept between runs), pinned by constraints/PAIR.txt.
+# Oldest first: CI runs the first.
 COMPAT_PAIRS := executorch-1.4-torch-2.13
-OLDEST_PAIR := executorch-1.4-torch-2.13
+OLDEST_PAIR := $(firstword $(COMPAT_PAIRS))
 
 # What CI runs (the README's test command): the whole suite on the default pair, then the compat
 # tier on the oldest supported pair.
