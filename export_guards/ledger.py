@@ -1,36 +1,32 @@
-"""One export's ledger: what its guards found and did, and the one report assembled from it.
+"""One export's ledger: what its guards found and did, step by step, and the one report made
+of it.
 
 Each export owns one :class:`Ledger` (``lower_with_guards`` makes one per call, ``guard_recipe``
-one per guarded recipe): the copies (EG103), the folds made before ``to_edge`` or before a
-quantizer (EG201), and every guard pass's report, by method and by the step that wrote it.
-:meth:`Ledger.report` then assembles the report the same way for every entry point: the
-program-stage lint (placement aside: the guard stopped the export or found nothing), what the
-ledger holds, and the partitioned-stage lint where its rules apply.
+one per guarded recipe). The ledger only records: the copies (EG103), the folds made before
+``to_edge`` or before a quantizer (EG201), every guard pass's report, by method and by the step
+that wrote it; each lint the export ran (the program-stage lint of its torch.export programs,
+the partitioned-stage lint of what it lowered), as that lint settled it; and what stopped the
+export. :meth:`Ledger.report` then merges and settles, the same way for every entry point.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
 
-from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
+from torch.fx import GraphModule
 
 from export_guards.analysis.programs import Program, methods_of
 from export_guards.analysis.source import source_lines
-from export_guards.linter import LINT_RULES, lint
-from export_guards.linter.rules.placement import PLACEMENT_RULES
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
-from export_guards.ruleset import known_rules, settle, with_project_rules, without_symptoms
-from export_guards.ruleset.noqa import unused_noqa
+from export_guards.ruleset import Stage, known_rules, settle, without_symptoms
+from export_guards.ruleset.noqa import unused_noqa_report
 from export_guards.settings import Settings
 
-__all__ = ["PROGRAM_LINT_RULES", "Ledger", "Recorded"]
-
-PROGRAM_LINT_RULES = LINT_RULES.without(PLACEMENT_RULES)
-"""The lint of a guarded export's torch.export program: placement is the guard's own."""
+__all__ = ["Ledger", "Recorded"]
 
 
 class Ledger:
@@ -39,6 +35,8 @@ class Ledger:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str | None, str], list[Finding]] = {}
+        self._lints: dict[Stage, tuple[Report, tuple[GraphModule, ...]]] = {}
+        self._stopped = Report()
 
     def put(self, method: str | None, step: str, findings: Iterable[Finding]) -> None:
         """Record what ``step`` found in ``method``, replacing what it recorded before."""
@@ -56,43 +54,43 @@ class Ledger:
             self.put(method, guard.step, ())
         return passes
 
+    def put_lint(self, stage: Stage, program: Program, report: Report) -> None:
+        """Record the lint of ``stage`` over ``program`` (each method's), ``report`` as that
+        lint settled it, replacing an earlier lint of that stage."""
+        self._lints[stage] = (report, tuple(ep.graph_module for ep in methods_of(program).values()))
+
+    def stop(self, report: Report) -> None:
+        """Record what stopped the export: reported whatever the settings select."""
+        self._stopped = report
+
     @property
     def findings(self) -> list[Finding]:
-        """Everything recorded, in the order the steps first ran."""
+        """Every guard step's findings, in the order the steps first ran."""
         return [f for found in self._entries.values() for f in found]
 
-    def report(
-        self,
-        program: Program,
-        settings: Settings,
-        *,
-        edge: EdgeProgramManager | None = None,
-        partitioned_lint: bool = False,
-        reasons: Mapping[str, Mapping[str, str]] | None = None,
-        stopped: Report | None = None,
-    ) -> Report:
-        """The export's report: the program-stage lint of ``program`` (each method's
-        torch.export program), the ledger as ``settings`` select it, ``stopped`` (what
-        stopped the export: always shown, whatever the settings), and, for a lowered
-        ``edge`` whose backend the partitioned-stage rules speak of, that lint. A finding
-        whose cause another stage reported is left out (``without_symptoms``); where selected,
-        each ``# noqa`` on the program's lines that suppressed nothing is an EG003 finding."""
-        report = lint(program, settings, rules=with_project_rules(PROGRAM_LINT_RULES)) + settle(self.findings, settings)
-        if stopped:
-            report += stopped
-        if edge is not None and partitioned_lint:
-            report += lint(edge, settings, stage="partitioned", reasons=reasons)
+    def report(self, settings: Settings) -> Report:
+        """The export's report: the program-stage lint, the guards' findings as ``settings``
+        select them, what stopped the export, and the partitioned-stage lint. A finding whose
+        cause another stage reported is left out (``without_symptoms``); where selected, each
+        ``# noqa`` on the torch.export program's lines that suppressed nothing is an EG003
+        finding."""
+        report = self._lint("program", settings) + settle(self.findings, settings) + self._stopped + self._lint("partitioned", settings)
         report = without_symptoms(report)
-        if settings.enabled("EG003"):  # off by default: reading every node's line costs time
-            ran = {"program", "action"} | ({"partitioned"} if edge is not None and partitioned_lint else set())
-            known = known_rules()
+        ran = {"action", *self._lints}
+        return report + settle(unused_noqa_report(report, self._program_lines, settings, ran, known_rules), settings)
 
-            def judged(code: str) -> bool:  # a code this run checked: selected, of a stage that ran
-                return settings.enabled(code) and code in known and known[code].stage in ran
+    def _lint(self, stage: Stage, settings: Settings) -> Report:
+        """The lint of ``stage``, as ``settings`` select (as the lint settled it, when they are
+        the settings it ran with), with what its ``# noqa`` comments suppressed."""
+        if stage not in self._lints:
+            return Report()
+        linted = self._lints[stage][0]
+        return settle(linted.findings, settings) + Report((), linted.suppressed)
 
-            lines = {line for ep in methods_of(program).values() for line in source_lines(ep.graph_module)}
-            report += settle(unused_noqa(report, lines, judged), settings)
-        return report
+    def _program_lines(self) -> Iterator[tuple[str, int]]:
+        """The user's lines the torch.export programs' nodes come from."""
+        for graph_module in self._lints["program"][1] if "program" in self._lints else ():
+            yield from source_lines(graph_module)
 
 
 class Recorded(ExportedProgramPassBase):

@@ -15,19 +15,20 @@ from executorch.export import ExportRecipe
 from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
+from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.source import location_named_in, operator_sites
 from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
 from export_guards.ledger import Ledger
-from export_guards.passes.defaults import guard_passes
-from export_guards.passes.fold import fold_non_core_constants
+from export_guards.linter import lint, lint_guarded
+from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.module_fold import fold_parametrizations
-from export_guards.passes.placement import ConstantPlacementPass, check_constant_placement, emit_passes, guard_partitioners
+from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
-from export_guards.recipes import guard_recipe, ledger_of, quantizes_modules, recipe_named, recipe_report, session_programs
+from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report
 from export_guards.ruleset import RuleSet, describe_error, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
@@ -191,11 +192,12 @@ def export_with_recipe(
     try:
         session.export()
     except ConstantPlacementError as error:
-        return GuardedExport(session.get_exported_program(), None, ledger.report(session_programs(session), settings, stopped=error.report))
+        linted_session(guarded, session, settings, lowered=False).stop(error.report)
+        return GuardedExport(session.get_exported_program(), None, ledger.report(settings))
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why
-        found = ledger.report(session_programs(session), settings)
+        found = linted_session(guarded, session, settings, lowered=False).report(settings)
         raise LoweringFailed(f"the recipe's export failed: {describe_error(error)}", found) from error
     report = recipe_report(session, settings)
     return GuardedExport(session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer())
@@ -214,20 +216,20 @@ def lower_with_guards(
     ``backend``, ``placement`` and ``fold`` default to ``config``'s (``"xnnpack"``,
     ``"error"``, on).
 
-    1. ``placement="copy"`` copies device constants to the host (EG103 findings).
-    2. The program-stage lint (EG1xx-EG3xx). A constant the host cannot read (EG101 / EG102)
-       stops here, whatever the settings select (lowering would crash): the report says
-       why, and ``edge`` is ``None``. With ``"cuda"``, whose backend holds device constants
-       on purpose, a device constant stops the export only where a host reader would read
-       it: the guarded partitioner says so after it decides.
-    3. With the fold on, constant-only computations that use ops outside core ATen (which
+    1. The placement plan (:func:`plan_placement`), decided once: a constant the host cannot
+       read (EG101 / EG102) stops the export here, whatever the settings select (lowering
+       would crash): the report says why, and ``edge`` is ``None``; ``placement="copy"``
+       copies device constants to the host instead (EG103 findings). With ``"cuda"``, whose
+       backend holds device constants on purpose, a device constant stops the export only
+       where a host reader would read it: the guarded partitioner says so after it decides.
+    2. With the fold on, constant-only computations that use ops outside core ATen (which
        ``to_edge`` rejects: ``orthogonal``'s matrix exponential, say), or quantize weights,
        are folded on the torch.export program first (:func:`fold_non_core_constants`).
-    4. ``to_edge_transform_and_lower`` with ``guard_passes(fold=fold)`` and the backend's
-       partitioner (guarded: :func:`guard_partitioners`), recording the partitioner's reason
-       for each node it leaves out.
-    5. The partitioned-stage lint (EG4xx; for ``"xnnpack"``, whose decisions those rules
-       explain) and the fold's findings (EG201).
+    3. ``to_edge_transform_and_lower`` with the fold pass and the backend's partitioner
+       (guarded: :func:`guard_partitioners`), recording the partitioner's reason for each
+       node it leaves out.
+    4. The program-stage lint (EG1xx-EG3xx), the partitioned-stage lint (EG4xx; for
+       ``"xnnpack"``, whose decisions those rules explain) and the fold's findings (EG201).
 
     ``GuardedExport.to_pte`` emits with :func:`emit_passes` as well.
 
@@ -241,35 +243,40 @@ def lower_with_guards(
     given = {"backend": backend, "placement": placement, "fold": fold}
     settings = (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, "lower_with_guards")
     ledger = Ledger()
-    if settings.placement == "copy":
-        try:
-            copied = ConstantPlacementPass("copy")(program)
-            program = copied.exported_program
-            ledger.put(None, "copy", copied.report)
-        except GuardError:
-            pass  # constants without data: reported below
     backend = backend_named(settings.backend)
     partitioners = guard_partitioners(backend.partitioners())
-    unreadable = check_constant_placement(program)
-    if backend.holds_device_memory:  # the guarded partitioners check device constants
-        unreadable = Report.of(f for f in unreadable if f.code != "EG101")
-    if unreadable:  # say why the export stopped, whatever the settings select
-        return GuardedExport(program, None, ledger.report(program, settings, stopped=unreadable))
+    # Placement is decided once, here: a constant no host reader can take stops the export
+    # before lowering (lowering would crash), whatever the settings select; the guarded
+    # partitioners then see only who reads the device constants this plan leaves to them.
+    plan = plan_placement("forward", program, settings.placement, defer_device_constants=backend.holds_device_memory)
+    if plan.stops:
+        ledger.put_lint("program", program, lint_guarded(program, settings))
+        ledger.stop(plan.stops)
+        return GuardedExport(program, None, ledger.report(settings))
+    placed = plan.carried_out(program)
+    program = placed.exported_program
+    ledger.put(None, "copy", placed.report)
 
+    fold_plan = None
     if settings.fold:  # what to_edge would reject (non-core ATen weight math) is folded before it
-        program, early = fold_non_core_constants(program)
+        fold_plan = plan_fold(program)  # the lint reads it too, unless the early fold made a new program
+        folded, early = fold_non_core_constants(program, plan=fold_plan)
+        program, fold_plan = folded, fold_plan if folded is program else None
         ledger.put(None, "fold before to_edge", early)
-    passes = ledger.recorded(None, guard_passes(fold=settings.fold, partitioner=partitioners or None))
+    ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
+    passes = ledger.recorded(None, [FoldConstantsPass()] if settings.fold else [])
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
     except ConstantPlacementError as error:  # a partition would have read device memory
-        return GuardedExport(program, None, ledger.report(program, settings, stopped=error.report))
+        ledger.stop(error.report)
+        return GuardedExport(program, None, ledger.report(settings))
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
         raise LoweringFailed(
-            f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(program, settings), location_named_in(program.graph, str(error))
+            f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(settings), location_named_in(program.graph, str(error))
         ) from error
-    report = ledger.report(program, settings, edge=edge, partitioned_lint=backend.partitioned_lint, reasons={"forward": reasons})
-    return GuardedExport(program, edge, report)
+    if backend.partitioned_lint:
+        ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
+    return GuardedExport(program, edge, ledger.report(settings))

@@ -23,14 +23,15 @@ from torch.fx import GraphModule
 
 from export_guards.backends import partitioned_lint_applies
 from export_guards.ledger import Ledger, Recorded
+from export_guards.linter import lint, lint_guarded
 from export_guards.passes.defaults import guard_passes
 from export_guards.passes.fold import fold_constants, fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
-from export_guards.passes.placement import DEVICE_BACKENDS, ConstantPlacementPass, GuardedPartitioner, check_policy, emit_passes, guard_partitioners
+from export_guards.passes.placement import DEVICE_BACKENDS, GuardedPartitioner, check_policy, emit_passes, guard_partitioners, plan_placement
 from export_guards.report import Report
 from export_guards.settings import RECIPES, PlacementPolicy, Settings
 
-__all__ = ["guard_recipe", "ledger_of", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
+__all__ = ["guard_recipe", "ledger_of", "linted_session", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
 
 # The backends whose recipe providers register themselves when their ``recipes`` package is
 # imported, by the prefix of their recipe names, with the oldest supported ExecuTorch that has
@@ -55,7 +56,9 @@ def guard_recipe(
     """A copy of ``recipe`` with the guards at every stage; ``recipe`` is left as it was.
 
     - With ``placement="copy"``, the torch.export program becomes its host twin first (an
-      ``aten_transform_passes`` entry), one ``EG103`` per copied constant.
+      ``aten_transform_passes`` entry), one ``EG103`` per copied constant, as its placement
+      plan says (:func:`plan_placement`); a program that cannot be copied (a constant
+      without data) is left to the next guard, which stops it.
     - With the fold on, constant-only computations that use ops outside core ATen, which
       ``to_edge`` rejects, are folded on the torch.export program (:func:`fold_non_core_constants`).
     - Every method's edge transform passes start with :func:`guard_passes` (placement, then
@@ -115,15 +118,32 @@ def recipe_report(session: ExportSession, config: Settings | None = None) -> Rep
     Raises:
         ValueError: the session did not export with a guarded recipe, or has not run.
     """
-    guards = _guards_of(getattr(session, "_export_recipe", None))
-    programs = session_programs(session)
-    if guards is None or not programs:
+    recipe = getattr(session, "_export_recipe", None)
+    if _guards_of(recipe) is None or not session_programs(session):
         raise ValueError(
             "recipe_report needs a session exported with a guarded recipe: "
             "executorch.export.export(model, [inputs], guard_recipe(recipe))"
         )
-    edge = session.get_edge_program_manager()
-    return guards.ledger.report(programs, config or Settings(), edge=edge, partitioned_lint=guards.partitioned_lint)
+    settings = config or Settings()
+    return linted_session(recipe, session, settings).report(settings)
+
+
+def linted_session(recipe: ExportRecipe, session: ExportSession, settings: Settings, *, lowered: bool = True) -> Ledger:
+    """The ledger of ``recipe`` (:func:`guard_recipe`'s), with the lints of what ``session``
+    made with it recorded, as ``settings`` select: the program-stage lint of each method's
+    torch.export program, once that stage has run, and, when ``lowered`` and a backend whose
+    decisions the partitioned-stage rules explain (XNNPACK) lowered it, the partitioned lint.
+
+    Raises:
+        ValueError: ``recipe`` is not guarded.
+    """
+    ledger, guards = ledger_of(recipe), _guards_of(recipe)
+    programs = session_programs(session)
+    ledger.put_lint("program", programs, lint_guarded(programs, settings))
+    if lowered and guards is not None and guards.partitioned_lint:
+        edge = session.get_edge_program_manager()
+        ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned"))
+    return ledger
 
 
 def ledger_of(recipe: ExportRecipe) -> Ledger:
@@ -282,14 +302,19 @@ class _FoldNonCore:
 @final
 @dataclass(frozen=True)
 class _CopyToHost:
-    """A recipe's ``aten_transform_passes`` entry: the torch.export program's host twin."""
+    """A recipe's ``aten_transform_passes`` entry, with the copy policy: the torch.export
+    program's host twin, as its placement plan says. A program the plan cannot copy is left
+    as it is, for the edge stage's guard to stop with the session's programs in hand."""
 
     ledger: Ledger
 
     def __call__(self, method: str, program: ExportedProgram) -> ExportedProgram:
-        copied = ConstantPlacementPass("copy", method=method)(program)
-        self.ledger.put(method, "copy", copied.report)
-        return copied.exported_program
+        plan = plan_placement(method, program, "copy")
+        if plan.stops:
+            return program
+        placed = plan.carried_out(program)
+        self.ledger.put(method, "copy", placed.report)
+        return placed.exported_program
 
 
 @final

@@ -179,7 +179,8 @@ def test_the_layer_check_sees_imports() -> None:
     assert "export_guards.ruleset.catalog" in graph["export_guards.linter.rules.placement"] or (
         "export_guards.ruleset" in graph["export_guards.linter.rules.placement"]
     )
-    assert "export_guards.linter" in graph["export_guards.passes.placement.guard"]
+    assert "export_guards.passes.placement.plan" in graph["export_guards.passes.placement.guard"]
+    assert "export_guards.linter" in graph["export_guards.pipeline"]
     assert "export_guards.pipeline" in graph["export_guards.workers.export_once"]
 
 

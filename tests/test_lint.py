@@ -262,3 +262,46 @@ class Attention(torch.nn.Module):
 def test_attention_is_random_only_with_dropout(dropout_p: float, random: bool) -> None:
     program = torch.export.export(Attention(dropout_p), (torch.randn(1, 2, 4, 8),))
     assert bool(eg.lint(program).with_code("EG303")) is random
+
+
+def test_the_ledger_records_and_its_report_only_merges_and_settles() -> None:
+    from export_guards.ledger import Ledger
+    from export_guards.linter import lint_guarded
+
+    model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(4, 3))).eval()
+    program = torch.export.export(model, (torch.randn(2, 4),))
+    linted = lint_guarded(program, eg.Settings())
+    _, folded = eg.fold_constants(program)
+    ledger = Ledger()
+    ledger.put_lint("program", program, linted)
+    ledger.put("forward", "fold", folded)
+
+    full = ledger.report(eg.Settings())
+    assert folded.with_code("EG201") and linted.findings
+    assert {f.code for f in full} == {f.code for f in (*linted, *folded)}
+    narrowed = ledger.report(eg.Settings(ignore=("EG2",)))  # settled again, nothing linted again
+    assert narrowed.findings == tuple(f for f in full if not f.code.startswith("EG2"))
+    ledger.stop(eg.Report.of(folded.with_code("EG201")))  # what stopped an export shows whatever the settings
+    assert ledger.report(eg.Settings(ignore=("EG2",))).with_code("EG201") == folded.with_code("EG201")
+
+
+def test_a_guarded_export_plans_each_programs_fold_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch.export program's fold plan serves the early fold and the lint; the edge
+    program's is the fold pass's own: one plan per program, none made again for the report."""
+    import export_guards.analysis.fold_plan as fold_plan
+    import export_guards.linter.context as context
+    import export_guards.passes.fold as fold
+    import export_guards.pipeline as pipeline
+
+    planned: list[int] = []
+
+    def counted(program: torch.export.ExportedProgram, **options: float) -> fold_plan.FoldPlan:
+        planned.append(id(program))
+        return fold_plan.plan_fold(program, **options)
+
+    for module in (context, fold, pipeline):
+        monkeypatch.setattr(module, "plan_fold", counted)
+    model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(4, 3)), nn.ReLU()).eval()
+    result = eg.lower_with_guards(torch.export.export(model, (torch.randn(2, 4),)))
+    assert result.report.with_code("EG201")  # the fold pass folded the weight
+    assert len(planned) == len(set(planned)) == 2

@@ -255,3 +255,45 @@ def test_report_renders_ruff_style_lines(trapdev: torch.device) -> None:
     assert "models.py:" in first
     assert str(eg.Report()) == "no findings"
     copy.deepcopy(eg.check_constant_placement(ep))  # findings are plain values
+
+
+def test_every_way_in_carries_out_the_one_plan(trapdev: torch.device) -> None:
+    """The check, the guard, its pass and the guarded export ask the placement plan, and so
+    say the same: every device constant, stopped under "error", copied under "copy"."""
+    from export_guards.passes.placement import plan_placement
+
+    _, ep = export_on(trapdev)
+    plan = plan_placement("forward", ep)
+    assert {(p.constant.fqn, p.action) for p in plan.placed} == {(name, "stop") for name in EVERY_CONSTANT}
+    assert eg.check_constant_placement(ep) == plan.findings() == plan.stops
+    with pytest.raises(eg.ConstantPlacementError) as raised:
+        eg.guard_constant_placement(ep)
+    assert raised.value.report == plan.stops
+    stopped = eg.lower_with_guards(ep, config=eg.Settings(select=("EG101",)))
+    assert stopped.edge is None and stopped.report.errors == plan.stops.errors
+
+    copying = plan_placement("forward", ep, "copy")
+    assert {p.action for p in copying.placed} == {"copy"} and not copying.stops
+    assert eg.ConstantPlacementPass("copy", method="forward")(ep).report == copying.copies()
+    deferred = plan_placement("forward", ep, defer_device_constants=True)  # a CUDA export's partitioners decide
+    assert {p.action for p in deferred.placed} == {"defer"} and not deferred.stops
+
+
+def test_a_guarded_export_walks_its_constants_for_placement_once(trapdev: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lower_with_guards`` decides placement once, on the torch.export program: its copy is
+    the plan's (the host twin is handed the copies) and no pass after it asks again."""
+    from export_guards.passes.placement import plan
+
+    walks: list[int] = []
+    unreadable = plan.unreadable_constants
+
+    def counted(method: str | None, ep: torch.export.ExportedProgram) -> list:
+        walks.append(len(ep.graph_signature.input_specs))
+        return unreadable(method, ep)
+
+    monkeypatch.setattr(plan, "unreadable_constants", counted)
+    _, ep = export_on(trapdev)
+    result = eg.lower_with_guards(ep, placement="copy")
+    assert len(walks) == 1
+    assert {f.constant for f in result.report.with_code("EG103")} == set(EVERY_CONSTANT)
+    assert placement(result.program) == dict.fromkeys(EVERY_CONSTANT, "cpu")

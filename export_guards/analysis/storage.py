@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from export_guards.analysis.programs import ProgramConstant, iter_constants
 
-__all__ = ["Unreadable", "describe", "first_user", "storage_problem", "unreadable_constants"]
+__all__ = ["Unreadable", "describe", "device_problem", "first_user", "storage_problem", "unreadable_constants"]
 
 
 @final
@@ -27,6 +27,10 @@ class Unreadable(NamedTuple):
 
     on_device: bool  # True: they are in device memory (a copy can fetch them); False: there are none
     why: str
+
+    def said_of(self, constant: ProgramConstant) -> str:
+        """The sentence that names ``constant`` and says why: the message of EG101 / EG102."""
+        return f"{describe(constant)} {self.why}"
 
 
 def storage_problem(tensor: torch.Tensor) -> Unreadable | None:
@@ -42,7 +46,7 @@ def storage_problem(tensor: torch.Tensor) -> Unreadable | None:
     if tensor.device.type == "meta":
         return Unreadable(False, "is on the meta device and has no data")
     if tensor.device.type != "cpu":
-        return Unreadable(True, f"is on {tensor.device}, not in host (CPU) memory")
+        return device_problem(tensor)
     try:
         pointer = tensor.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError) as error:
@@ -50,6 +54,15 @@ def storage_problem(tensor: torch.Tensor) -> Unreadable | None:
     if pointer == 0:
         return Unreadable(False, "has a null data pointer")
     return None
+
+
+def device_problem(tensor: torch.Tensor) -> Unreadable | None:
+    """Why the host cannot read ``tensor`` by its device alone, for a fake copy whose tensors
+    stand on the real ones' devices (what a partitioner is handed): ``None`` on the CPU, on
+    the meta device and for zero-size tensors."""
+    if tensor.device.type in ("cpu", "meta") or tensor.numel() == 0:
+        return None
+    return Unreadable(True, f"is on {tensor.device}, not in host (CPU) memory")
 
 
 def unreadable_constants(method: str | None, ep: ExportedProgram) -> list[tuple[ProgramConstant, Unreadable]]:

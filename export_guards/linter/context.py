@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from export_guards.analysis.fold_plan import plan_fold
+from export_guards.analysis.fold_plan import FoldPlan, plan_fold
 from export_guards.analysis.ops import ancestors, aten_name, call_nodes, compute_op_name, static_operand
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
 from export_guards.analysis.reparametrization import reparametrized
@@ -26,12 +26,14 @@ class LintContext:
         method: the method's name (``None`` when a pass does not know it).
         fold: whether the guards' fold will run on it.
         reasons: for a lowered program, why the partitioner left each node out, by node name.
+        fold_plan: the program's fold plan, when the caller has made it already.
     """
 
     program: ExportedProgram
     method: str | None = "forward"
     fold: bool = True
     reasons: Mapping[str, str] = field(default_factory=dict)
+    fold_plan: FoldPlan | None = None
 
     @functools.cached_property
     def constants(self) -> dict[Node, ProgramConstant]:
@@ -51,7 +53,7 @@ class LintContext:
     @functools.cached_property
     def foldable(self) -> frozenset[Node]:
         """The nodes computable from constants alone (what the fold would fold)."""
-        return plan_fold(self.program).foldable
+        return (self.fold_plan or plan_fold(self.program)).foldable
 
     @functools.cached_property
     def reached_by_inputs(self) -> set[Node]:

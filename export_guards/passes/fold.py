@@ -45,7 +45,9 @@ def fold_constants(
     return result.exported_program, result.report
 
 
-def fold_non_core_constants(program: ExportedProgram, *, max_growth: float = 2.0) -> tuple[ExportedProgram, Report]:
+def fold_non_core_constants(
+    program: ExportedProgram, *, max_growth: float = 2.0, plan: FoldPlan | None = None
+) -> tuple[ExportedProgram, Report]:
     """Fold ``program`` now if one of its constant-only computations uses an op outside core
     ATen, which ``to_edge`` decomposes or, when no decomposition exists, rejects
     (``orthogonal``'s ``linalg_matrix_exp``, ``linalg_householder_product``, ``linalg_solve``;
@@ -54,11 +56,13 @@ def fold_non_core_constants(program: ExportedProgram, *, max_growth: float = 2.0
     otherwise return ``program`` unchanged, for the fold in ``transform_passes`` to do.
 
     Apply it to the torch.export program, before ``to_edge`` / ``to_edge_transform_and_lower``.
+    ``plan`` is ``program``'s fold plan at ``max_growth``, when the caller has made it (the
+    lint reads it too); otherwise it is made here.
     """
-    plan = plan_fold(program, max_growth=max_growth)
-    if not any(_outside_core_aten(node.target) for node in plan.foldable):
+    plan = plan or plan_fold(program, max_growth=max_growth)
+    if not plan.roots or not any(_outside_core_aten(node.target) for node in plan.foldable):
         return program, Report()
-    return fold_constants(program, max_growth=max_growth)
+    return _apply(program, plan)
 
 
 def _outside_core_aten(target: object) -> bool:

@@ -7,12 +7,17 @@ from __future__ import annotations
 import functools
 import linecache
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from export_guards.report import Finding, Report, SourceLocation
 from export_guards.ruleset.catalog import CATALOG
+from export_guards.ruleset.rule import Rule, Stage
 
-__all__ = ["UNSUPPRESSIBLE", "split_suppressed", "unused_noqa"]
+if TYPE_CHECKING:
+    from export_guards.ruleset.engine import Selection
+
+__all__ = ["UNSUPPRESSIBLE", "split_suppressed", "unused_noqa", "unused_noqa_report"]
 
 UNSUPPRESSIBLE = frozenset({"EG001", "EG002", "EG003"})
 """A rule that failed, a step that failed, a comment that suppressed nothing: no comment on a
@@ -72,3 +77,24 @@ def unused_noqa(report: Report, lines: Iterable[tuple[str, int]], judged: Callab
             location = SourceLocation(file, line, linecache.getline(file, line).strip())
             findings.append(Finding(rule.code, rule.severity, message, location=location, fix=rule.fix))
     return findings
+
+
+def unused_noqa_report(
+    report: Report,
+    lines: Callable[[], Iterable[tuple[str, int]]],
+    settings: Selection,
+    stages: Iterable[Stage],
+    known: Callable[[], Mapping[str, Rule]],
+) -> list[Finding]:
+    """EG003, where ``settings`` select it: :func:`unused_noqa` over ``lines()`` (read only then:
+    reading every node's line costs time), judging the codes ``settings`` select that are
+    ``known()`` (the registry's every known rule, asked only then) and of one of the
+    ``stages`` that ran."""
+    if not settings.enabled("EG003"):
+        return []
+    rules, ran = known(), frozenset(stages)
+
+    def judged(code: str) -> bool:
+        return settings.enabled(code) and code in rules and rules[code].stage in ran
+
+    return unused_noqa(report, lines(), judged)

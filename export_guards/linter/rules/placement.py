@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.analysis.storage import describe, first_user, storage_problem
+from export_guards.analysis.storage import first_user, storage_problem
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, RuleSet, rule
 
@@ -14,7 +14,7 @@ def _hits(context: LintContext, on_device: bool) -> Iterator[Hit]:
     for constant in context.constants.values():
         problem = storage_problem(constant.tensor)
         if problem is not None and problem.on_device is on_device:
-            yield Hit(f"{describe(constant)} {problem.why}", first_user(constant.node), constant.fqn)
+            yield Hit(problem.said_of(constant), first_user(constant.node), constant.fqn)
 
 
 @rule("EG101")

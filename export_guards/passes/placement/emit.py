@@ -17,11 +17,9 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from export_guards.errors import GuardError
-from export_guards.linter import lint_method
-from export_guards.linter.rules.placement import PLACEMENT_RULES
-from export_guards.passes.placement.guard import check_policy
 from export_guards.passes.placement.host_copy import host_constants, host_graph
-from export_guards.passes.placement.messages import copy_findings, placement_error
+from export_guards.passes.placement.messages import placement_error
+from export_guards.passes.placement.plan import check_policy, plan_placement
 from export_guards.passes.result import GuardGraphPassResult
 from export_guards.report import Report
 from export_guards.settings import PlacementPolicy
@@ -109,13 +107,13 @@ class EmitPlacementPass(PassBase):
                 "check_constant_placement(program)",
                 Report(),
             )
-        report = lint_method(program, None, rules=PLACEMENT_RULES)
-        if not report.errors:
+        plan = plan_placement(None, program, self.policy)
+        if plan.stops:
+            raise placement_error(plan.stops)
+        if not plan.to_copy:
             return GuardGraphPassResult(graph_module, False)
-        if self.policy == "error" or any(f.code == "EG102" for f in report.errors):
-            raise placement_error(report)
         # The graph is twinned alone: to_executorch has made it non-functional (buffer
         # write-backs), which an ExportedProgram refuses. An earlier pass may have replaced it.
-        copies, graph = copy_findings(None, program), host_graph(None, program, graph_module)
+        copies, graph = plan.copies(), host_graph(graph_module, plan.to_copy)
         program._state_dict, program._constants = host_constants(program)  # their setters refuse
         return GuardGraphPassResult(graph, True, copies)

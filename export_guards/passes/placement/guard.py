@@ -1,31 +1,29 @@
 """The placement guard on a whole program: every constant must sit in host memory before
 anything reads it there.
 
-What the host cannot read is a fact of ``analysis.storage``, reported by the lint's rules EG101
-and EG102; this guard raises one error that names every such constant or, by policy, replaces
-the program by its host twin (``host_copy``), with an EG103 finding for each copy.
+What the host cannot read is a fact of ``analysis.storage``; what to do about it is each
+method's placement plan (``plan.py``): this guard raises one error that names every constant
+that stops the export or, by policy, replaces the program by its host twin (``host_copy``),
+with an EG103 finding for each copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar, get_args
+from typing import TypeVar
 
 from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
 from export_guards.analysis.programs import Program, methods_of
-from export_guards.linter import lint, lint_method
-from export_guards.linter.rules.placement import PLACEMENT_RULES, constant_on_device
-from export_guards.passes.placement.host_copy import host_twin
-from export_guards.passes.placement.messages import copy_findings, placement_error
+from export_guards.passes.placement.messages import placement_error
+from export_guards.passes.placement.plan import check_policy, plan_placement
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Report
-from export_guards.ruleset import RuleSet
 from export_guards.settings import PlacementPolicy
 
-__all__ = ["ConstantPlacementPass", "check_constant_placement", "check_policy", "guard_constant_placement"]
+__all__ = ["ConstantPlacementPass", "check_constant_placement", "guard_constant_placement"]
 
 P = TypeVar("P", ExportedProgram, Mapping[str, ExportedProgram], EdgeProgramManager)
 
@@ -44,7 +42,7 @@ def check_constant_placement(program: Program) -> Report:
     Raises:
         TypeError: ``program`` is none of those forms.
     """
-    return lint(program, rules=PLACEMENT_RULES)
+    return sum((plan_placement(name, ep).findings() for name, ep in methods_of(program).items()), Report())
 
 
 def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P:
@@ -72,15 +70,17 @@ def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P
         ValueError: ``policy`` is not ``"error"`` or ``"copy"``.
     """
     check_policy(policy)
-    report = check_constant_placement(program)
-    if not report.errors:
-        return program
-    _raise_unless_copyable(report, policy)
     methods = methods_of(program)
-    moving = {f.method for f in report.errors}
-    if isinstance(program, EdgeProgramManager):
+    plans = {name: plan_placement(name, ep, policy) for name, ep in methods.items()}
+    stops = sum((plan.stops for plan in plans.values()), Report())
+    if stops:
+        raise placement_error(stops)
+    moving = [name for name, plan in plans.items() if plan.to_copy]
+    if not moving:
+        return program
+    if isinstance(program, EdgeProgramManager):  # its transform keeps the manager's other state
         return program.transform({name: [ConstantPlacementPass("copy", method=name)] for name in moving})  # type: ignore[return-value]
-    moved = {name: host_twin(name, ep) if name in moving else ep for name, ep in methods.items()}
+    moved = {name: plans[name].carried_out(ep).exported_program for name, ep in methods.items()}
     if isinstance(program, ExportedProgram):
         return moved["forward"]  # type: ignore[return-value]
     return moved  # type: ignore[return-value]
@@ -120,21 +120,5 @@ class ConstantPlacementPass(ExportedProgramPassBase):
         self.defer_device_constants = defer_device_constants
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
-        deferring = self.defer_device_constants and self.policy == "error"
-        rules = PLACEMENT_RULES.without(RuleSet.of(constant_on_device)) if deferring else PLACEMENT_RULES
-        report = lint_method(exported_program, self.method, rules=rules)
-        if not report.errors:
-            return GuardPassResult(exported_program, False)
-        _raise_unless_copyable(report, self.policy)
-        return GuardPassResult(host_twin(self.method, exported_program), True, copy_findings(self.method, exported_program))
-
-
-def check_policy(policy: str) -> None:
-    """Raise ``ValueError`` unless ``policy`` is a placement policy."""
-    if policy not in get_args(PlacementPolicy):
-        raise ValueError(f"placement policy must be 'error' or 'copy', not {policy!r}")
-
-
-def _raise_unless_copyable(report: Report, policy: PlacementPolicy) -> None:
-    if policy != "copy" or any(f.code == "EG102" for f in report.errors):
-        raise placement_error(report)
+        plan = plan_placement(self.method, exported_program, self.policy, defer_device_constants=self.defer_device_constants)
+        return plan.carried_out(exported_program)

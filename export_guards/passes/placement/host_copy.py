@@ -12,6 +12,7 @@ byte for byte, at whatever stage it is made (torch.export, edge, inside ``to_exe
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
@@ -22,34 +23,25 @@ from torch.export.graph_signature import ExportGraphSignature, TensorArgument
 from torch.fx import GraphModule
 from torch.utils import _pytree as pytree
 
-from export_guards.analysis.programs import ConstantKind
+from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.storage import unreadable_constants
-from export_guards.linter import lint_method
-from export_guards.linter.rules.placement import PLACEMENT_RULES
-from export_guards.passes.placement.messages import placement_error
-from export_guards.ruleset import CATALOG
 
 __all__ = ["host_constants", "host_graph", "host_twin"]
 
 
-def host_twin(method: str | None, ep: ExportedProgram) -> ExportedProgram:
+def host_twin(ep: ExportedProgram, moving: Sequence[ProgramConstant]) -> ExportedProgram:
     """A new program: ``ep`` on the CPU, its metadata recomputed there. ``ep`` is untouched.
 
-    Each constant of the state dict and the constants is copied to the host once, one at a
-    time; the example inputs are moved too.
-
-    Raises:
-        ConstantPlacementError: a constant is still unreadable on the twin (one without data).
+    ``moving`` are ``ep``'s constants in device memory (the placement plan's copies). Each
+    constant of the state dict and the constants is copied to the host once, one at a time;
+    the example inputs are moved too.
     """
     state_dict, constants = host_constants(ep)
-    moved = ep._update(_moved_graph(method, ep, ep.graph_module), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
+    moved = ep._update(_moved_graph(ep.graph_module, moving), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
     twin = _transform(moved, ExportPass())  # the retrace, and the signature that follows its names
     _keep_input_names(ep.graph_module, twin.graph_module, twin.graph_signature)
     if ep.example_inputs is not None:
         twin._example_inputs = pytree.tree_map_only(torch.Tensor, _on_host, ep.example_inputs)
-    left = lint_method(twin, method, rules=PLACEMENT_RULES)
-    if left:
-        raise placement_error(left, advice=CATALOG["EG101"].fix)
     return twin
 
 
@@ -68,28 +60,31 @@ def host_constants(ep: ExportedProgram) -> tuple[dict[str, torch.Tensor], dict[s
     return state_dict, constants
 
 
-def host_graph(method: str | None, ep: ExportedProgram, graph_module: GraphModule) -> GraphModule:
-    """A copy of ``graph_module`` (``ep``'s, or one that a pass made of it) retraced on the
-    CPU, its input names kept: for a graph that no longer makes a valid ``ExportedProgram``
-    (``to_executorch``'s, after its buffer write-backs)."""
-    retraced = ExportPass()(_moved_graph(method, ep, graph_module)).graph_module
+def host_graph(graph_module: GraphModule, moving: Sequence[ProgramConstant]) -> GraphModule:
+    """A copy of ``graph_module`` (a program's, or one that a pass made of it; ``moving``,
+    that program's constants in device memory) retraced on the CPU, its input names kept: for
+    a graph that no longer makes a valid ``ExportedProgram`` (``to_executorch``'s, after its
+    buffer write-backs)."""
+    retraced = ExportPass()(_moved_graph(graph_module, moving)).graph_module
     _keep_input_names(graph_module, retraced)
     return retraced
 
 
-def _moved_graph(method: str | None, ep: ExportedProgram, graph_module: GraphModule) -> GraphModule:
+def _moved_graph(graph_module: GraphModule, moving: Sequence[ProgramConstant]) -> GraphModule:
     """A copy of ``graph_module`` whose inputs' metadata, device arguments, graph attributes
-    and delegates' original programs (which a retrace replays; their compiled blobs stay as
-    they are) are on the host; the other nodes' metadata is left for a retrace."""
+    (of ``moving``) and delegates' original programs (which a retrace replays; their compiled
+    blobs stay as they are) are on the host; the other nodes' metadata is left for a retrace."""
     graph = copy.deepcopy(graph_module)
     _keep_input_names(graph_module, graph)
-    for constant, problem in unreadable_constants(method, ep):
-        if constant.kind is ConstantKind.GRAPH_ATTRIBUTE and problem.on_device:
+    for constant in moving:
+        if constant.kind is ConstantKind.GRAPH_ATTRIBUTE:
             owner, _, name = str(constant.node.target).rpartition(".")
             setattr(graph.get_submodule(owner) if owner else graph, name, _on_host(constant.tensor))
     for module in graph.modules():
         if isinstance(module, LoweredBackendModule) and _traced_on_device(module.original_module):
-            module._original_exported_program = host_twin(None, module.original_module)
+            inner = module.original_module
+            on_device = [c for c, problem in unreadable_constants(None, inner) if problem.on_device]
+            module._original_exported_program = host_twin(inner, on_device)
     for node in graph.graph.nodes:
         if "device" in node.kwargs:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}

@@ -1,16 +1,12 @@
-"""What the placement guard says: the error that lists every misplaced constant, the fixes for
-each stage, and the ``EG103`` finding for each constant the copy policy copies."""
+"""What the placement guard says: the error that lists every misplaced constant, and the fixes
+for each stage."""
 
 from __future__ import annotations
 
-from export_guards.analysis.source import node_site
-from export_guards.analysis.storage import describe, first_user, unreadable_constants
 from export_guards.errors import ConstantPlacementError
 from export_guards.report import Finding, Report
-from export_guards.ruleset import CATALOG, Hit, finding
-from torch.export import ExportedProgram
 
-__all__ = ["FIX", "FIX_BACKEND", "FIX_EMITTER", "copy_findings", "placement_error"]
+__all__ = ["FIX", "FIX_BACKEND", "FIX_EMITTER", "placement_error"]
 
 
 FIX = (
@@ -30,29 +26,13 @@ FIX_EMITTER = (
 """The fix when the emitter would read it."""
 
 
-def copy_findings(method: str | None, ep: ExportedProgram) -> Report:
-    """One ``EG103`` finding for each constant of ``ep`` in device memory, which the copy
-    policy copies to the host."""
-    copies = [
-        finding(
-            CATALOG["EG103"],
-            Hit(f"copied {describe(constant)} from {constant.tensor.device} to host memory", first_user(constant.node), constant.fqn),
-            method=method,
-            locate=node_site,
-        )
-        for constant, problem in unreadable_constants(method, ep)
-        if problem.on_device
-    ]
-    return Report.of(copies)
-
-
-def placement_error(report: Report, advice: str | None = None) -> ConstantPlacementError:
+def placement_error(report: Report) -> ConstantPlacementError:
     """The error for ``report``'s misplaced constants: one line per constant (its node,
-    method and source line), then ``advice`` or each finding's fix."""
-    return ConstantPlacementError(_message(report.errors, advice), report)
+    method and source line), then each distinct fix."""
+    return ConstantPlacementError(_message(report.errors), report)
 
 
-def _message(errors: tuple[Finding, ...], advice: str | None) -> str:
+def _message(errors: tuple[Finding, ...]) -> str:
     count = f"{len(errors)} constant{'s' if len(errors) != 1 else ''}"
     lines = [
         f"{count} cannot be read from host memory. The ExecuTorch emitter and delegates such "
@@ -68,6 +48,6 @@ def _message(errors: tuple[Finding, ...], advice: str | None) -> str:
         lines.append(f"  {found.code} {found.message}; used by {where}")
         if found.location and found.location.code:
             lines.append(f"      {found.location.code}")
-    fixes = [advice] if advice else list(dict.fromkeys(f.fix for f in errors if f.fix))
+    fixes = list(dict.fromkeys(f.fix for f in errors if f.fix))
     lines.extend(f"Fix: {fix}." for fix in fixes)
     return "\n".join(lines)

@@ -16,14 +16,9 @@ import torch
 from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
-from export_guards.analysis.programs import ProgramConstant, iter_constants
-from export_guards.analysis.source import node_site
-from export_guards.analysis.storage import describe, first_user
 from export_guards.backends import device_backend_ids
-from export_guards.passes.placement.guard import check_policy
-from export_guards.passes.placement.messages import FIX_BACKEND, FIX_EMITTER, placement_error
-from export_guards.report import Report
-from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.passes.placement.messages import placement_error
+from export_guards.passes.placement.plan import check_policy, plan_partition
 from export_guards.settings import PlacementPolicy
 
 __all__ = ["DEVICE_BACKENDS", "GuardedPartitioner", "guard_partitioners"]
@@ -75,9 +70,9 @@ class GuardedPartitioner(Partitioner):
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         result = self.partitioner.partition(exported_program)
-        report = _host_reads_of_device_memory(result, self.device_backends, self.last and self.emitter == "error")
-        if report:
-            raise placement_error(report)
+        stops = plan_partition(result, self.device_backends, emitter=self.emitter if self.last else None).stops
+        if stops:
+            raise placement_error(stops)
         return result
 
     @property
@@ -149,40 +144,3 @@ def guard_partitioners(
 def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...], emitter: PlacementPolicy) -> list[GuardedPartitioner]:
     last = len(partitioners) - 1
     return [GuardedPartitioner(p, trusted, last=i == last, emitter=emitter) for i, p in enumerate(partitioners)]
-
-
-def _host_reads_of_device_memory(result: PartitionResult, trusted: frozenset[str], last: bool) -> Report:
-    """An ``EG101`` error for each device constant that a host reader will read: a backend
-    not in ``trusted`` whose partition holds it, or (when ``last``) the emitter."""
-    backends = {tag: spec.backend_id for tag, spec in result.partition_tags.items()}
-    hits = []
-    for constant in iter_constants(None, result.tagged_exported_program):
-        # ExecuTorch partitions a copy whose constants are fake tensors on the real ones' devices.
-        device = constant.tensor.device
-        if device.type in ("cpu", "meta") or constant.tensor.numel() == 0:
-            continue  # constants without data are the transform-stage guard's to stop
-        reader = _reader(constant, backends, last)
-        if reader is not None and reader not in trusted:
-            message = f"{describe(constant)} is on {device}, not in host (CPU) memory; {_reads(reader)}"
-            hit = Hit(message, first_user(constant.node), constant.fqn, fix=_fix(reader))
-            hits.append(finding(CATALOG["EG101"], hit, locate=node_site))
-    return Report.of(hits)
-
-
-def _reader(constant: ProgramConstant, backends: Mapping[str, str], last: bool) -> str | None:
-    """The backend id whose preprocess will read ``constant``, ``"emitter"`` when it stays in
-    the top-level program and no partitioner comes after, ``None`` when a later one decides."""
-    tag = constant.node.meta.get("delegation_tag")
-    if tag is not None and tag in backends:
-        return backends[tag]
-    return "emitter" if last else None
-
-
-def _fix(reader: str) -> str:
-    return FIX_EMITTER if reader == "emitter" else FIX_BACKEND.format(backend=reader)
-
-
-def _reads(reader: str) -> str:
-    if reader == "emitter":
-        return "no partition takes it, so the emitter will copy it from host memory"
-    return f"{reader}'s preprocess will read it from host memory"
