@@ -297,3 +297,25 @@ def test_a_guarded_export_walks_its_constants_for_placement_once(trapdev: torch.
     assert len(walks) == 1
     assert {f.constant for f in result.report.with_code("EG103")} == set(EVERY_CONSTANT)
     assert placement(result.program) == dict.fromkeys(EVERY_CONSTANT, "cpu")
+
+
+class _Silenced(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)  # noqa: EG101
+
+
+def test_a_noqa_suppresses_the_lints_finding_never_the_guard(trapdev: torch.device) -> None:
+    """Reading device memory would crash: a comment on the line can quiet the lint, not the guard."""
+    model = _Silenced().to(trapdev)
+    ep = torch.export.export(model, (torch.randn(2, 4).to(trapdev),))
+    linted = eg.lint(ep)
+    assert not linted.with_code("EG101") and {f.code for f in linted.suppressed} >= {"EG101"}
+    assert {f.constant for f in eg.check_constant_placement(ep).with_code("EG101")} == {"linear.weight", "linear.bias"}
+    with pytest.raises(eg.ConstantPlacementError):
+        eg.guard_constant_placement(ep)
+    with pytest.raises(Exception, match="ConstantPlacementPass"):
+        to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes())
