@@ -191,16 +191,25 @@ def export_with_recipe(
     session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded)
     try:
         session.export()
-    except ConstantPlacementError as error:
-        linted_session(guarded, session, settings, lowered=False).stop(error.report)
-        return GuardedExport(session.get_exported_program(), None, ledger.report(settings))
-    except GuardError:
-        raise
-    except Exception as error:  # keep what the lint found: it often says why
-        found = linted_session(guarded, session, settings, lowered=False).report(settings)
+    except Exception as error:
+        stopped = _placement_stop(error)
+        if stopped is not None:  # a host reader would have read a constant it cannot: stopped, as lower_with_guards stops
+            linted_session(guarded, session, settings, lowered=False).stop(stopped.report)
+            return GuardedExport(session.get_exported_program(), None, ledger.report(settings))
+        if isinstance(error, GuardError):
+            raise
+        found = linted_session(guarded, session, settings, lowered=False).report(settings)  # keep what the lint found: it often says why
         raise LoweringFailed(f"the recipe's export failed: {describe_error(error)}", found) from error
     report = recipe_report(session, settings)
     return GuardedExport(session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer())
+
+
+def _placement_stop(error: BaseException | None) -> ConstantPlacementError | None:
+    """The placement guard's error that ``error`` is or wraps: ExecuTorch's pass manager
+    re-raises a transform pass's error as a plain ``Exception`` caused by it."""
+    while error is not None and not isinstance(error, ConstantPlacementError):
+        error = error.__cause__
+    return error
 
 
 def lower_with_guards(

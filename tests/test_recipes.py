@@ -132,6 +132,21 @@ def test_device_constants_are_stopped_or_copied_in_a_recipe_export(trapdev: torc
     torch.testing.assert_close(run_pte(copied.to_pte(), inputs)[0], expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("policy", ["error", "copy"])
+def test_constants_without_data_stop_a_recipe_export_as_they_stop_lower_with_guards(policy: str) -> None:
+    """The recipe's edge guard raises inside ExecuTorch's pass manager, which wraps the error:
+    the export still stops with the findings, as ``lower_with_guards``' plan stops it."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
+    inputs = (torch.randn(2, 4, device="meta"),)
+    config = eg.Settings(placement=policy)
+    by_recipe = eg.export_with_recipe(model, inputs, "xnnpack_fp32", config=config)
+    by_backend = eg.export_with_guards(model, inputs, config=config)
+    assert by_recipe.edge is None and by_backend.edge is None
+    stops = [[(f.code, f.constant) for f in result.report.errors] for result in (by_recipe, by_backend)]
+    assert stops == [[("EG102", "0.weight"), ("EG102", "0.bias")]] * 2
+
+
 def test_a_recipe_of_another_backend_that_lowers_here() -> None:
     pytest.importorskip("coremltools", reason="the CoreML recipes need coremltools")
     if "coreml_fp32" not in eg.recipe_names():
