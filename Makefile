@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light clean
+.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -105,3 +105,18 @@ clean:
 # `export-guards check` on an XNNPACK program in a fresh interpreter, without torch (issue 38: at most 1 s).
 bench-check-light: $(INSTALLED)
 	$(PY) benchmarks/check_without_torch.py
+
+# The guarded export's time, this tree against HEAD, side by side (issue 39: no slower).
+bench-export-ab: $(INSTALLED)
+	$(PY) benchmarks/export_ab.py
+
+# The same findings, programs and bytes as REV (default HEAD) on the flow matrix, the examples
+# and the device flows: a refactor's proof (issue 39). About 16 minutes on 2 cores.
+REV ?= HEAD
+same-outcome: $(INSTALLED)
+	rm -rf out/same-outcome && git worktree prune && mkdir -p out/same-outcome
+	git worktree add --detach out/same-outcome/baseline $(REV)
+	cd out/same-outcome/baseline && PYTHONPATH=$$PWD:$$PWD/tests $(CURDIR)/$(PY) $(CURDIR)/benchmarks/same_outcome.py record ../baseline.json; \
+		status=$$?; cd $(CURDIR) && git worktree remove --force out/same-outcome/baseline; exit $$status
+	$(PY) benchmarks/same_outcome.py record out/same-outcome/this-tree.json
+	$(PY) benchmarks/same_outcome.py compare out/same-outcome/baseline.json out/same-outcome/this-tree.json
