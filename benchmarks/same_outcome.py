@@ -187,44 +187,34 @@ def guarded(result: Any, *, check: bool = False) -> Outcome:
 # --- recording what the drop-in passes report ---------------------------------------------
 
 
-def recorded_transform_passes(passes: list[Any], found: list[Any]) -> list[Any]:
-    """``guard_passes(...)``, each pass keeping its result's report in ``found``.
-
-    ``to_edge_transform_and_lower`` keeps only each result's program. Each wrapper is named as
-    the pass it wraps, as ExecuTorch's pass manager names a pass that fails."""
+def recording(guard: Any, found: list[Any]) -> Any:
+    """``guard``, keeping each call's report in ``found``: the pass managers keep only each
+    result's program or graph. The wrapper is of ``guard``'s kind (an ExecuTorch program pass,
+    or a torch.fx graph pass for ``ExecutorchBackendConfig.passes``) and named as ``guard``,
+    as ExecuTorch's pass manager names a pass that fails."""
     from executorch.exir.pass_base import ExportedProgramPassBase
+    from torch.fx.passes.infra.pass_base import PassBase
 
-    class Recorded(ExportedProgramPassBase):
-        def __init__(self, guard: Any) -> None:
-            self.guard = guard
-            self.changes_input = getattr(guard, "changes_input", True)
+    def call(self: Any, subject: Any) -> Any:
+        result = guard(subject)
+        found.extend(getattr(result, "report", None) or ())
+        return result
 
-        def call(self, exported_program: Any) -> Any:
-            result = self.guard(exported_program)
-            found.extend(getattr(result, "report", None) or ())
-            return result
+    base = ExportedProgramPassBase if isinstance(guard, ExportedProgramPassBase) else PassBase
+    return type(type(guard).__name__, (base,), {"call": call, "changes_input": getattr(guard, "changes_input", True)})()
 
-    return [type(type(p).__name__, (Recorded,), {})(p) for p in passes]
+
+def recorded_transform_passes(passes: list[Any], found: list[Any]) -> list[Any]:
+    """``guard_passes(...)``, each pass keeping its result's report in ``found``."""
+    return [recording(p, found) for p in passes]
 
 
 def recorded_emit_passes(passes: list[Any], found: list[Any]) -> list[Any]:
     """``emit_passes(...)``, the checking pass keeping its report in ``found``; a
     ``SpecPropPass`` (the one ``to_executorch`` hands the emitted program to) is left as it is."""
     from executorch.exir.passes.spec_prop_pass import SpecPropPass
-    from torch.fx.passes.infra.pass_base import PassBase
 
-    class Recorded(PassBase):
-        def __init__(self, guard: Any) -> None:
-            super().__init__()
-            self.guard = guard
-            self.changes_input = getattr(guard, "changes_input", True)
-
-        def call(self, graph_module: Any) -> Any:
-            result = self.guard(graph_module)
-            found.extend(getattr(result, "report", None) or ())
-            return result
-
-    return [p if isinstance(p, SpecPropPass) else type(type(p).__name__, (Recorded,), {})(p) for p in passes]
+    return [p if isinstance(p, SpecPropPass) else recording(p, found) for p in passes]
 
 
 # --- the models ------------------------------------------------------------------------------
