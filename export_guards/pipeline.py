@@ -183,7 +183,7 @@ def export_with_recipe(
 
     settings = config or Settings()
     chosen = recipe_named(recipe) if isinstance(recipe, str) else recipe
-    guarded = guard_recipe(chosen, fold=settings.fold, placement=settings.placement)
+    guarded = guard_recipe(chosen, fold=settings.fold, max_growth=settings.fold_max_growth, placement=settings.placement)
     ledger = ledger_of(guarded)
     if quantizes_modules(chosen) and settings.fold:  # torchao cannot quantize a reparametrized module: fold it first
         model, folded = fold_parametrizations(model)
@@ -268,12 +268,12 @@ def lower_with_guards(
 
     fold_plan = None
     if settings.fold:  # what to_edge would reject (non-core ATen weight math) is folded before it
-        fold_plan = plan_fold(program)  # the lint reads it too, unless the early fold made a new program
+        fold_plan = plan_fold(program, max_growth=settings.fold_max_growth)  # the lint reads it too, unless the early fold made a new program
         folded, early = fold_non_core_constants(program, plan=fold_plan)
         program, fold_plan = folded, fold_plan if folded is program else None
         ledger.put(None, "fold before to_edge", early)
     ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
-    passes = ledger.recorded(None, [FoldConstantsPass()] if settings.fold else [])
+    passes = ledger.recorded(None, [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else [])
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)

@@ -29,7 +29,7 @@ from export_guards.passes.fold import fold_constants, fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
 from export_guards.passes.placement import DEVICE_BACKENDS, GuardedPartitioner, check_policy, emit_passes, guard_partitioners, plan_placement
 from export_guards.report import Report
-from export_guards.settings import RECIPES, PlacementPolicy, Settings
+from export_guards.settings import DEFAULT_MAX_GROWTH, RECIPES, PlacementPolicy, Settings
 
 __all__ = ["guard_recipe", "ledger_of", "linted_session", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
 
@@ -49,7 +49,7 @@ def guard_recipe(
     recipe: ExportRecipe,
     *,
     fold: bool = True,
-    max_growth: float = 2.0,
+    max_growth: float = DEFAULT_MAX_GROWTH,
     placement: PlacementPolicy = "error",
     device_backends: Iterable[str] = DEVICE_BACKENDS,
 ) -> ExportRecipe:

@@ -16,7 +16,7 @@ from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, DEFAULT_OFF, RETIRED
 from export_guards.ruleset.registry import known_rules, project_prefixes
 
-__all__ = ["BACKENDS", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config"]
+__all__ = ["BACKENDS", "DEFAULT_MAX_GROWTH", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config"]
 
 Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
@@ -30,6 +30,10 @@ DEVICE_MEMORY_BACKENDS: tuple[str, ...] = tuple(info.name for info in BACKEND_TA
 PlacementPolicy = Literal["error", "copy"]
 """``"error"`` raises on a misplaced constant; ``"copy"`` copies constants to the host."""
 PLACEMENT_POLICIES: tuple[str, ...] = get_args(PlacementPolicy)
+
+DEFAULT_MAX_GROWTH = 1.25
+"""The fold's default budget: the folds that give a delegate a static weight may grow the
+program's constants by a quarter, all together."""
 
 RECIPES: tuple[str, ...] = (
     "arm_ethos_u55_int8", "arm_ethos_u65_int8", "arm_ethos_u85_int8", "arm_tosa_a16w8", "arm_tosa_fp", "arm_tosa_int8",
@@ -65,6 +69,9 @@ class Settings:
         backend: the partitioner a guarded export lowers with (``BACKENDS``).
         placement: what a guarded export does with device constants (``PLACEMENT_POLICIES``).
         fold: whether a guarded export folds constant-only computations.
+        fold_max_growth: the fold's budget: the folds that give a delegate a static weight may
+            grow the program's constants, all together, to at most this many times their
+            bytes (``fold-max-growth``; at least 1). Folds that shrink the program need none.
         recipe: an ExecuTorch recipe (``executorch.export``) to export with instead of
             ``backend``, by name (``"xnnpack_fp32"``; one of ``RECIPES``, of which
             ``export_guards.recipes.recipe_names()`` lists those this machine can make).
@@ -79,6 +86,7 @@ class Settings:
     backend: Backend = "xnnpack"
     placement: PlacementPolicy = "error"
     fold: bool = True
+    fold_max_growth: float = DEFAULT_MAX_GROWTH
     recipe: str | None = None
     show_info: bool = False
 
@@ -111,6 +119,8 @@ class Settings:
             "backend": _choice(self.backend, "backend", BACKENDS),
             "placement": _choice(self.placement, "placement", PLACEMENT_POLICIES),
         }
+        if isinstance(self.fold_max_growth, bool) or not isinstance(self.fold_max_growth, (int, float)) or not self.fold_max_growth >= 1:
+            raise ValueError(f"fold-max-growth must be a number of times the program's size, at least 1, not {self.fold_max_growth!r}")
         for switch in ("fold", "show_info"):
             if not isinstance(getattr(self, switch), bool):
                 raise ValueError(f"{switch.replace('_', '-')} must be true or false, not {getattr(self, switch)!r}")

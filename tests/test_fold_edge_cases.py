@@ -153,7 +153,7 @@ def test_names_that_end_like_a_reparametrization_are_not_one() -> None:
             return nn.functional.linear(x, self.attn_v * 2) + nn.functional.linear(x, self.w_orig.t()) * self.scale_g.abs()
 
     program = torch.export.export(Named().eval(), (torch.randn(2, 4),))
-    folded, _ = eg.fold_constants(program)
+    folded, _ = eg.fold_constants(program, max_growth=float("inf"))  # scale_g.abs() too, which saves no bytes
     assert sorted(folded.state_dict) == ["attn_v_folded", "scale_g_folded", "w_orig_folded"]  # not 'attn', 'scale', 'w'
     assert not eg.lint(program).with_code("EG212")
     assert reparametrized(["attn_v", "scale_g", "w_orig", "c.weight_orig", "c.weight_u", "c.weight_v", "n.weight_g", "n.weight_v"]) == {

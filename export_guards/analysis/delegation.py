@@ -34,14 +34,18 @@ class DelegationSummary:
         return sum(self.delegated.values()) / total if total else 1.0
 
     def stated(self) -> str:
-        """``12 of 12 compute ops delegated (100%) to XnnpackBackend``, or ``no conv / linear /
-        matmul to delegate (no delegate)``: as EG402 and the lint's summary line say it."""
+        """``12 of 12 compute ops delegated (100%) to XnnpackBackend; 44 other ops on the
+        runtime's kernels``, or ``no conv / linear / matmul to delegate (no delegate)``: as
+        EG402 and the lint's summary line say it. The other ops are counted, so that a fully
+        delegated matmul count never reads as a fully delegated program."""
         delegated = sum(self.delegated.values())
         total = delegated + sum(self.portable.values())
         backends = ", ".join(sorted(self.backends)) or "no delegate"
+        others = sum(self.other_portable.values())
+        rest = f"; {others} other op{'s' if others != 1 else ''} on the runtime's kernels" if others else ""
         if total:
-            return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}"
-        return f"no conv / linear / matmul to delegate ({backends})"
+            return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}{rest}"
+        return f"no conv / linear / matmul to delegate ({backends}){rest}"
 
     def count(self, *names: str) -> tuple[int, int]:
         """``(delegated, total)`` for the given op names, e.g. ``count("convolution")``."""

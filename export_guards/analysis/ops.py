@@ -13,6 +13,7 @@ from torch.fx import Node
 __all__ = [
     "COMPUTE_OPS",
     "MATMULS",
+    "QUANTIZATION_NAMESPACES",
     "ancestors",
     "argument",
     "argument_name",
@@ -20,6 +21,7 @@ __all__ = [
     "aten_overload",
     "call_nodes",
     "compute_op_name",
+    "inserted_by_quantizer",
     "is_view",
     "is_written",
     "kernel_op_name",
@@ -38,6 +40,9 @@ COMPUTE_OPS = frozenset(
 MATMULS = frozenset({"mm", "addmm", "bmm", "matmul", "linear"})
 """The matrix products, of which a decomposed ``nn.Linear`` is one."""
 
+QUANTIZATION_NAMESPACES = frozenset({"quantized_decomposed", "torchao", "quantized", "quant"})
+"""The namespaces of the ops that quantizers insert (PT2E's ``quantized_decomposed``, torchao's)."""
+
 # The operand that a delegate needs static: conv and linear weights, and mm / addmm's second
 # operand (a decomposed linear). Batched matmuls (attention) take two dynamic operands.
 _STATIC_OPERAND = {"mm": "mat2", "addmm": "mat2"}
@@ -55,6 +60,13 @@ def aten_name(target: object) -> str | None:
     """The op's name without namespace or overload (``"convolution"``), if it is an op."""
     op = aten_overload(target)
     return op._schema.name.split("::")[-1] if op is not None else None
+
+
+def inserted_by_quantizer(node: Node) -> bool:
+    """Whether ``node`` is an op that a quantizer inserts (``choose_qparams``, ``quantize_*``,
+    ``dequantize_*``), not one the user's code calls."""
+    op = aten_overload(node.target) if node.op == "call_function" else None
+    return op is not None and op.namespace in QUANTIZATION_NAMESPACES
 
 
 def compute_op_name(node: Node) -> str | None:

@@ -18,7 +18,16 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from export_guards.analysis.programs import ProgramConstant, iter_constants
 
-__all__ = ["Unreadable", "describe", "device_problem", "first_user", "storage_problem", "unreadable_constants"]
+__all__ = [
+    "Unreadable",
+    "describe",
+    "device_problem",
+    "first_user",
+    "plain_tensors",
+    "storage_problem",
+    "stored_bytes",
+    "unreadable_constants",
+]
 
 
 @final
@@ -37,10 +46,8 @@ def storage_problem(tensor: torch.Tensor) -> Unreadable | None:
     """Why the host cannot read ``tensor``'s bytes; ``None`` if it can (zero-size included)."""
     if tensor.numel() == 0:
         return None
-    if is_traceable_wrapper_subclass(tensor):  # torchao's quantized weights: their inner tensors hold the bytes
-        inner_names, _ = tensor.__tensor_flatten__()
-        inner = (getattr(tensor, name) for name in inner_names)
-        return next((p for t in inner if isinstance(t, torch.Tensor) and (p := storage_problem(t))), None)
+    if is_traceable_wrapper_subclass(tensor):
+        return next((p for t in plain_tensors(tensor) if (p := storage_problem(t))), None)
     if isinstance(tensor, FakeTensor):
         return Unreadable(False, f"is a fake tensor (device {tensor.device}) with no data")
     if tensor.device.type == "meta":
@@ -54,6 +61,23 @@ def storage_problem(tensor: torch.Tensor) -> Unreadable | None:
     if pointer == 0:
         return Unreadable(False, "has a null data pointer")
     return None
+
+
+def plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors that hold ``tensor``'s bytes: ``tensor`` itself, or for a tensor subclass
+    (torchao's quantized weights) its inner tensors, asked of it (``__tensor_flatten__``),
+    never its own storage, which has no data."""
+    if not is_traceable_wrapper_subclass(tensor):
+        return [tensor]
+    inner_names, _ = tensor.__tensor_flatten__()  # type: ignore[attr-defined]
+    inner = (getattr(tensor, name) for name in inner_names)
+    return [plain for t in inner if isinstance(t, torch.Tensor) for plain in plain_tensors(t)]
+
+
+def stored_bytes(tensor: torch.Tensor) -> int:
+    """The bytes a program stores for ``tensor``: a quantized subclass's inner tensors, not the
+    float tensor it stands for."""
+    return sum(t.nbytes for t in plain_tensors(tensor))
 
 
 def device_problem(tensor: torch.Tensor) -> Unreadable | None:

@@ -74,6 +74,12 @@ def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
     lowering.add_argument("--recipe", metavar="NAME", help=f"export with this ExecuTorch recipe instead (xnnpack_fp32, xnnpack_pt2e_int8_static_per_channel, ...){suffix}")
     command.add_argument("--placement", choices=PLACEMENT_POLICIES, help=f"device constants: report them, or copy them to the host (default error){suffix}")
     command.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help=f"fold constant-only weights (default on){suffix}")
+    command.add_argument(
+        "--fold-max-growth",
+        type=float,
+        metavar="TIMES",
+        help=f"the fold's budget: folds that give a delegate a static weight may grow the program's constants to this many times their size (default 1.25){suffix}",
+    )
 
 
 def _report_options(command: argparse.ArgumentParser) -> None:
@@ -119,6 +125,7 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         "backend": args.backend,
         "placement": args.placement,
         "fold": args.fold,
+        "fold_max_growth": args.fold_max_growth,
         "recipe": args.recipe,
         "show_info": True if args.show_info or args.verbose else None,
     }

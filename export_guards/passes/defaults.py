@@ -9,7 +9,7 @@ from executorch.exir.pass_base import ExportedProgramPassBase
 
 from export_guards.passes.fold import FoldConstantsPass
 from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner
-from export_guards.settings import PlacementPolicy
+from export_guards.settings import DEFAULT_MAX_GROWTH, PlacementPolicy
 
 __all__ = ["guard_passes"]
 
@@ -18,7 +18,7 @@ def guard_passes(
     *,
     placement: PlacementPolicy = "error",
     fold: bool = True,
-    max_growth: float = 2.0,
+    max_growth: float = DEFAULT_MAX_GROWTH,
     partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None = None,
 ) -> list[ExportedProgramPassBase]:
     """The default guard passes, in order, for ``transform_passes=guard_passes()``.
@@ -45,7 +45,7 @@ def guard_passes(
     Args:
         placement: ``"error"`` or ``"copy"``, as for ``guard_constant_placement``.
         fold: run the fold.
-        max_growth: the fold's growth limit (see ``FoldConstantsPass``).
+        max_growth: the fold's budget for the whole program (see ``FoldConstantsPass``).
         partitioner: the partitioners of this lowering, as given to
             ``to_edge_transform_and_lower``, each from :func:`guard_partitioners`.
 

@@ -22,20 +22,22 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
-from export_guards.analysis.fold_plan import FoldPlan, plan_fold
+from export_guards.analysis.fold_plan import DeclinedFold, FoldPlan, outside_core_aten, plan_fold
 from export_guards.analysis.ops import ancestors, argument_name, aten_name, is_view
-from export_guards.analysis.programs import ProgramConstant
+from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_site
+from export_guards.analysis.storage import plain_tensors
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.settings import DEFAULT_MAX_GROWTH
 
 __all__ = ["FoldConstantsPass", "fold_constants", "fold_non_core_constants"]
 
 
 def fold_constants(
-    program: ExportedProgram, *, max_growth: float = 2.0
+    program: ExportedProgram, *, max_growth: float = DEFAULT_MAX_GROWTH
 ) -> tuple[ExportedProgram, Report]:
     """Fold ``program``'s constant-only computations; return the new program and the report.
 
@@ -46,7 +48,7 @@ def fold_constants(
 
 
 def fold_non_core_constants(
-    program: ExportedProgram, *, max_growth: float = 2.0, plan: FoldPlan | None = None
+    program: ExportedProgram, *, max_growth: float = DEFAULT_MAX_GROWTH, plan: FoldPlan | None = None
 ) -> tuple[ExportedProgram, Report]:
     """Fold ``program`` now if one of its constant-only computations uses an op outside core
     ATen, which ``to_edge`` decomposes or, when no decomposition exists, rejects
@@ -60,17 +62,9 @@ def fold_non_core_constants(
     lint reads it too); otherwise it is made here.
     """
     plan = plan or plan_fold(program, max_growth=max_growth)
-    if not plan.roots or not any(_outside_core_aten(node.target) for node in plan.foldable):
-        return program, Report()
+    if not plan.roots or not any(outside_core_aten(node.target) for node in plan.foldable):
+        return program, Report()  # what it declines, the fold in transform_passes says
     return _apply(program, plan)
-
-
-def _outside_core_aten(target: object) -> bool:
-    """An op that ``to_edge`` must decompose or reject. Which one it does is known only after
-    its decompositions; folding either here computes with the op eager runs. Ops without
-    results (graph asserts, which ``to_edge`` drops) do not count. Quantization ops are not
-    core ATen either: a foldable one (a quantize of constants) counts too."""
-    return isinstance(target, torch._ops.OpOverload) and bool(target._schema.returns) and torch.Tag.core not in target.tags
 
 
 class FoldConstantsPass(ExportedProgramPassBase):
@@ -80,12 +74,17 @@ class FoldConstantsPass(ExportedProgramPassBase):
     constants; what is folded is planned by :func:`export_guards.analysis.fold_plan.plan_fold`.
     Anything a user input or a mutated buffer reaches stays in the graph.
 
-    Each result that the rest of the graph reads becomes a parameter named after the weight it
-    feeds (``decoder.0.weight``: the consuming module and argument), identical results are
-    stored once, and constants left unused (``weight_orig``, ``weight_u``, ``weight_v``,
-    ``parametrizations.*.original*``) leave the program. The result's ``report`` holds one
-    ``EG201`` info finding per folded constant: its name, the ops folded, and the bytes
-    before and after.
+    A fold is judged on the whole program (:func:`~export_guards.analysis.fold_plan.plan_fold`):
+    done when it shrinks the program, when ``to_edge`` could not take its ops, or when it gives
+    a conv / linear / matmul the static weight a delegate needs, within ``max_growth`` for the
+    whole program; other folds are declined. Each result that the rest of the graph reads
+    becomes a parameter named after the weight it feeds (``decoder.0.weight``: the consuming
+    module and argument), identical results are stored once, and constants left unused
+    (``weight_orig``, ``weight_u``, ``weight_v``, ``parametrizations.*.original*``) leave the
+    program. The result's ``report`` holds one ``EG201`` info finding per folded constant (its
+    name, the ops folded, and the bytes before and after) and one ``EG203`` per declined fold
+    that computes something (the reason, and the setting that allows it). Tensor subclasses
+    (torchao's quantized weights) are left as they are: ``to_edge`` unpacks them.
 
     Works on an ATen-dialect ``ExportedProgram`` before lowering and in
     ``to_edge_transform_and_lower(..., transform_passes=[...])``. The input program is never
@@ -94,25 +93,26 @@ class FoldConstantsPass(ExportedProgramPassBase):
     the placement guard's to report.
 
     Args:
-        max_growth: fold an op only if its result is at most this many times the bytes of its
-            tensor inputs (or at most 4 KiB), so that ``expand`` / ``repeat`` / ``full`` do not
-            bloat the ``.pte``.
+        max_growth: the folds that give a delegate a static weight may grow the program's
+            constants, all together, to at most this many times their bytes (or by 4 KiB),
+            so that ``expand`` / ``repeat`` / ``full`` do not bloat the ``.pte``. At least 1.
     """
 
     changes_input = False
     """The input program is never modified."""
 
-    def __init__(self, *, max_growth: float = 2.0) -> None:
-        if not max_growth > 0:
-            raise ValueError(f"max_growth must be a positive number of times, not {max_growth!r}")
+    def __init__(self, *, max_growth: float = DEFAULT_MAX_GROWTH) -> None:
+        if not max_growth >= 1:
+            raise ValueError(f"max_growth must be at least 1 (the program's own size), not {max_growth!r}")
         self.max_growth = max_growth
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
         plan = plan_fold(exported_program, max_growth=self.max_growth)
+        declined = Report.of([_declined(fold, self.max_growth) for fold in plan.declined])
         if not plan.roots:
-            return GuardPassResult(exported_program, False)
+            return GuardPassResult(exported_program, False, declined)
         folded, report = _apply(exported_program, plan)
-        return GuardPassResult(folded, True, report)
+        return GuardPassResult(folded, True, Report.of([*report.findings, *declined.findings]))
 
 
 def _evaluate(plan: FoldPlan) -> dict[Node, torch.Tensor]:
@@ -189,10 +189,10 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     staying = [s for s in sources if any(u not in plan.foldable for u in s.users)]
     before = sum(plan.constants[s].tensor.nbytes for s in sources if s not in staying)
     shared = f" (one value for {len(roots)} computations)" if len(roots) > 1 else ""
-    kept = f"; {', '.join(repr(plan.constants[s].fqn) for s in staying)} stay, read elsewhere" if staying else ""
+    kept = f"; {', '.join(_named(plan.constants[s]) for s in staying)} stay, read elsewhere" if staying else ""
     message = (
         f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(list(ops))}) on "
-        f"{', '.join(repr(plan.constants[s].fqn) for s in sources)} into parameter '{fqn}'{shared}: "
+        f"{', '.join(_named(plan.constants[s]) for s in sources)} into parameter '{fqn}'{shared}: "
         f"{before:,} -> {value.nbytes:,} bytes{kept}"
     )
     fix = None
@@ -273,6 +273,41 @@ def _rebuilt(
     return program
 
 
+def _named(constant: ProgramConstant) -> str:
+    """A constant as the user knows it: its name, or for a tensor that torch.export lifted out
+    of the code (``_lifted_tensor_constant3``), the module whose code made it."""
+    if constant.kind is not ConstantKind.TENSOR_CONSTANT:
+        return repr(constant.fqn)
+    module = next((path for user in constant.node.users if (path := _module_path(user))), "")
+    return f"a tensor constant of '{module}'" if module else "a tensor constant"
+
+
+def _declined(fold: DeclinedFold, max_growth: float) -> Finding:
+    """The EG203 finding for a fold left in the program."""
+    root = fold.roots[0]
+    consumer = next(u for u in root.users)
+    module = _module_path(consumer)
+    where = f" in '{module}'" if module else ""
+    computed = {n for r in fold.roots for n in ancestors(r, lambda i: i.op == "call_function")}
+    ops = _summary([n for n in root.graph.nodes if n in computed])
+    message = f"left the computation on constants{where} ({ops}) in the program: {fold.reason}"
+    if "budget" in fold.reason:
+        allow = f"raise the fold's budget above {max_growth:g} (the growth allowed, in times the program's constants)"
+    else:
+        allow = "set the fold's budget to inf, which folds every computation on constants whatever it costs"
+    fix = (
+        f"Nothing to do if the program is fine as it is. To fold it anyway, {allow}: fold-max-growth in "
+        "[tool.export-guards], --fold-max-growth, or guard_passes(max_growth=...)"
+    )
+    return finding(CATALOG["EG203"], Hit(message, consumer, fix=fix), locate=node_site)
+
+
+def _module_path(node: Node) -> str:
+    """The user's module that ``node`` runs in (``layers.0.attention.wq``), or ``""``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return next(reversed(stack.values()))[0] if stack else ""
+
+
 def _fake_value(root: Node, value: torch.Tensor, fake_mode: object) -> torch.Tensor:
     """The root's own fake value when it describes the dense ``value``, else a new one."""
     fake = root.meta.get("val")
@@ -309,7 +344,7 @@ def _materialize(value: torch.Tensor, constants: Iterable[torch.Tensor]) -> torc
     the caller's tensors must not be shared with the new program. The memory format
     (channels_last) is kept: the ops reading it expect its dim order."""
     value = value.detach()
-    shared = {c.untyped_storage().data_ptr() for c in constants if c.numel()}
+    shared = {t.untyped_storage().data_ptr() for c in constants for t in plain_tensors(c) if t.numel()}
     dense = value.is_contiguous() or value.is_contiguous(memory_format=torch.channels_last)
     whole = value.untyped_storage().nbytes() == value.nbytes
     if dense and whole and 0 not in value.stride() and value.untyped_storage().data_ptr() not in shared:
@@ -353,8 +388,7 @@ def _constant_name(root: Node, readers: frozenset[Node], sources: dict[str, int]
     while is_view(reader.target) and len(reader.users) == 1:
         value, reader = reader, next(iter(reader.users))
     argument = argument_name(reader, value)
-    stack = reader.meta.get("nn_module_stack") or {}
-    path = next(reversed(stack.values()))[0] if stack else ""
+    path = _module_path(reader)
     if argument in ("weight", "bias") and path:
         return f"{path}.{argument}"
     largest = max(sources, key=sources.__getitem__)

@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "export_guards(select=None, ignore=None, backend=None, fail_level=None, fold=None, placement=None): "
+        "export_guards(select=None, ignore=None, backend=None, fail_level=None, fold=None, fold_max_growth=None, placement=None): "
         "settings of the export-guards fixtures for this test",
     )
     workerinput = getattr(config, "workerinput", None)

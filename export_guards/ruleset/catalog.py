@@ -95,6 +95,19 @@ _RULES = (
         done=("constant folded", "constants folded"),
     ),
     Rule(
+        "EG203",
+        "fold-declined",
+        Severity.INFO,
+        "A computation on constants only was left in the program: folding it would neither shrink "
+        "the program nor give a delegate a static weight, or its growth is over the fold's budget "
+        "for the whole program.",
+        "Nothing to do if the program is fine as it is. To fold it anyway, raise the budget (inf "
+        "folds every computation on constants): fold-max-growth in [tool.export-guards], "
+        "--fold-max-growth, or guard_passes(max_growth=...).",
+        "action",
+        done=("fold declined", "folds declined"),
+    ),
+    Rule(
         "EG202",
         "parametrization-folded",
         Severity.INFO,

@@ -55,7 +55,7 @@ def delegation_coverage(context: LintContext) -> Iterator[Hit]:
     stated = summary.stated()  # stated all the same without compute ops: what the delegates took is the question
     if summary.other_portable:
         left = ", ".join(f"{op} x{count}" for op, count in sorted(summary.other_portable.items()))
-        stated += f"; left outside every delegate, on the runtime's kernels: {left} (EG403)"
+        stated += f": {left} (EG403)"
     yield Hit(stated)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import torch
 
-from export_guards.analysis.ops import aten_name, aten_overload, schema_arguments, val_tensors
+from export_guards.analysis.ops import aten_name, aten_overload, inserted_by_quantizer, schema_arguments, val_tensors
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
 
@@ -38,7 +38,11 @@ def float64(context: LintContext) -> Iterator[Hit]:
         if node.op == "placeholder" and node.name in user_inputs and _is_float64(node):
             yield Hit(f"input '{node.name}' is float64", next(iter(node.users), node))
     for node in context.call_nodes():
-        # Only where float64 starts: the ops after it follow by type promotion.
+        # Only where float64 starts: the ops after it follow by type promotion. Not an op a
+        # quantizer inserted (PT2E's dynamic choose_qparams returns a float64 scale by design):
+        # the user's line did not ask for it, and the delegate that matches it takes it whole.
+        if inserted_by_quantizer(node):
+            continue
         if _is_float64(node) and not any(_is_float64(i) for i in node.all_input_nodes):
             yield Hit(f"{aten_name(node.target) or node.target} '{node.name}' produces float64", node)
 
