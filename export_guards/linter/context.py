@@ -51,9 +51,9 @@ class LintContext:
         return mutated_constants(self.program)
 
     @functools.cached_property
-    def foldable(self) -> frozenset[Node]:
-        """The nodes computable from constants alone (what the fold would fold)."""
-        return (self.fold_plan or plan_fold(self.program)).foldable
+    def computable(self) -> frozenset[Node]:
+        """The nodes computable from constants alone (what the fold may fold, within its budget)."""
+        return (self.fold_plan or plan_fold(self.program)).computable
 
     @functools.cached_property
     def reached_by_inputs(self) -> set[Node]:
@@ -99,7 +99,7 @@ class LintContext:
         if not (isinstance(dequantize, Node) and _is_quantization(dequantize, "dequantize_") and dequantize.args):
             return False
         quantize = dequantize.args[0]
-        return isinstance(quantize, Node) and _is_quantization(quantize, "quantize_") and quantize in self.foldable
+        return isinstance(quantize, Node) and _is_quantization(quantize, "quantize_") and quantize in self.computable
 
     def call_nodes(self) -> list[Node]:
         """The op calls of the graph and of its control-flow branches, in order."""

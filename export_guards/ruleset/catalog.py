@@ -251,6 +251,20 @@ _RULES = (
         "partitioned",
     ),
     Rule(
+        "EG404",
+        "constant-stored-twice",
+        Severity.INFO,
+        "A constant is stored twice in the program: a delegate keeps its own copy in its data (as "
+        "XNNPACK does with every weight it takes), and ops outside the delegate read the "
+        "program's copy (a tied embedding and output head: the head on XNNPACK, the embedding "
+        "on the runtime's kernels). Stock ExecuTorch stores the same.",
+        "Nothing to do unless the size matters: a delegate's data is its own, which the runtime's "
+        "kernels cannot read, so both copies must stay while both readers do. To store it once, "
+        "let one side take every reader (a delegate that runs the other op too), or untie the "
+        "weights and quantize the one the delegate reads.",
+        "partitioned",
+    ),
+    Rule(
         "EG403",
         "op-not-delegated",
         Severity.INFO,

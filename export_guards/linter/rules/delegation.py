@@ -1,16 +1,20 @@
-"""EG401, EG402, EG403: after partitioning, what was left out of the delegates (XNNPACK's: the
+"""EG401-EG404: after partitioning, what was left out of the delegates (XNNPACK's: the
 partitioned-stage rules explain its decisions)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
 from export_guards.analysis.delegation import delegation_summary
 from export_guards.analysis.ops import compute_op_name, kernel_op_name, static_operand
 from export_guards.analysis.partitioner_reasons import xnnpack_takes
 from export_guards.analysis.source import node_origin
+from export_guards.analysis.storage import describe
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
 
@@ -57,6 +61,34 @@ def delegation_coverage(context: LintContext) -> Iterator[Hit]:
         left = ", ".join(f"{op} x{count}" for op, count in sorted(summary.other_portable.items()))
         stated += f": {left} (EG403)"
     yield Hit(stated)
+
+
+@rule("EG404")
+def constant_stored_twice(context: LintContext) -> Iterator[Hit]:
+    """A constant that a delegate holds a copy of (its lowered program's own parameter, which
+    the backend serializes into its data) while ops outside the delegate read the program's."""
+    copied_by: dict[str, list[str]] = {}
+    for node in context.call_nodes():
+        if node.target is not torch.ops.higher_order.executorch_call_delegate:
+            continue
+        lowered = getattr(context.program.graph_module, str(node.args[0].target), None)
+        if not isinstance(lowered, LoweredBackendModule):
+            continue  # inside a control-flow branch: not read here
+        for spec in lowered.original_module.graph_signature.input_specs:
+            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and spec.target:
+                copied_by.setdefault(spec.target, []).append(lowered.backend_id)
+    for constant in context.constants.values():
+        readers = [u for u in constant.node.users if kernel_op_name(u)]
+        if constant.fqn not in copied_by or not readers:
+            continue
+        kernels = ", ".join(dict.fromkeys(str(kernel_op_name(u)) for u in readers))
+        backends = ", ".join(sorted(set(copied_by[constant.fqn])))
+        yield Hit(
+            f"{describe(constant)} is stored twice: {backends} keeps a copy in its delegate data, and {kernels} "
+            f"on the runtime's kernels read{'s' if len(readers) == 1 else ''} the program's ({constant.tensor.nbytes:,} bytes more)",
+            readers[0],
+            constant.fqn,
+        )
 
 
 @rule("EG403")

@@ -20,7 +20,7 @@ def foldable_weight(context: LintContext) -> Iterator[Hit]:
     if context.fold:
         return
     for op, weight in context.compute_weights():
-        if weight.op != "call_function" or weight not in context.foldable:
+        if weight.op != "call_function" or weight not in context.computable:
             continue
         if context.weight_tensor(weight) is not None:
             continue  # EG212 reports it, once, for the reparametrized tensor

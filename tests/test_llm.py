@@ -1,0 +1,165 @@
+"""The LLM tier (issue 45): a small Llama-style decoder (RoPE, RMSNorm, a tied embedding, a static
+KV cache) in every variant users ship (fp32, torchao 8da4w and int8 weight-only, PT2E, a LoRA
+merge), each guarded flow against stock ExecuTorch: the same bytes or fewer, the same delegation
+or more, outputs that match eager (as well as stock's do), no false finding.
+
+Each variant's stock and guarded programs are built once per worker (``exported``) and shared."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+
+import export_guards as eg
+from export_guards.analysis.fold_plan import plan_fold
+from export_guards.report import Severity
+from export_guards.testing.compare import run_pte
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import llm  # noqa: E402  (examples/llm.py)
+
+pytestmark = [pytest.mark.slow]  # decoders quantized, lowered stock and guarded, and run
+
+COMPUTE = ("linear", "mm", "addmm", "bmm")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One variant: its inputs and eager outputs (on a fresh copy, so the KV cache the program
+    starts from is the model's), stock's program and the guarded export."""
+
+    model: torch.nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    eager: torch.Tensor
+    stock: bytes
+    stock_delegation: eg.DelegationSummary
+    guarded: eg.GuardedExport
+    pte: bytes
+
+
+@pytest.fixture(scope="session")
+def exported() -> Callable[[str], Exported]:
+    built: dict[str, Exported] = {}
+
+    def get(variant: str) -> Exported:
+        if variant not in built:
+            model, inputs = llm.model(variant)
+            with torch.no_grad():
+                eager = copy.deepcopy(model)(*inputs)
+            stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+            guarded = eg.lower_with_guards(torch.export.export(model, inputs))
+            built[variant] = Exported(
+                model,
+                inputs,
+                eager,
+                stock.to_executorch().buffer,
+                eg.delegation_summary(stock),
+                guarded,
+                guarded.to_pte(),
+            )
+        return built[variant]
+
+    return get
+
+
+def max_error(pte: bytes, done: Exported) -> float:
+    return (run_pte(pte, done.inputs)[0] - done.eager).abs().max().item()
+
+
+@pytest.mark.parametrize("variant", llm.VARIANTS)
+def test_each_variant_guarded_is_stock_or_better(variant: str, exported: Callable[[str], Exported]) -> None:
+    done = exported(variant)
+    assert len(done.pte) <= len(done.stock)
+    summary = done.guarded.delegation
+    assert summary is not None and summary.count(*COMPUTE)[0] >= done.stock_delegation.count(*COMPUTE)[0]
+    # Quantized kernels round differently from torchao's eager math: never worse than stock,
+    # and as close as float kernels are where nothing is quantized.
+    guarded_error, stock_error = max_error(done.pte, done), max_error(done.stock, done)
+    assert guarded_error <= stock_error + 1e-5
+    if variant in ("fp32", "lora"):
+        assert guarded_error < 1e-4
+    # No false finding: nothing above info on a model that exports and runs as it should.
+    assert not done.guarded.report.at_least(Severity.WARNING), str(done.guarded.report)
+
+
+@pytest.mark.parametrize("variant", ["fp32", "8da4w", "int8wo", "pt2e"])
+def test_a_model_without_weight_math_gives_stock_bytes(variant: str, exported: Callable[[str], Exported]) -> None:
+    done = exported(variant)
+    assert done.pte == done.stock
+    assert not done.guarded.report.with_code("EG201")  # a quantized weight is never "folded"
+
+
+def test_torchao_weights_are_left_to_to_edge_never_read_as_bytes(exported: Callable[[str], Exported]) -> None:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    done = exported("8da4w")
+    program = torch.export.export(done.model, done.inputs)
+    subclassed = {fqn for fqn, tensor in program.state_dict.items() if is_traceable_wrapper_subclass(tensor)}
+    assert len(subclassed) == 4 * 2 + 3 * 2  # attention's four projections and the MLP's three, in two layers
+    plan = plan_fold(program)
+    assert not subclassed & {c.fqn for c in plan.constants.values()} and not plan.roots
+    folded, report = eg.fold_constants(program)
+    assert folded is program and not report.with_code("EG201")
+
+
+def test_a_lora_merge_is_folded_so_xnnpack_takes_every_projection(exported: Callable[[str], Exported]) -> None:
+    done = exported("lora")
+    folds = done.guarded.report.with_code("EG201")
+    assert sorted(f.constant for f in folds) == sorted(
+        f"layers.{i}.attention.{p}.weight" for i in range(2) for p in ("wq", "wk", "wv", "wo")
+    )
+    assert all("'layers." in f.message and ".base.weight'" in f.message for f in folds)
+    assert len(done.pte) < len(done.stock)  # the merged weight is smaller than base + A + B
+    summary = done.guarded.delegation
+    assert summary is not None and summary.count(*COMPUTE)[0] == summary.count(*COMPUTE)[1]
+    delegated, total = done.stock_delegation.count(*COMPUTE)
+    assert delegated < total  # stock leaves the merged projections out: "Expected weight to be a static param"
+
+
+def test_the_tied_embedding_is_stated_stored_twice(exported: Callable[[str], Exported]) -> None:
+    done = exported("fp32")
+    (twice,) = done.guarded.report.with_code("EG404")
+    weight = done.model.embed.weight
+    assert f"({weight.nbytes:,} bytes more)" in twice.message and "aten::embedding" in twice.message
+    assert twice.location is not None and "self.embed(tokens)" in twice.location.code
+
+
+def test_the_summary_counts_the_ops_left_on_the_runtime_kernels(exported: Callable[[str], Exported]) -> None:
+    done = exported("fp32")
+    (coverage,) = done.guarded.report.with_code("EG402")
+    stated, _, listed = coverage.message.partition(" other ops on the runtime's kernels: ")
+    assert stated.startswith("19 of 19 compute ops delegated (100%) to XnnpackBackend; ")
+    counts = [int(item.rpartition(" x")[2]) for item in listed.removesuffix(" (EG403)").split(", ")]
+    assert int(stated.rpartition("; ")[2]) == sum(counts) > 20  # norms, cache writes, the embedding, ...
+
+
+def test_the_drop_in_pass_list_on_a_quantized_decoder(exported: Callable[[str], Exported]) -> None:
+    done = exported("8da4w")
+    edge = to_edge_transform_and_lower(
+        torch.export.export(done.model, done.inputs), transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
+    )
+    assert edge.to_executorch().buffer == done.stock
+
+
+def test_the_lint_passes_a_quantized_decoder(cli: Callable[..., object], tmp_path: Path) -> None:
+    pte = tmp_path / "decoder.pte"
+    ran = cli("lint", f"{EXAMPLES / 'llm.py'}:model", "--arg", "variant='8da4w'", "--pte", pte)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (summary,) = ran.stdout.splitlines()
+    assert summary.startswith("All checks passed: ") and " other ops on the runtime's kernels" in summary
+    assert pte.stat().st_size > 0
+
+
+def test_the_fixture_checks_a_lora_decoder_against_eager(check_export: Callable[..., object]) -> None:
+    model, inputs = llm.model("lora")
+    result = check_export(model, inputs, atol=1e-4, rtol=1e-4)
+    assert result.report.with_code("EG201")
