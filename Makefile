@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab same-outcome clean
+.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-llm same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/lint_verdict.py
 	$(PY) benchmarks/check_without_torch.py
+	$(PY) benchmarks/llm_export.py
 
 bench-placement: $(INSTALLED)
 	$(PY) benchmarks/placement.py
@@ -109,6 +110,10 @@ bench-check-light: $(INSTALLED)
 # The guarded export's time, this tree against HEAD, side by side (issue 39: no slower).
 bench-export-ab: $(INSTALLED)
 	$(PY) benchmarks/export_ab.py
+
+# The quantized decoder's guarded export against stock, side by side (issue 45: at most 1.05x, no more bytes).
+bench-llm: $(INSTALLED)
+	$(PY) benchmarks/llm_export.py
 
 # The same findings, programs and bytes as REV (default HEAD) on the flow matrix, the examples
 # and the device flows: a refactor's proof (issue 39). About 16 minutes on 2 cores.

@@ -7,7 +7,7 @@ weight-normed vocoder, the same vocoder quantized with PT2E and ``fold_quantize=
 weights quantized by ops in the graph), a transformer block with sinusoidal positions),
 lowered to XNNPACK in one process, five ways: stock; stock with ``constant_prop_pass`` as a
 transform pass (the one-line alternative); ``guard_passes()``; ``guard_passes`` with no growth
-limit (what the default ``max_growth=2`` declines to fold, and what that costs); and
+limit (``max_growth=inf``: what the default budget declines to fold, and what that costs); and
 ``fold_non_core_constants`` before ``to_edge`` plus ``guard_passes()``, which is what
 ``lower_with_guards`` does. Each program first runs once in a child process
 (``smoke_test``); one that fails or crashes there is reported so and not timed. Reported per model: convs and
