@@ -94,6 +94,7 @@ class GuardedExport:
             against=against or RuntimeInventory.installed(),
             locate=operator_sites(self.edge) if self.edge is not None else None,
             rules=with_project_rules(WRITTEN_PROGRAM_RULES),
+            replay=True,  # torch is loaded: the export made the program
         )
 
 

@@ -43,6 +43,11 @@ def parser() -> argparse.ArgumentParser:
     checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
     checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    checking.add_argument(
+        "--replay", action="store_true",
+        help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
+        "loads torch, seconds (always on with --runtime)",
+    )  # fmt: skip
     _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
     _export_options(checking, " (with --reproducible)")
