@@ -1,4 +1,4 @@
-"""torch's live operator registry, read into the table ``reader/schemas.py`` serves: what made
+"""torch's live operator registry, read into the table ``reader/schemas.py`` serves: what makes
 the shipped table (``make operator-table``), what the test compares it with, and what builds a
 table for a torch or ExecuTorch version other than the shipped one's (once: the user's cache).
 
@@ -8,7 +8,6 @@ shipped or cached table."""
 from __future__ import annotations
 
 import functools
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -78,16 +77,3 @@ def _replayable(torch: ModuleType, name: str, overload: str) -> bool:
         return op is not None and any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in META_KEYS)
     except RuntimeError:  # an operator of TorchScript's alone (aten::Bool.Tensor): no kernel to dispatch to
         return False
-
-
-def main() -> int:
-    """Write the shipped table for the installed torch and ExecuTorch (``make operator-table``)."""
-    from export_guards.pte.reader.schemas import SHIPPED, installed_versions, write_table
-
-    write_table(SHIPPED, installed_versions(), live_table())
-    print(f"wrote {SHIPPED}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,7 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import final
 
-__all__ = ["SHIPPED", "Argument", "OperatorSchema", "installed_versions", "operator_schema", "write_table"]
+__all__ = ["SHIPPED", "Argument", "OperatorSchema", "installed_versions", "operator_schema", "write_shipped", "write_table"]
 
 SHIPPED = Path(__file__).with_name("operator_schemas.json")
 PACKAGES = ("torch", "executorch", "torchao")  # whose versions decide which operators torch knows
@@ -123,3 +123,12 @@ def write_table(path: Path, versions: dict[str, str | None], rows: dict[str, lis
         file.write(text + "\n")
     os.chmod(file.name, 0o644)  # as any file written plainly (a temporary file is the owner's alone)
     os.replace(file.name, path)
+
+
+def write_shipped() -> Path:
+    """Write the shipped table from the live registry of the installed torch and ExecuTorch
+    (``make operator-table``, after a change of the pinned versions)."""
+    from export_guards.pte.reader.schema_registry import live_table
+
+    write_table(SHIPPED, installed_versions(), live_table())
+    return SHIPPED
