@@ -69,6 +69,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/lint_verdict.py
 	$(PY) benchmarks/check_without_torch.py
+	$(PY) benchmarks/check_kernel_calls.py
 
 bench-placement: $(INSTALLED)
 	$(PY) benchmarks/placement.py
@@ -105,6 +106,12 @@ clean:
 # `export-guards check` on an XNNPACK program in a fresh interpreter, without torch (issue 38: at most 1 s).
 bench-check-light: $(INSTALLED)
 	$(PY) benchmarks/check_without_torch.py
+
+# `export-guards check` on the segmentation, decoder and int8 decoder programs (kernel calls
+# besides XNNPACK) and on a folder of 50 with --jobs 2, fresh interpreters, without torch (issue 49:
+# at most 1 s each, 10 s the folder).
+bench-check-kernels: $(INSTALLED)
+	$(PY) benchmarks/check_kernel_calls.py
 
 # The operator table that `check` reads instead of torch (export_guards/pte/reader/operator_schemas.json),
 # from the live registry of the pinned torch and ExecuTorch: after a change of constraints.txt.
