@@ -68,7 +68,7 @@ def fill_folder(folder: Path, examples: Path) -> None:
     from pte_models import valid_programs
 
     small = folder.parent / "small"
-    small.mkdir()
+    small.mkdir(parents=True)
     sources = [examples / name for name in EXAMPLES]
     for number, data in enumerate(valid_programs().values()):
         (small / f"{number}.pte").write_bytes(data)
