@@ -7,8 +7,9 @@ normalisations and copies take all their tensors in one dtype, and ``reader/kern
 holds what the kernels check beyond torch's meta kernels (batch norm's parameters and stats, the
 dim orders of copies). These read the operator table (``reader/schemas.py``): no torch.
 
-With the replay (``check_pte(replay=True)``, ``export-guards check --replay``, and whenever the
-runtime or the export has loaded torch already), each such call is also replayed on meta
+With the replay (``check_pte(replay=True)``, ``export-guards check --replay``; always with the
+runtime run and in the guarded export's check of its program, which load torch anyway), each
+such call is also replayed on meta
 tensors (dtype and shape only, no data) built from the program's values. Where the operator's
 own shape and dtype rules decide the result, an ``out`` tensor of another shape than
 ExecuTorch's kernel resizes it to, or inputs that the operator refuses together (torch raises,
