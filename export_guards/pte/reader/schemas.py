@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -81,8 +82,16 @@ def installed_versions() -> dict[str, str | None]:
     return found
 
 
-@functools.cache
+_building = threading.Lock()  # --jobs: one thread reads or builds the table, the others wait for it
+
+
 def _table() -> dict[str, list]:
+    with _building:
+        return _table_once()
+
+
+@functools.cache
+def _table_once() -> dict[str, list]:
     versions = installed_versions()
     for path in (SHIPPED, _cached(versions)):
         rows = _read(path, versions)
@@ -103,7 +112,7 @@ def _read(path: Path, versions: dict[str, str | None]) -> dict[str, list] | None
         document = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-    if not isinstance(document, dict) or document.get("versions") != versions:
+    if not isinstance(document, dict) or document.get("versions") != versions or not isinstance(document.get("operators"), dict):
         return None
     return document["operators"]
 
