@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-llm same-outcome clean
+.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-llm operator-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,7 @@ bench: $(INSTALLED)
 	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/lint_verdict.py
 	$(PY) benchmarks/check_without_torch.py
+	$(PY) benchmarks/check_kernel_calls.py
 	$(PY) benchmarks/llm_export.py
 
 bench-placement: $(INSTALLED)
@@ -106,6 +107,17 @@ clean:
 # `export-guards check` on an XNNPACK program in a fresh interpreter, without torch (issue 38: at most 1 s).
 bench-check-light: $(INSTALLED)
 	$(PY) benchmarks/check_without_torch.py
+
+# `export-guards check` on the segmentation, decoder and int8 decoder programs (kernel calls
+# besides XNNPACK) and on a folder of 50 with --jobs 2, fresh interpreters, without torch (issue 49:
+# at most 1 s each, 10 s the folder).
+bench-check-kernels: $(INSTALLED)
+	$(PY) benchmarks/check_kernel_calls.py
+
+# The operator table that `check` reads instead of torch (export_guards/pte/reader/operator_schemas.json),
+# from the live registry of the pinned torch and ExecuTorch: after a change of constraints.txt.
+operator-table: $(INSTALLED)
+	$(PY) -c "from export_guards.pte.reader.schemas import write_shipped; print(write_shipped())"
 
 # The guarded export's time, this tree against HEAD, side by side (issue 39: no slower).
 bench-export-ab: $(INSTALLED)

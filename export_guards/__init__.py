@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     )
     from export_guards.recipes import (
         guard_recipe as guard_recipe,
+        recipe_named as recipe_named,
         recipe_names as recipe_names,
         recipe_report as recipe_report,
     )
@@ -120,6 +121,7 @@ _EXPORTS = {
     "guard_recipe": "export_guards.recipes",
     "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",
+    "recipe_named": "export_guards.recipes",
     "recipe_names": "export_guards.recipes",
     "recipe_report": "export_guards.recipes",
 }

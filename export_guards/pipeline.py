@@ -28,6 +28,7 @@ from export_guards.passes.placement import emit_passes, guard_partitioners, plan
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
+from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report
 from export_guards.ruleset import RuleSet, describe_error, with_project_rules
@@ -78,7 +79,8 @@ class GuardedExport:
             raise GuardError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
         if self.pte is not None:
             return self.pte
-        return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+        with buffer_warning_answered():
+            return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
 
     def check_program(self, pte: bytes, *, against: RuntimeInventory | None = None, config: Settings | None = None) -> Report:
         """``pte``, this export's written program (:meth:`to_pte`), checked as ``export-guards
@@ -94,6 +96,7 @@ class GuardedExport:
             against=against or RuntimeInventory.installed(),
             locate=operator_sites(self.edge) if self.edge is not None else None,
             rules=with_project_rules(WRITTEN_PROGRAM_RULES),
+            replay=True,  # torch is loaded: the export made the program
         )
 
 
@@ -190,7 +193,8 @@ def export_with_recipe(
         ledger.put(None, "fold parametrizations", folded)
     session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded)
     try:
-        session.export()
+        with buffer_warning_answered():
+            session.export()
     except Exception as error:
         stopped = _placement_stop(error)
         if stopped is not None:  # a host reader would have read a constant it cannot: stopped, as lower_with_guards stops

@@ -24,7 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, final
 
-__all__ = ["CPU_PROBE", "KNOWN_NOISE", "LIBRARIES", "KnownLine", "filter_known_noise", "libraries_quiet", "runtime_chatter_dropped", "show_known_noise"]
+__all__ = [
+    "BUFFER_WARNING", "CPU_PROBE", "KNOWN_NOISE", "LIBRARIES", "KnownLine", "buffer_warning_answered", "filter_known_noise", "libraries_quiet",
+    "runtime_chatter_dropped", "show_known_noise",
+]  # fmt: skip
 
 LIBRARIES = ("torch", "torchao", "executorch", "coremltools")
 """Whose log lines and prints are not the user's (coremltools: imported by the CoreML recipes)."""
@@ -138,6 +141,12 @@ KNOWN_NOISE: tuple[KnownLine, ...] = (
         "torch/utils/_pytree.py",
     ),
     KnownLine(
+        "root", r"Disabled validating the partitioner\.$",
+        "ExecuTorch's recipe stages turn the check of each partitioner off themselves (executorch/export/stages.py, "
+        "validation_disabled) and log it on the root logger at every lowering: nothing for the user to do",
+        "executorch/exir/backend/backend_api.py",
+    ),
+    KnownLine(
         FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated",
         "torch.export's own copies of its graphs (copy.deepcopy) make LeafSpecs: torch's to change",
     ),
@@ -185,6 +194,22 @@ def show_known_noise() -> None:
     ours = {(line.message, line.source) for line in KNOWN_NOISE if not isinstance(line.source, str)}
     warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[1].pattern, f[2]) in ours)]
     getattr(warnings, "_filters_mutated", lambda: None)()  # what warnings.filterwarnings does after a change
+
+
+BUFFER_WARNING = r"Mutation on a buffer in the model is detected"
+"""How the emitter's warning starts that a buffer the program writes in place keeps only its
+shape and dtype (``executorch/exir/emit/_emitter.py``)."""
+
+
+@contextlib.contextmanager
+def buffer_warning_answered() -> Iterator[None]:
+    """For a guarded export's emission: the emitter's warning about every buffer written in place
+    (:data:`BUFFER_WARNING`) is dropped, since the export's own lint reports the one case where
+    it matters, a buffer that starts from a value other than zeros, naming it and the fix (its
+    rule, buffer-initial-value-dropped). A KV cache that starts at zeros is no problem at all."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", BUFFER_WARNING, UserWarning)
+        yield
 
 
 CPU_PROBE = "[cpuinfo_utils.cpp:"

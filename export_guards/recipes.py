@@ -28,6 +28,7 @@ from export_guards.passes.defaults import guard_passes
 from export_guards.passes.fold import fold_constants, fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
 from export_guards.passes.placement import DEVICE_BACKENDS, GuardedPartitioner, check_policy, emit_passes, guard_partitioners, plan_placement
+from export_guards.quiet import libraries_quiet
 from export_guards.report import Report
 from export_guards.settings import DEFAULT_MAX_GROWTH, RECIPES, PlacementPolicy, Settings
 
@@ -221,7 +222,10 @@ def _import_failure(package: str, since: str) -> str | None:
     if not Path(executorch.__path__[0], *package.split(".")[1:]).is_dir():
         return f"is not in this ExecuTorch: it is new in executorch {since}"
     try:
-        importlib.import_module(package)
+        # What a backend's packages log as they import (coremltools: its macOS library missing,
+        # versions it has not tested) is what this answers: whether its recipes can be made here.
+        with libraries_quiet():
+            importlib.import_module(package)
     except Exception as error:  # noqa: BLE001 - a backend whose SDK is not installed offers no recipe here
         return f"does not import ({type(error).__name__}: {error}): install its backend's SDK"
     return None

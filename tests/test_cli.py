@@ -106,8 +106,10 @@ def test_sarif_format_follows_2_1_0(cli: Callable[..., Ran]) -> None:
         (["lint", f"{MODELS}:not_a_pair"], "must return (model, example_inputs)"),
         (["lint", "no_such_package.module:f"], "cannot import 'no_such_package.module'"),
         (["explain", "EG999"], "no code 'EG999'"),
-        (["check", "x.pte", "--runtim"], "unrecognized arguments: --runtim"),  # no abbreviations
-        (["lint", f"{MODELS}:nope", "--selec", "EG"], "unrecognized arguments: --selec"),
+        (["check", "x.pte", "--runtim"], "unrecognized arguments: --runtim (did you mean --runtime?)"),  # no abbreviations
+        (["lint", f"{MODELS}:nope", "--selec", "EG"], "unrecognized arguments: --selec (did you mean --select?) EG"),
+        (["check", "x.pte", "--fail-levle=warning"], "unrecognized arguments: --fail-levle=warning (did you mean --fail-level?)"),
+        (["check", "x.pte", "--zzzz"], "unrecognized arguments: --zzzz\n"),  # nothing close: no guess
         (["lint", f"{MODELS}:clean", f"{MODELS}:gated", "--pte", "x.pte"], "--pte writes one program: give one target with it"),
     ],
 )

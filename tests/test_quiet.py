@@ -85,6 +85,41 @@ def test_the_api_prints_no_library_line_and_the_switch_lets_them_through(tmp_pat
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # a recipe export, with the backends' recipe packages imported
+def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> None:
+    """``recipe_names`` (coremltools' import lines), a recipe export (ExecuTorch's 'Disabled
+    validating the partitioner.' on the root logger) and the emission of a buffer written in place
+    (the emitter's UserWarning, which the lint's own rule answers) print nothing; a buffer that
+    starts from ones is still reported, by that rule."""
+    script = tmp_path / "use.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        import export_guards as eg
+
+        class Counter(torch.nn.Module):
+            def __init__(self, start):
+                super().__init__()
+                self.linear = torch.nn.Linear(4, 4)
+                self.register_buffer("count", start(4))
+
+            def forward(self, x):
+                self.count.add_(1)
+                return self.linear(x) + self.count
+
+        assert "xnnpack_fp32" in eg.recipe_names()
+        assert isinstance(eg.recipe_named("xnnpack_fp32"), type(eg.recipe_named("xnnpack_fp32")))
+        recipe = eg.export_with_recipe(Counter(torch.zeros).eval(), (torch.randn(2, 4),), "xnnpack_fp32")
+        backend = eg.export_with_guards(Counter(torch.ones).eval(), (torch.randn(2, 4),))
+        backend.to_pte()
+        print(sorted({eg.RULES[f.code].name for f in recipe.report.errors}), sorted({eg.RULES[f.code].name for f in backend.report.errors}))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "[] ['buffer-initial-value-dropped']\n"
+    assert done.stderr == ""
+
+
+@pytest.mark.subprocess
 def test_native_lines_pass_except_the_cpu_probe() -> None:
     code = textwrap.dedent("""
         import os

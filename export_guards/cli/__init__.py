@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from export_guards.cli import check, codes, lint
-from export_guards.cli.arguments import UsageError, parser
+from export_guards.cli.arguments import UsageError, parser, unrecognized
 from export_guards.cli.console import problem, write_stdout
 from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR, said_failed
 from export_guards.cli.signals import Interrupted, Interrupts
@@ -52,7 +52,8 @@ def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
     top = parser()
     args, unknown = top.parse_known_args(argv)
     if unknown:  # the usage of the command given, not the top level's
-        (getattr(args, "command_parser", None) or top).error(f"unrecognized arguments: {' '.join(unknown)}")
+        command = getattr(args, "command_parser", None) or top
+        command.error(unrecognized(unknown, command))
     if args.version:
         write_stdout(f"export-guards {_version()}\n")
         return EXIT_CLEAN

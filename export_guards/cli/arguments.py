@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
 if TYPE_CHECKING:
     from export_guards.pte.inventory import RuntimeInventory
 
-__all__ = ["UsageError", "kernels_from", "parser", "recipe_made_here", "settings_from"]
+__all__ = ["UsageError", "kernels_from", "parser", "recipe_made_here", "settings_from", "unrecognized"]
 
 
 class UsageError(Exception):
@@ -43,6 +44,11 @@ def parser() -> argparse.ArgumentParser:
     checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
     checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    checking.add_argument(
+        "--replay", action="store_true",
+        help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
+        "loads torch, seconds (always on with --runtime)",
+    )  # fmt: skip
     _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
     _export_options(checking, " (with --reproducible)")
@@ -56,6 +62,17 @@ def parser() -> argparse.ArgumentParser:
     for command in (linting, checking, rules, explain):
         command.set_defaults(command_parser=command)  # whose usage an unknown option shows
     return top
+
+
+def unrecognized(arguments: Sequence[str], command: argparse.ArgumentParser) -> str:
+    """The error for ``arguments`` that ``command`` does not take, each option with the closest
+    one it takes, as git and ruff suggest (``--fail-levle``: did you mean ``--fail-level``?)."""
+    options = [option for option in command._option_string_actions if option.startswith("--")]
+    said = []
+    for argument in arguments:
+        close = difflib.get_close_matches(argument.split("=", 1)[0], options, n=1) if argument.startswith("--") else []
+        said.append(f"{argument} (did you mean {close[0]}?)" if close else argument)
+    return f"unrecognized arguments: {' '.join(said)}"
 
 
 def _kernels_option(command: argparse.ArgumentParser, default: str) -> None:

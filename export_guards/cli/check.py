@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
 
         def check(program: Program) -> Checked:
             path, data = program
-            report = check_pte(path, data_files=data, config=settings, runtime=args.runtime, against=against)
+            report = check_pte(path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay)
             ran = (f"program {path.stat().st_size:,} bytes",) + (("ran in executorch.runtime",) if args.runtime else ())
             return Checked(str(path), report, ran)
 

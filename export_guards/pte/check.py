@@ -34,6 +34,7 @@ def check_pte(
     against: RuntimeInventory | None = None,
     locate: Locate | None = None,
     rules: RuleSet | None = None,
+    replay: bool = False,
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
@@ -62,6 +63,10 @@ def check_pte(
         locate: places a finding about an operator (``"aten::sort.values"``) on the user's
             line, where the caller has the program's graph (``GuardedExport.check_program``).
         rules: the rule set to run (default ``PTE_RULES`` and the installed project rules).
+        replay: also replay each ATen call that writes a tensor on torch's meta tensors
+            (EG519: out tensors of another shape than the kernel computes, inputs the operator
+            refuses together). Imports torch (seconds); with ``runtime``, always (the runtime
+            imports it anyway).
 
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
@@ -83,7 +88,7 @@ def check_pte(
     artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
     if runtime and against is None:
         against = RuntimeInventory.installed()
-    context = PteContext(pte, ptds, against)
+    context = PteContext(pte, ptds, against, replay=replay or runtime)
     rules = rules or with_project_rules(PTE_RULES)
     report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
     if runtime:  # even after structural errors: whether the runtime survives them is the question

@@ -18,12 +18,14 @@ __all__ = ["PteContext"]
 
 @dataclass
 class PteContext:
-    """A program file and its data files, as the ``pte`` rules see them, and the runtime it is
-    checked against, when one is given."""
+    """A program file and its data files, as the ``pte`` rules see them, the runtime it is
+    checked against, when one is given, and whether the kernel calls are replayed on torch's
+    meta tensors (EG519; loads torch)."""
 
     pte: PteFile
     data_files: tuple[PtdFile, ...] = field(default=())
     runtime: RuntimeInventory | None = None
+    replay: bool = False
 
     @cached_property
     def named_data(self) -> dict[str, tuple[str, Region]]:

@@ -7,24 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, Protocol, final
+from typing import Any, final
 
-from export_guards.report import Finding, Report, Severity
+from export_guards.report import Finding, Report
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
+from export_guards.ruleset.selection import Selection
 
 __all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle", "without_symptoms"]
-
-
-class Selection(Protocol):
-    """What the engine asks of the user's settings (``export_guards.settings.Settings``)."""
-
-    def enabled(self, code: str) -> bool: ...
-
-    def ignores(self, code: str) -> bool: ...
-
-    def severity_of(self, code: str, default: Severity) -> Severity: ...
 
 
 Locate = Callable[[Any], Mapping[str, Any]]

@@ -8,14 +8,11 @@ import functools
 import linecache
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from export_guards.report import Finding, Report, SourceLocation
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.rule import Rule, Stage
-
-if TYPE_CHECKING:
-    from export_guards.ruleset.engine import Selection
+from export_guards.ruleset.selection import Selection
 
 __all__ = ["UNSUPPRESSIBLE", "split_suppressed", "unused_noqa", "unused_noqa_report"]
 

@@ -142,7 +142,7 @@ def _written_arguments(name: str, overload: str) -> tuple[tuple[tuple[bool, bool
     if schema is None:
         return None
     arguments = tuple(
-        (a.alias_info is not None and a.alias_info.is_write, a.kwarg_only or a.name.startswith("out"))
+        (a.written, a.kwarg_only or a.name.startswith("out"))
         for a in schema.arguments
     )
     return arguments, len(schema.returns)

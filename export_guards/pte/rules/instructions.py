@@ -1,18 +1,16 @@
 """EG512: instructions that point at values, operators or delegates that are not there, or pass
 an operator a value of the wrong kind (the runtime asserts, or reads out of bounds).
 
-The kinds come from torch's schema of each operator called (``reader/schemas.py``): torch is
-imported for a program with kernel calls only."""
+The kinds come from torch's schema of each operator called, read from the table of
+``reader/schemas.py``: without torch."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.operators import spelled
-from export_guards.pte.reader.schemas import operator_schema, torch_with_executorch_operators
+from export_guards.pte.reader.schemas import Argument, operator_schema
 from export_guards.pte.reader.wheel import (
     DelegateCall,
     ExecutionPlan,
@@ -26,9 +24,6 @@ from export_guards.pte.reader.wheel import (
     TensorList,
 )
 from export_guards.ruleset import Hit, rule
-
-if TYPE_CHECKING:
-    import torch
 
 # The value kinds the runtime accepts for each kind of schema type.
 _KINDS = {
@@ -175,13 +170,13 @@ def _schema_kinds(name: str, overload: str) -> tuple[tuple[str, frozenset[str]],
     schema = operator_schema(name, overload)
     if schema is None:
         return None
-    kinds = [(a.name, _accepted(a.type)) for a in schema.arguments]
+    kinds = [(a.name, _accepted(a)) for a in schema.arguments]
     # The emitter adds one slot for what the call returns: the value itself when there is one,
     # else a list or nothing, whose kind the schema does not say. An out variant's wrapper never
     # reads or writes it (ExecuTorch's codegen), so any value will do there.
-    out_variant = any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    out_variant = any(a.kwarg_only and a.written for a in schema.arguments)
     single = len(schema.returns) == 1 and not out_variant
-    kinds.append(("return", _accepted(schema.returns[0].type) if single else frozenset()))
+    kinds.append(("return", _accepted(schema.returns[0]) if single else frozenset()))
     return tuple(kinds)
 
 
@@ -211,14 +206,13 @@ def _in_place_positions(name: str, overload: str) -> tuple[int, ...]:
     schema = operator_schema(name, overload)
     if schema is None or not schema.returns:
         return ()
-    written = tuple(k for k, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+    written = tuple(k for k, a in enumerate(schema.arguments) if a.written)
     return () if any(schema.arguments[k].kwarg_only for k in written) else written
 
 
-def _accepted(schema_type: torch._C.JitType) -> frozenset[str]:
-    optional = isinstance(schema_type, torch_with_executorch_operators()._C.OptionalType)  # imported: a schema is read
-    inner = schema_type.getElementType() if optional else schema_type
-    kinds = _KINDS.get(str(inner).replace("int[]", "List[int]"))
+def _accepted(argument: Argument) -> frozenset[str]:
+    inner = argument.element if argument.optional else argument.type
+    kinds = _KINDS.get((inner or "").replace("int[]", "List[int]"))
     if kinds is None:
         return frozenset()
-    return frozenset(kinds | ({"Null"} if optional else set()))
+    return frozenset(kinds | ({"Null"} if argument.optional else set()))

@@ -2,22 +2,25 @@
 
 Each call that writes a tensor (an ``out`` variant, or an in-place operator such as ``copy_``)
 of an ATen or ``dim_order_ops`` operator that has a meta kernel (its own, or its functional
-form's) is replayed on meta tensors (dtype and shape only, no data) built from the program's
-values. Where the operator's own shape and dtype rules decide the result, an ``out`` tensor of
-another shape than ExecuTorch's kernel resizes it to, or inputs that the operator refuses
-together (torch raises, whatever the exception), are what the runtime's kernel rejects
-(``InvalidArgument``) or computes wrongly. ExecuTorch's kernels are stricter than torch's meta
-kernels where ``reader/kernel_contracts.py`` says (batch norm's parameters and stats, the dim
-orders of copies), and matrix products, convolutions, normalisations and copies take all their
-tensors in one dtype.
+form's) is checked against what ExecuTorch's kernel requires: matrix products, convolutions,
+normalisations and copies take all their tensors in one dtype, and ``reader/kernel_contracts.py``
+holds what the kernels check beyond torch's meta kernels (batch norm's parameters and stats, the
+dim orders of copies). These read the operator table (``reader/schemas.py``): no torch.
+
+With the replay (``check_pte(replay=True)``, ``export-guards check --replay``; always with the
+runtime run and in the guarded export's check of its program, which load torch anyway), each
+such call is also replayed on meta
+tensors (dtype and shape only, no data) built from the program's values. Where the operator's
+own shape and dtype rules decide the result, an ``out`` tensor of another shape than
+ExecuTorch's kernel resizes it to, or inputs that the operator refuses together (torch raises,
+whatever the exception), are what the runtime's kernel rejects (``InvalidArgument``) or
+computes wrongly. The replay imports torch (and ExecuTorch's operators,
+``reader/schema_registry.py``) at the first call it replays.
 
 Out of reach, and left alone: calls with dynamic shapes (their sizes are bounds), dtypes that
 meta tensors cannot hold (quantized ones), arguments a replay cannot build (devices, layouts),
 operators torch does not know here or that have no meta kernel (torch raises
 ``NotImplementedError``).
-
-torch (and ExecuTorch's operators, ``reader/schemas.py``) is imported at the first ATen or
-``dim_order_ops`` call: never for a program without one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from typing import TYPE_CHECKING
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE, spelled
-from export_guards.pte.reader.schemas import torch_with_executorch_operators
+from export_guards.pte.reader.schema_registry import torch_with_executorch_operators
+from export_guards.pte.reader.schemas import Argument, operator_schema
 from export_guards.pte.reader.tensors import describe_tensor, dtype_name, has_dtype
 from export_guards.pte.reader.wheel import (
     Bool,
@@ -72,7 +76,7 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
             for i, instruction in enumerate(chain.instructions):
                 call = instruction.instr_args
                 if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
-                    problem = _replay(plan, call)
+                    problem = _replay(plan, call, replay=context.replay)
                     if problem:
                         operator = plan.operators[call.op_index]
                         yield Hit(
@@ -81,15 +85,15 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                         )
 
 
-def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
+def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: bool) -> str | None:
     operator = plan.operators[call.op_index]
-    overload = _overload(operator.name, operator.overload)
-    if overload is None:
+    schema = operator_schema(operator.name, operator.overload)
+    if schema is None or not schema.replayable:
         return None
-    arguments = overload._schema.arguments
+    arguments = schema.arguments
     if len(call.args) < len(arguments) or not all(0 <= i < len(plan.values) for i in call.args):
         return None  # EG512's
-    written = [k for k, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written = [k for k, a in enumerate(arguments) if a.written]
     if not written:
         return None
     try:
@@ -99,25 +103,26 @@ def _replay(plan: ExecutionPlan, call: KernelCall) -> str | None:
     mixed = _mixed_dtypes(operator.name, arguments, signature)
     if mixed:
         return mixed
-    # Models repeat their blocks: one replay per distinct call.
-    fixed = tuple(OUT_SHAPES.get((operator.name, arguments[k].name)) for k in written)
-    verdict = _replay_signature(overload, signature, tuple(written), fixed)
-    if isinstance(verdict, str):
-        return f"with tensors it refuses: {verdict}"
-    if verdict is not None:
-        position, computed = verdict
-        index = call.args[position]
-        return (
-            f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
-            f"resizes it to shape {list(computed)}: the kernel rejects the call or writes past the tensor"
-        )
+    if replay:
+        # Models repeat their blocks: one replay per distinct call.
+        fixed = tuple(OUT_SHAPES.get((operator.name, arguments[k].name)) for k in written)
+        verdict = _replay_signature(operator.name, operator.overload, signature, tuple(written), fixed)
+        if isinstance(verdict, str):
+            return f"with tensors it refuses: {verdict}"
+        if verdict is not None:
+            position, computed = verdict
+            index = call.args[position]
+            return (
+                f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
+                f"resizes it to shape {list(computed)}: the kernel rejects the call or writes past the tensor"
+            )
     return refusal(plan, operator.name, {a.name: call.args[k] for k, a in enumerate(arguments)})
 
 
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
 
 
-def _mixed_dtypes(name: str, arguments: list, signature: tuple) -> str | None:
+def _mixed_dtypes(name: str, arguments: tuple[Argument, ...], signature: tuple) -> str | None:
     if name not in ONE_DTYPE:
         return None
     dtypes = {
@@ -133,13 +138,15 @@ def _mixed_dtypes(name: str, arguments: list, signature: tuple) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _replay_signature(
-    overload: torch._ops.OpOverload, signature: tuple, written: tuple[int, ...], fixed: tuple[tuple[int, ...] | None, ...]
+    name: str, overload_name: str, signature: tuple, written: tuple[int, ...], fixed: tuple[tuple[int, ...] | None, ...]
 ) -> str | tuple[int, tuple[int, ...]] | None:
-    """Run ``overload`` on meta tensors built from ``signature``: None when it agrees, the text
-    of its refusal (dtypes or shapes it does not take together), or (the position of a written
-    argument, the shape ExecuTorch's kernel resizes it to: ``fixed``'s where given, else the
-    one torch computes)."""
+    """Run ``name.overload_name`` on meta tensors built from ``signature``: None when it agrees,
+    the text of its refusal (dtypes or shapes it does not take together), or (the position of a
+    written argument, the shape ExecuTorch's kernel resizes it to: ``fixed``'s where given, else
+    the one torch computes)."""
     torch = torch_with_executorch_operators()
+    namespace, _, op_name = name.partition("::")
+    overload = getattr(getattr(getattr(torch.ops, namespace), op_name), overload_name or "default")
     arguments = overload._schema.arguments
     try:
         built = [_build(description) for description in signature]
@@ -167,24 +174,7 @@ def _replay_signature(
     return None
 
 
-@functools.cache
-def _overload(name: str, overload: str) -> torch._ops.OpOverload | None:
-    namespace, _, op_name = name.partition("::")
-    if namespace not in ("aten", "dim_order_ops"):
-        return None
-    torch = torch_with_executorch_operators()
-    packet = getattr(getattr(torch.ops, namespace), op_name, None)
-    op = getattr(packet, overload or "default", None) if packet is not None else None
-    # Operators with a meta kernel of their own, or an out variant that calls its functional
-    # form (convolution, the normalisations, upsampling). Some of those meta kernels are
-    # Python: about a millisecond a call (upsampling about seven), once per distinct call.
-    keys = ("Meta", "CompositeExplicitAutograd", "CompositeImplicitAutograd")  # the last: dim_order_ops' Python forms
-    if op is None or not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in keys):
-        return None
-    return op
-
-
-def _describe(plan: ExecutionPlan, index: int, schema_type: torch._C.JitType) -> object:
+def _describe(plan: ExecutionPlan, index: int, schema_type: str) -> object:
     """A hashable description of one argument: ``("tensor", dtype, sizes, strides)``, a
     literal, or a tuple of descriptions (a list of tensors)."""
     value = plan.values[index].val
@@ -194,7 +184,7 @@ def _describe(plan: ExecutionPlan, index: int, schema_type: torch._C.JitType) ->
         if value.shape_dynamism != TensorShapeDynamism.STATIC:
             raise _Unsupported  # sizes are bounds, not shapes
         return _tensor(value)
-    kind = str(schema_type).removesuffix("?")
+    kind = schema_type.removesuffix("?")
     if isinstance(value, Int):
         if kind == "ScalarType":
             return ("dtype", value.int_val)
