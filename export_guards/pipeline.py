@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, final
 
 import torch
+import torch.utils._pytree as pytree
 from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.export import ExportRecipe
 from torch.export import ExportedProgram
 
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.fold_plan import plan_fold
+from export_guards.analysis.outputs import output_mismatches
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.source import location_named_in, operator_sites
 from export_guards.backends import backend_named
@@ -28,10 +31,11 @@ from export_guards.passes.placement import emit_passes, guard_partitioners, plan
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
+from export_guards.pte.smoke import smoke_test
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report
-from export_guards.ruleset import RuleSet, describe_error, with_project_rules
+from export_guards.ruleset import RuleSet, describe_error, run, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
@@ -98,6 +102,50 @@ class GuardedExport:
             rules=with_project_rules(WRITTEN_PROGRAM_RULES),
             replay=True,  # torch is loaded: the export made the program
         )
+
+    def run_program(
+        self,
+        pte: bytes,
+        model: torch.nn.Module,
+        example_inputs: Sequence[object],
+        *,
+        config: Settings | None = None,
+        timeout_s: float = 120.0,
+    ) -> Report:
+        """Run ``pte``, this export's written program, on ``example_inputs`` in
+        ``executorch.runtime``, in a child process (a crash is a finding), and compare each output
+        with eager's at a tolerance that fits its dtype. A failed run is EG511, naming the
+        kernel that refused its call, the runtime's reason and the user's line that made the op;
+        an output beyond the tolerance is EG522, with its largest difference and where.
+
+        Eager is ``model`` itself; for a recipe, or a model off the host, the recipe's or the
+        host's torch.export program (which a quantizing recipe has quantized: the reference of
+        what the program computes). Outputs that eager does not repeat on a second run (a random
+        op) are not compared."""
+        settings = config or Settings()
+        inputs = pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, list(example_inputs))
+        on_host = all(t.device.type == "cpu" for t in [*pytree.tree_leaves(list(example_inputs)), *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor))
+        reference = model if on_host and settings.recipe is None else self.program.module()
+        with torch.no_grad():
+            expected, again = reference(*inputs), reference(*inputs)
+        unsteady = frozenset(i for i, (a, b) in enumerate(zip(pytree.tree_leaves(expected), pytree.tree_leaves(again))) if not _same(a, b))
+        with tempfile.TemporaryDirectory(prefix="export-guards-run-") as scratch:
+            folder = Path(scratch)
+            (folder / "program.pte").write_bytes(pte)
+            torch.save(pytree.tree_leaves(inputs), folder / "inputs.pt")
+            ran = smoke_test(folder / "program.pte", (), timeout_s, name="the written program", inputs=str(folder / "inputs.pt"), outputs=str(folder / "outputs.pt"))
+            if "ran forward" in ran.steps and (folder / "outputs.pt").is_file():
+                quantized = any("quantize" in str(node.target) for node in self.program.graph.nodes)
+                actual = torch.load(folder / "outputs.pt", weights_only=True)
+                ran = replace(ran, mismatches=tuple(output_mismatches(expected, actual, quantized=quantized, unsteady=unsteady)))
+        locate = operator_sites(self.edge) if self.edge is not None else None
+        return run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name="the written program", locate=locate)
+
+
+def _same(first: object, second: object) -> bool:
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        return first.shape == second.shape and bool(torch.equal(first.nan_to_num(), second.nan_to_num()))
+    return bool(first == second)
 
 
 def export_with_guards(

@@ -115,3 +115,32 @@ def removes_a_folder(then="clean"):
 
     shutil.rmtree(os.environ["EG_TEST_REMOVE"])
     return {"clean": clean, "training_mode": training_mode}[then]()
+
+
+class _NegativePad(nn.Module):
+    """XNNPACK declines a negative pad; the portable kernel refuses it when the program runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad = nn.ConstantPad2d((1, -1, 0, 0), 0.0)
+
+    def forward(self, x):
+        return self.pad(x) * 2
+
+
+def negative_pad():
+    return _NegativePad().eval(), (torch.randn(1, 2, 4, 4),)
+
+
+class _ExportOnly(nn.Module):
+    """A branch only torch.export takes: the program computes another function than eager."""
+
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            return x * 2 + 1
+        return x * 2
+
+
+def export_only():
+    torch.manual_seed(0)
+    return _ExportOnly().eval(), (torch.randn(2, 3),)

@@ -280,6 +280,27 @@ def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli
     assert missing_list.returncode == 2 and "--kernels" in missing_list.stderr
 
 
+def test_a_clean_lint_means_the_program_runs_and_matches_eager(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    """Issue 47: the lint runs what it writes on the example inputs, in executorch.runtime, in a
+    child process. A negative pad (XNNPACK declines it, the portable kernel refuses it at run
+    time) is an error naming the kernel, the runtime's reason and the user's line; no program is
+    kept. A program that computes another function than eager is an error with the largest
+    difference and where. --no-run skips the run (the pad's program then passes, as it did)."""
+    out = tmp_path / "pad.pte"
+    done = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--format", "json", "--isolated")
+    assert done.returncode == 1 and not out.exists(), done.stderr[-2000:]
+    (failed,) = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "EG511"]
+    assert "aten::constant_pad_nd.out" in failed["message"] and "Padding values must be non-negative, but got pad[1] = -1" in failed["message"]
+    assert failed["location"]["source"] == "return self.pad(x) * 2" and failed["module"] == "pad (ConstantPad2d)"
+    skipped = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--no-run", "--isolated")
+    assert skipped.returncode == 0 and out.is_file() and "EG511" not in skipped.stdout
+    differs = cli("lint", f"{MODELS}:export_only", "--format", "json", "--isolated")
+    (mismatch,) = [f for f in json.loads(differs.stdout)["findings"] if f["code"] == "EG522"]
+    assert differs.returncode == 1 and "output [0] (float32[2, 3]) differs from eager by up to 1 at [" in mismatch["message"]
+    clean = cli("lint", f"{MODELS}:clean", "--isolated")
+    assert clean.returncode == 0 and "ran in executorch.runtime and matched eager" in clean.stdout, clean.stdout
+
+
 def test_noqa_suppresses_the_codes_it_names_on_its_line_and_counts_them(cli: Callable[..., Ran], tmp_path: Path) -> None:
     model = tmp_path / "noisy.py"
     model.write_text(NOISY_MODEL)

@@ -293,7 +293,7 @@ def test_runtime_smoke_check_names_the_failing_kernel() -> None:
     [finding] = check_pte(data, runtime=True).with_code("EG511")
     assert "run forward: RuntimeError" in finding.message
     assert "Check failed (tensor_is_default_dim_order(input))" in finding.message
-    assert "in operator aten::native_group_norm.out" in finding.message
+    assert "kernel aten::native_group_norm.out" in finding.message
 
 
 @pytest.mark.subprocess

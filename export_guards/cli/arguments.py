@@ -37,6 +37,11 @@ def parser() -> argparse.ArgumentParser:
     linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
     linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
     _kernels_option(linting, " (default: the installed executorch.runtime's)")
+    linting.add_argument(
+        "--no-run", dest="run", action="store_false",
+        help="do not run the written program on the example inputs in executorch.runtime and compare it with eager "
+        "(with --kernels, a target whose runtime is not this one, it does not run)",
+    )  # fmt: skip
     _report_options(linting)
 
     checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)

@@ -26,7 +26,7 @@ from export_guards.cli.reporting import (
 )
 from export_guards.cli.signals import Interrupts
 from export_guards.settings import Settings
-from export_guards.targets import StepFailed, TargetError, check_target, parse_arguments, step
+from export_guards.targets import StepFailed, TargetError, check_target, load_target, parse_arguments, step, target_file
 
 if TYPE_CHECKING:
     from export_guards.pte.inventory import RuntimeInventory
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     """Lint ``args.targets``, one after another; exit code as
     :func:`~export_guards.cli.reporting.exit_code`, or 2 when a target's step failed (the
     others are linted all the same)."""
-    settings = settings_from(args, ("program", "partitioned", "pte", "action"))
+    runs = args.run and args.kernels is None
+    settings = settings_from(args, ("program", "partitioned", "pte", "action", *(("runtime",) if runs else ())))
     against = kernels_from(args)
     try:
         arguments = parse_arguments(args.arg)
@@ -94,28 +95,35 @@ def _lint(
     """Export, lint, write and check one target: its report, and its program (``None`` when a
     constant the host cannot read stopped the export before lowering)."""
     fold = "on" if settings.fold else "off"
+    runs = args.run and against is None  # a program for another runtime (--kernels) is not judged by this one's run
     progress(args, f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
     with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
         with steps("loading ExecuTorch"):
-            from export_guards.pipeline import export_target
+            from export_guards.pipeline import export_in_steps
 
         recipe_made_here(settings)
         try:
-            result = export_target(target, arguments, config=settings, each_step=steps)
+            with steps("building the model"):
+                model, inputs = load_target(target, arguments)
         except TargetError as error:
             raise UsageError(str(error)) from None
+        result = export_in_steps(model, inputs, config=settings, source=target_file(target), each_step=steps)
         found, program = result.report, None
         if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
             with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
                 program = result.to_pte()
             with steps("checking the written program"):
                 found += result.check_program(program, against=against, config=settings)
+            if runs:  # clean means it loads, runs and matches eager, here
+                with steps("running the program (executorch.runtime)"):
+                    found += result.run_program(program, model, inputs, config=settings)
     if program is None:
         progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
         ran: tuple[str, ...] = ()
     else:
         delegation = result.delegation
         ran = ((delegation.stated(),) if delegation is not None and settings.backend != "portable" else ()) + (f"program {len(program):,} bytes",)
+        ran += ("ran in executorch.runtime and matched eager",) if runs else ()
     return Checked(target, with_factory_location(found, target), ran), program
 
 

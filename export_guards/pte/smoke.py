@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from typing import final
 __all__ = ["SmokeRun", "smoke_test"]
 
 WORKER = "export_guards.workers.runtime_smoke"
+_KERNEL_CALL_FAILED = re.compile(r"KernelCall failed at instruction (\S+) in operator (\S+):\s")
+_CHECK_FAILED = re.compile(r"(Check failed \(.*\):.*)$")
 
 
 @final
@@ -33,6 +36,9 @@ class SmokeRun:
         signal: the signal that killed the child (``"SIGSEGV"``), if any.
         timed_out: whether it ran past its time limit.
         stderr: the runtime's log lines that say what went wrong (at most two).
+        log: every log line of the runtime's.
+        mismatches: each output that differs from eager beyond its dtype's tolerance, described
+            (the lint's run on its example inputs; the comparison is the caller's).
     """
 
     program: str
@@ -41,19 +47,49 @@ class SmokeRun:
     signal: str | None = None
     timed_out: bool = False
     stderr: str = field(default="", repr=False)
+    log: tuple[str, ...] = field(default=(), repr=False)
+    mismatches: tuple[str, ...] = ()
 
     @property
     def last_step(self) -> str:
         return self.steps[-1] if self.steps else "start"
 
+    @property
+    def failed_call(self) -> tuple[str, str] | None:
+        """The instruction and operator whose kernel call failed (``("0:3",
+        "aten::constant_pad_nd.out")``), from the runtime's log; ``None`` when no kernel call did."""
+        for line in self.log:
+            found = _KERNEL_CALL_FAILED.search(line)
+            if found:
+                return found.group(1), found.group(2)
+        return None
+
+    @property
+    def reason(self) -> str | None:
+        """The runtime's own words for why a call failed: its first failed check (``Check failed
+        (pad[i] >= 0): Padding values must be non-negative, but got pad[1] = -1``)."""
+        for line in self.log:
+            found = _CHECK_FAILED.search(line)
+            if found:
+                return found.group(1).strip().removesuffix(":")
+        return None
+
 
 def smoke_test(
-    program: str | os.PathLike[str], data_files: Sequence[str] = (), timeout_s: float = 120.0, *, name: str | None = None
+    program: str | os.PathLike[str],
+    data_files: Sequence[str] = (),
+    timeout_s: float = 120.0,
+    *,
+    name: str | None = None,
+    inputs: str | None = None,
+    outputs: str | None = None,
 ) -> SmokeRun:
     """Run the child on ``program`` (with at most one data file) and describe what happened;
-    findings call the program ``name`` (default: its path)."""
+    findings call the program ``name`` (default: its path). With ``inputs`` (a list saved with
+    ``torch.save``), the child runs ``forward`` on them and saves its outputs to ``outputs``."""
     name = name or os.fspath(program)
-    command = [sys.executable, "-m", WORKER, os.fspath(program), *data_files[:1]]
+    given = ["--inputs", inputs, "--outputs", outputs or os.devnull] if inputs is not None else []
+    command = [sys.executable, "-m", WORKER, *given, os.fspath(program), *data_files[:1]]
     try:
         done = subprocess.run(
             command, capture_output=True, timeout=timeout_s, text=True, stdin=subprocess.DEVNULL, check=False
@@ -65,7 +101,8 @@ def smoke_test(
     for line in done.stdout.splitlines():
         if line.startswith('{"failure"'):
             failure = json.loads(line)["failure"]
-    stderr = _telling(line for line in done.stderr.strip().splitlines() if _is_runtime_log(line))
+    log = tuple(line for line in done.stderr.strip().splitlines() if _is_runtime_log(line))
+    stderr = _telling(log)
     died = -done.returncode if done.returncode < 0 else None
     return SmokeRun(
         name,
@@ -73,6 +110,7 @@ def smoke_test(
         failure=failure or (None if done.returncode <= 0 else f"the smoke run exited with {done.returncode}"),
         signal=signal.Signals(died).name if died else None,
         stderr="\n".join(stderr),
+        log=log,
     )
 
 

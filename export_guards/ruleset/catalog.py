@@ -369,9 +369,13 @@ _RULES = (
         "runtime-smoke-failed",
         Severity.ERROR,
         "Loading the program in executorch.runtime, or running a method once, crashed, hung or "
-        "failed.",
-        "Run `export-guards check` without --runtime to find a structural cause; otherwise "
-        "re-export and compare with eager using the pytest fixture check_export.",
+        "failed (export-guards lint runs forward on the example inputs; check --runtime on "
+        "generated ones). A kernel that refused its call is named, with the runtime's reason and "
+        "the line of the model that made the op, where the lint knows it.",
+        "Where a kernel refused its call, change what the runtime's reason names at that line "
+        "(an argument the kernel does not take, a rank, a layout), or lower that op into a "
+        "delegate that takes it; else run `export-guards check` without --runtime to find a "
+        "structural cause.",
         "runtime",
     ),
     Rule(
@@ -482,6 +486,22 @@ _RULES = (
         "that list); for a backend, build the runtime with it. Or export for what the runtime has "
         "(the same ExecuTorch version, its partitioners).",
         "pte",
+    ),
+    Rule(
+        "EG522",
+        "runtime-output-mismatch",
+        Severity.ERROR,
+        "export-guards lint ran the written program on the example inputs in executorch.runtime, "
+        "and an output differs from eager beyond the tolerance of its dtype (float32: 1e-3 "
+        "relative, and 1e-4 of the output's largest value; float16 and bfloat16 looser; a "
+        "quantized program against its quantized reference, a few quantization steps; integers "
+        "and booleans exactly). The finding gives the largest difference and where.",
+        "Look for code that runs otherwise under torch.export (a branch on "
+        "torch.compiler.is_exporting(), Python state read once when traced); else find the op "
+        "that computes differently: lint with --backend portable to tell a delegate's result "
+        "from the runtime's kernels', compare intermediate values with ExecuTorch's Inspector, "
+        "and report a wrong result to ExecuTorch with the model.",
+        "runtime",
     ),
 )
 

@@ -4,6 +4,10 @@ method once on generated inputs.
 ``python -m export_guards.workers.runtime_smoke program.pte [data.ptd]`` prints one JSON line per
 step (``{"step": "run forward"}``) and one for an exception (``{"failure": "..."}``), flushed as
 it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash happened.
+
+With ``--inputs IN --outputs OUT`` it runs ``forward`` once on the inputs ``IN`` holds (a list
+saved with ``torch.save``: the lint's example inputs) and saves the outputs to ``OUT``, for the
+parent to compare with eager.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from export_guards.pte.reader.file import PteFile, open_bytes
 __all__ = ["in_dim_order", "smoke"]
 
 
-def smoke(program: str, data_file: str | None) -> int:
-    """Load ``program`` (with ``data_file``) and run each method once, reporting each step."""
+def smoke(program: str, data_file: str | None, inputs: str | None = None, outputs: str | None = None) -> int:
+    """Load ``program`` (with ``data_file``) and run each method once, reporting each step; with
+    ``inputs``, run ``forward`` on them and save its outputs to ``outputs``."""
 
     def step(name: str) -> None:
         print(json.dumps({"step": name}), flush=True)
@@ -35,14 +40,17 @@ def smoke(program: str, data_file: str | None) -> int:
     except Exception as error:
         print(json.dumps({"failure": f"load: {type(error).__name__}: {error}"}), flush=True)
         return 0
-    for name in names:
+    given = torch.load(inputs, weights_only=True) if inputs is not None else None
+    for name in ["forward"] if given is not None else names:
         step(f"run {name}")
         try:
-            loaded.load_method(name).execute(_inputs(program, name, loaded))
+            results = loaded.load_method(name).execute(given if given is not None else _inputs(program, name, loaded))
         except Exception as error:
             print(json.dumps({"failure": f"run {name}: {type(error).__name__}: {error}"}), flush=True)
             return 0
         step(f"ran {name}")
+        if outputs is not None:
+            torch.save(list(results), outputs)
     return 0
 
 
@@ -82,5 +90,13 @@ def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
     return dense.permute(dim_order).contiguous().permute([dim_order.index(d) for d in range(dense.dim())])
 
 
+def _main(argv: list[str]) -> int:
+    options, positional = {}, argv
+    while positional and positional[0].startswith("--"):
+        options[positional[0]] = positional[1]
+        positional = positional[2:]
+    return smoke(positional[0], positional[1] if len(positional) > 1 else None, options.get("--inputs"), options.get("--outputs"))
+
+
 if __name__ == "__main__":
-    sys.exit(smoke(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
+    sys.exit(_main(sys.argv[1:]))

@@ -1,4 +1,5 @@
-"""EG511: the program crashed, hung or failed when the ExecuTorch runtime ran it."""
+"""EG511 and EG522: the program crashed, hung or failed when the ExecuTorch runtime ran it, or
+its outputs differ from eager."""
 
 from __future__ import annotations
 
@@ -16,5 +17,20 @@ def runtime_smoke_failed(run: SmokeRun) -> Iterator[Hit]:
         yield Hit(f"the runtime died with {run.signal} during '{where}' of {run.program}{said}")
     elif run.timed_out:
         yield Hit(f"the runtime did not finish '{where}' of {run.program} within the time limit")
+    elif run.failure and run.failed_call is not None:
+        # A kernel refused its call: name the operator (placed on the user's line where the
+        # caller knows the graph) and the runtime's own reason, not only its error code.
+        instruction, operator = run.failed_call
+        reason = run.reason or run.failure
+        yield Hit(
+            f"the runtime's kernel {operator} (instruction {instruction}) failed in {run.program}: {reason} ({run.failure})",
+            node=operator,
+        )
     elif run.failure:
         yield Hit(f"the runtime failed on {run.program}: {run.failure}{said}")
+
+
+@rule("EG522")
+def runtime_output_mismatch(run: SmokeRun) -> Iterator[Hit]:
+    for mismatch in run.mismatches:
+        yield Hit(f"{run.program} ran, but {mismatch}", method="forward")
