@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-llm operator-table same-outcome clean
+.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-llm operator-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -113,6 +113,9 @@ bench-check-light: $(INSTALLED)
 # at most 1 s each, 10 s the folder).
 bench-check-kernels: $(INSTALLED)
 	$(PY) benchmarks/check_kernel_calls.py
+
+bench-check-hash: $(INSTALLED)
+	$(PY) benchmarks/pte_check_hash.py
 
 # The operator table that `check` reads instead of torch (export_guards/pte/reader/operator_schemas.json),
 # from the live registry of the pinned torch and ExecuTorch: after a change of constraints.txt.

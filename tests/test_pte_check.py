@@ -407,3 +407,21 @@ def test_a_rule_that_raises_is_reported_as_eg001(programs: dict[str, Written], m
     [failed] = report.with_code("EG001")
     assert failed.message == "rule EG506 (delegate-data-invalid) failed on <bytes>: IndexError: list index out of range"
     assert report.with_code("EG501")
+
+
+def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: dict[str, Written], tmp_path: Path) -> None:
+    """Issue 47: XNNPACK names each weight by the SHA-256 of its bytes. 50 flipped bytes in one
+    such segment load and run (the runtime does not check), but no longer match the key: an
+    error naming the key, the segment and the delegate that reads it. The intact program is clean."""
+    data = programs["xnnpack"].pte.read_bytes()
+    assert "EG523" not in {f.code for f in check_pte(data).findings}
+    pte = PteFile(data, "<bytes>")
+    key, region = max(pte.named_data.items(), key=lambda item: item[1].size)
+    damaged = bytearray(data)
+    for offset in range(region.start, region.start + 50):
+        damaged[offset] ^= 0xFF
+    path = tmp_path / "damaged.pte"
+    path.write_bytes(bytes(damaged))
+    (finding,) = check_pte(path).with_code("EG523")
+    assert finding.severity is Severity.ERROR and finding.constant == key and finding.region == (region.start, region.size)
+    assert f"({region.what} of {path}" in finding.message and "(XnnpackBackend) of method 'forward'" in finding.message

@@ -14,6 +14,7 @@ from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES
+from export_guards.pte.rules.delegates import named_data_hash_mismatch
 from export_guards.pte.smoke import smoke_test
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
@@ -38,16 +39,16 @@ def check_pte(
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
-    Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509
-    and EG512-EG521:
+    Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509,
+    EG512-EG521 and EG523:
     the header, magic and version; every segment and constant offset inside the file; the
     alignment of constant and delegate data; each tensor's constant buffer and memory slot against
     its shape and dtype; each delegate's processed data; every named-data key a delegate or an
     external tensor uses (present, unique, in bounds, large enough); the ``.ptd`` files; each
     instruction's operator, delegate and values; each XNNPACK delegate call against its graph,
     and the graph itself; dim orders; values written before they are read; live tensors kept
-    apart in the arenas; out tensors against what their operators compute; and, against a
-    runtime, the kernels and backends it lacks. What the runtime ignores is at most a warning
+    apart in the arenas; out tensors against what their operators compute; named data against
+    the content hash that names it; and, against a runtime, the kernels and backends it lacks. What the runtime ignores is at most a warning
     (docs/check.md).
     The file is memory-mapped: only the headers, the flatbuffer and delegate payloads are read.
 
@@ -90,6 +91,8 @@ def check_pte(
         against = RuntimeInventory.installed()
     context = PteContext(pte, ptds, against, replay=replay or runtime)
     rules = rules or with_project_rules(PTE_RULES)
+    if named_data_hash_mismatch.code in rules.rules and config.enabled(named_data_hash_mismatch.code):
+        _ = context.content_digests  # hashing the weights starts now, beside the other rules
     report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
     if runtime:  # even after structural errors: whether the runtime survives them is the question
         with _as_file(program) as path:

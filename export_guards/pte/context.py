@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -14,6 +18,8 @@ from export_guards.pte.reader.wheel import ExecutionPlan
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payload
 
 __all__ = ["PteContext"]
+
+_SHA256_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -35,6 +41,28 @@ class PteContext:
             found.update((key, (ptd.name, region)) for key, region in ptd.named_data.items())
         found.update((key, (self.pte.name, region)) for key, region in self.pte.named_data.items())
         return found
+
+    @cached_property
+    def content_digests(self) -> dict[str, Future[str]]:
+        """The SHA-256 of each named-data entry whose key has the form of one (XNNPACK names its
+        weights by their content's hash), by key: hashed in background threads from the first
+        call on (hashlib releases the GIL), straight from the mapped files, so that the other
+        rules run meanwhile (``check_pte`` starts it first). Entries outside their file are
+        left out (EG503's)."""
+        files = {self.pte.name: self.pte.data, **{ptd.name: ptd.data for ptd in self.data_files}}
+        entries = {
+            key: (files[file], region)
+            for key, (file, region) in self.named_data.items()
+            if _SHA256_KEY.fullmatch(key) and 0 <= region.start and region.end <= len(files[file])
+        }
+
+        def digest(data: object, start: int, end: int) -> str:
+            return hashlib.sha256(memoryview(data)[start:end]).hexdigest()  # type: ignore[arg-type]
+
+        pool = ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="eg-hash")
+        started = {key: pool.submit(digest, data, region.start, region.end) for key, (data, region) in entries.items()}
+        pool.shutdown(wait=False)  # the submitted hashes still run; the pool takes no more
+        return started
 
     @cached_property
     def named_data_layouts(self) -> dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]:

@@ -503,6 +503,18 @@ _RULES = (
         "and report a wrong result to ExecuTorch with the model.",
         "runtime",
     ),
+    Rule(
+        "EG523",
+        "named-data-hash-mismatch",
+        Severity.ERROR,
+        "A named-data entry whose key is the SHA-256 of its content (XNNPACK's weights) no "
+        "longer hashes to its key: the bytes changed after export (a damaged download or copy). "
+        "The runtime does not check it, and a weights cache keyed by that name (XNNPACK's) "
+        "keeps the damage across launches.",
+        "Write the program (and its .ptd files) again from the export, or copy it again from "
+        "the source; clear the device's XNNPACK weights cache if a damaged copy was run.",
+        "pte",
+    ),
 )
 
 CATALOG: Mapping[str, Rule] = MappingProxyType({r.code: r for r in _RULES})

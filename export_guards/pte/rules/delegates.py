@@ -1,5 +1,6 @@
-"""EG506-EG508, EG513: delegate payloads, the named data they use, the external tensors, and
-convolutions that share their weights' named data."""
+"""EG506-EG508, EG513, EG523: delegate payloads, the named data they use, the external tensors,
+convolutions that share their weights' named data, and named data that no longer matches its
+content-hash key."""
 
 from __future__ import annotations
 
@@ -204,3 +205,27 @@ def xnnpack_shared_conv_weights(context: PteContext) -> Iterator[Hit]:
             method=convs[0][0].method,
             constant=filter_key,
         )
+
+
+@rule("EG523")
+def named_data_hash_mismatch(context: PteContext) -> Iterator[Hit]:
+    """Named data whose key is the SHA-256 of its content (XNNPACK's) that its bytes no longer
+    match: a weights cache keyed by that name keeps the damage across launches."""
+    readers: dict[str, set[str]] = {}
+    for delegate, payload in context.xnnpack_payloads:
+        if isinstance(payload, XnnPayload):
+            for constant in payload.constants:
+                if constant.named_key:
+                    readers.setdefault(constant.named_key, set()).add(str(delegate))
+    for key, digest in context.content_digests.items():
+        found = digest.result()
+        if found != key:
+            file, region = context.named_data[key]
+            read_by = f", read by {', '.join(sorted(readers[key]))}" if key in readers else ""
+            yield Hit(
+                f"named data '{key[:16]}…' ({region.what} of {file}, {region.size:,} bytes{read_by}) no longer "
+                f"matches its key, the SHA-256 of its content (it hashes to {found[:16]}…): its bytes changed after export",
+                constant=key,
+                region=(region.start, region.size),
+                artifact=file if file != context.pte.name else None,
+            )
