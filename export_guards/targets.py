@@ -11,6 +11,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import sysconfig
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -37,20 +38,24 @@ class StepFailed(Exception):
             Operator aten.rand_like.default is not in Core ATen opset"``).
         location: the line of the user's code it went through, or that made the operator it
             names (a ``GuardError``'s ``location``), when known.
+        hint: how to fix a torch error users meet (grad mode, devices mixed, data-dependent
+            shapes), when the cause is one (``HINTS``).
     """
 
-    def __init__(self, step: str, detail: str, cause: str = "", location: SourceLocation | None = None) -> None:
+    def __init__(self, step: str, detail: str, cause: str = "", location: SourceLocation | None = None, hint: str | None = None) -> None:
         super().__init__(f"{step} failed: {detail}")
         self.step = step
         self.detail = detail
         self.cause = cause or detail.splitlines()[0]
         self.location = location
+        self.hint = hint
 
     @property
     def report(self) -> Report:
         """This failure as a report, for a reader of JSON, SARIF, annotations or a test's
-        artifacts: its EG002 finding (the step, the innermost cause), on the user's line."""
-        found = finding(CATALOG["EG002"], Hit(f"{self.step} failed: {self.cause}"))
+        artifacts: its EG002 finding (the step, the innermost cause), on the user's line, with
+        the hint for a known torch error as its fix."""
+        found = finding(CATALOG["EG002"], Hit(f"{self.step} failed: {self.cause}", fix=self.hint))
         return Report.of([replace(found, location=self.location)])
 
 
@@ -238,40 +243,104 @@ def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[
 @contextlib.contextmanager
 def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
     """Run one step of the user's job: what it raises, or a ``sys.exit`` in it, becomes a
-    ``StepFailed`` that names the step, the exception and the innermost line of the user's
-    file ``path`` it went through (else the innermost line outside this module)."""
+    ``StepFailed`` that names the step, the cause once (a wrapper whose message only repeats its
+    cause is left out), the innermost line of the user's files it went through (``path``, the
+    model's file, first; else any file outside Python, its installed packages and
+    export-guards), and a hint for a torch error users meet."""
     try:
         yield
     except SystemExit as error:
         raise StepFailed(step, f"the target called sys.exit({error.code!r})") from None
     except Exception as error:
-        raised = f"{call + ' raised ' if call else ''}{type(error).__name__}: {first_line(error)}"
+        shown = _unwrapped(error)
+        raised = f"{call + ' raised ' if call else ''}{type(shown).__name__}: {first_line(shown)}"
         innermost = _chain(error)[-1]
         cause = f"{type(innermost).__name__}: {first_line(innermost)}"
         if cause not in raised:  # the root cause, that a wrapper's message may have dropped
             raised += f"\n  caused by {cause}"
-        frame = _user_frame(error, path)
         location = getattr(error, "location", None)  # where the user's code made what failed
-        if frame is not None and path is not None and Path(frame.filename).resolve() == path.resolve():
+        frame = _user_frame(error, path)
+        in_model_file = frame is not None and path is not None and Path(frame.filename).resolve() == path.resolve()
+        if frame is not None and (in_model_file or not isinstance(location, SourceLocation)) and (in_model_file or _is_users(frame)):
             location = SourceLocation(frame.filename, frame.lineno or 1, (frame.line or "").strip())
         if isinstance(location, SourceLocation):
             where = f"\n  at {location}: {location.code}"
         else:
             location = None
             where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else ""
-        raise StepFailed(step, raised + where + _found_before(error), cause, location) from error
+        hint = _hint(error)
+        said = f"\n  hint: {hint}" if hint else ""
+        raise StepFailed(step, raised + where + said + _found_before(error), cause, location, hint) from error
+
+
+HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("a leaf Variable that requires grad",),
+        "grad mode: the model changes a parameter that requires grad in place. Export under "
+        "`with torch.no_grad():`, or call `model.requires_grad_(False)` before torch.export (in the "
+        "factory, for export-guards lint).",
+    ),
+    (
+        ("FakeTensorDeviceMismatch", "Unhandled FakeTensor Device Propagation", "Expected all tensors to be on the same device"),
+        "tensors on different devices meet here: move the model and every example input to one "
+        "device before torch.export (`model.to(device)`, `x.to(device)`), and create tensors in "
+        "forward on the input's device (`torch.zeros(n, device=x.device)`).",
+    ),
+    (
+        ("data-dependent", "GuardOnDataDependentSymNode", "DataDependentOutputException"),
+        "a data-dependent shape or branch: a value read from a tensor (`.item()`, `int(t)`, "
+        "`.tolist()`, `nonzero`) decides a shape or an `if` here. Bound it with `torch._check(...)` "
+        "(`torch._check_is_size(n)` for a size), compute the shape from input shapes instead, or "
+        "branch with `torch.cond`; see torch.export's page on data-dependent shapes.",
+    ),
+)
+"""Hints for torch errors users meet, each with words of the error's text or type that say it."""
+
+
+def _hint(error: BaseException) -> str | None:
+    """The hint for the first known error in ``error``'s chain."""
+    said = [f"{type(raised).__name__}: {raised}" for raised in _chain(error)]
+    return next((hint for words, hint in HINTS if any(word in text for word in words for text in said)), None)
+
+
+def _unwrapped(error: BaseException) -> BaseException:
+    """``error``, or the error it wraps when its message only repeats its cause's (export-guards'
+    ``LoweringFailed: to_edge_transform_and_lower failed: SpecViolationError: ...``): the cause once."""
+    while error.__cause__ is not None and first_line(error.__cause__) and first_line(error.__cause__)[:150] in first_line(error):
+        error = error.__cause__
+    return error
 
 
 def _user_frame(error: BaseException, path: Path | None) -> traceback.FrameSummary | None:
-    """The innermost frame in the user's file ``path`` of ``error``'s traceback, or of the
-    errors it was raised from (torch.export re-raises from its own frames); else the innermost
-    frame of ``error`` outside this module."""
-    for raised in _chain(error) if path is not None else []:
-        mine = [f for f in traceback.extract_tb(raised.__traceback__) if Path(f.filename).resolve() == path.resolve()]
-        if mine:
-            return mine[-1]
+    """The innermost frame of ``error``'s traceback, or of the errors it was raised from
+    (torch.export re-raises from its own frames), in the user's file ``path``; else in any of the
+    user's files (a model's layers in another module); else the innermost frame outside this
+    module."""
+    chain = _chain(error)
+    model_file = path.resolve() if path is not None else None
+    for mine in (lambda f: Path(f.filename).resolve() == model_file, _is_users):
+        for raised in chain:
+            frames = [f for f in traceback.extract_tb(raised.__traceback__) if mine(f)]
+            if frames:
+                return frames[-1]
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
     return frames[-1] if frames else None
+
+
+def _library_roots() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+    return (*(Path(root).resolve() for root in roots), Path(__file__).resolve().parent)
+
+
+def _is_users(frame: traceback.FrameSummary) -> bool:
+    """Whether ``frame`` runs the user's code: a real file outside Python's library, the
+    installed packages and export-guards (not ``<eval_with_key>`` nor ``<frozen ...>``)."""
+    if frame.filename.startswith("<"):
+        return False
+    where = Path(frame.filename).resolve()
+    return not any(where.is_relative_to(root) for root in _library_roots())
 
 
 def _chain(error: BaseException) -> list[BaseException]:

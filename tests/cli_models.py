@@ -144,3 +144,23 @@ class _ExportOnly(nn.Module):
 def export_only():
     torch.manual_seed(0)
     return _ExportOnly().eval(), (torch.randn(2, 3),)
+
+
+def grad_in_place():
+    from cli_layers import ScaledInPlace
+
+    return ScaledInPlace(), (torch.randn(2, 4),)
+
+
+def data_dependent():
+    from cli_layers import DataDependent
+
+    return DataDependent(), (torch.ones(3),)
+
+
+def mixed_devices():
+    from cli_layers import AddBias
+
+    from export_guards.testing import load_trapdev
+
+    return AddBias(load_trapdev()), (torch.randn(2, 3),)

@@ -423,6 +423,33 @@ def test_errors_name_the_step_in_the_users_terms(cli: Callable[..., Ran], factor
         assert 'return weights["linear"], ()' in done.stderr  # the factory's own line
 
 
+@pytest.mark.parametrize(
+    ("factory", "line", "hint"),
+    [
+        ("grad_in_place", "self.scale.mul_(0.5)", "`with torch.no_grad():`, or call `model.requires_grad_(False)`"),
+        ("data_dependent", "n = int(x.sum().item())", "Bound it with `torch._check(...)`"),
+        ("mixed_devices", "return x + self.bias", "move the model and every example input to one device"),
+    ],
+)
+def test_a_failed_step_says_where_in_the_users_files_with_a_hint(cli: Callable[..., Ran], trapdev: object, factory: str, line: str, hint: str) -> None:
+    """Issue 47: the layers live in another file than the factory (tests/cli_layers.py): the
+    failure points at the innermost line there, not at torch's frames, says the cause once, and
+    hints at the fix of the torch error users meet (grad mode, devices mixed, data-dependent shapes)."""
+    done = cli("lint", f"{MODELS}:{factory}", "--format", "json", "--no-run")
+    assert done.returncode == 2 and "export-guards: torch.export failed:" in done.stderr
+    assert "cli_layers.py:" in done.stderr and line in done.stderr and "hint: " in done.stderr and hint in done.stderr
+    assert "site-packages" not in done.stderr and "caused by" not in done.stderr, done.stderr
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert finding["location"]["file"] == "tests/cli_layers.py" and finding["location"]["source"] == line
+    assert hint in finding["fix"]
+
+
+def test_a_failed_lowering_says_its_cause_once(cli: Callable[..., Ran]) -> None:
+    done = cli("lint", f"{MODELS}:lowering_fails", "--no-run")
+    assert done.returncode == 2 and "export-guards: lowering (xnnpack) failed: SpecViolationError: Operator torch._ops.aten.rand_like" in done.stderr
+    assert "LoweringFailed" not in done.stderr and done.stderr.count("rand_like.default is not in Core ATen") == 1, done.stderr
+
+
 def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran]) -> None:
     done = cli("check", "--reproducible", f"{MODELS}:raises")
     assert done.returncode == 2
