@@ -25,6 +25,8 @@ from export_guards.cli.reporting import (
     with_factory_location,
 )
 from export_guards.cli.signals import Interrupts
+from export_guards.pte.rules.availability import runtime_lacks_kernel
+from export_guards.report import Severity
 from export_guards.settings import Settings
 from export_guards.targets import StepFailed, TargetError, check_target, load_target, parse_arguments, step, target_file
 
@@ -113,8 +115,13 @@ def _lint(
             with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
                 program = result.to_pte()
             with steps("checking the written program"):
-                found += result.check_program(program, against=against, config=settings)
-            if runs:  # clean means it loads, runs and matches eager, here
+                checked = result.check_program(program, against=against, config=settings)
+            found += checked
+            # clean means it loads, runs and matches eager, here; a program that this runtime
+            # cannot load (EG521's error) would only fail again
+            unloadable = [f for f in checked.with_code(runtime_lacks_kernel.code) if f.severity is Severity.ERROR]
+            runs = runs and not unloadable
+            if runs:
                 with steps("running the program (executorch.runtime)"):
                     found += result.run_program(program, model, inputs, config=settings)
     if program is None:

@@ -494,7 +494,7 @@ _RULES = (
         "export-guards lint ran the written program on the example inputs in executorch.runtime, "
         "and an output differs from eager beyond the tolerance of its dtype (float32: 1e-3 "
         "relative, and 1e-4 of the output's largest value; float16 and bfloat16 looser; a "
-        "quantized program against its quantized reference, a few quantization steps; integers "
+        "quantized program against its quantized reference, a tenth of its largest value; integers "
         "and booleans exactly). The finding gives the largest difference and where.",
         "Look for code that runs otherwise under torch.export (a branch on "
         "torch.compiler.is_exporting(), Python state read once when traced); else find the op "
