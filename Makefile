@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-llm operator-table same-outcome clean
+.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm operator-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -116,6 +116,9 @@ bench-check-kernels: $(INSTALLED)
 
 bench-check-hash: $(INSTALLED)
 	$(PY) benchmarks/pte_check_hash.py
+
+bench-check-runtime: $(INSTALLED)
+	$(PY) benchmarks/check_runtime_cost.py
 
 # The operator table that `check` reads instead of torch (export_guards/pte/reader/operator_schemas.json),
 # from the live registry of the pinned torch and ExecuTorch: after a change of constraints.txt.

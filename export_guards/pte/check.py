@@ -15,7 +15,7 @@ from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES
 from export_guards.pte.rules.delegates import named_data_hash_mismatch
-from export_guards.pte.smoke import smoke_test
+from export_guards.pte.smoke import start_smoke_test
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
 from export_guards.settings import Settings
@@ -93,11 +93,13 @@ def check_pte(
     rules = rules or with_project_rules(PTE_RULES)
     if named_data_hash_mismatch.code in rules.rules and config.enabled(named_data_hash_mismatch.code):
         _ = context.content_digests  # hashing the weights starts now, beside the other rules
-    report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
-    if runtime:  # even after structural errors: whether the runtime survives them is the question
-        with _as_file(program) as path:
-            smoke = smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name)
-        report += run(rules, "runtime", smoke, config, name=pte.name, artifact=artifact)
+    with _as_file(program) if runtime else contextlib.nullcontext("") as path:
+        # the runtime's child starts first (even for a program with structural errors: whether
+        # the runtime survives them is the question), and imports the runtime while the rules run
+        started = start_smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name) if runtime else None
+        report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
+        if started is not None:
+            report += run(rules, "runtime", started.result(), config, name=pte.name, artifact=artifact)
     return report
 
 

@@ -13,11 +13,12 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
-__all__ = ["SmokeRun", "smoke_test"]
+__all__ = ["SmokeRun", "StartedSmoke", "smoke_test", "start_smoke_test"]
 
 WORKER = "export_guards.workers.runtime_smoke"
 _KERNEL_CALL_FAILED = re.compile(r"KernelCall failed at instruction (\S+) in operator (\S+):\s")
@@ -87,29 +88,59 @@ def smoke_test(
     """Run the child on ``program`` (with at most one data file) and describe what happened;
     findings call the program ``name`` (default: its path). With ``inputs`` (a list saved with
     ``torch.save``), the child runs ``forward`` on them and saves its outputs to ``outputs``."""
-    name = name or os.fspath(program)
+    return start_smoke_test(program, data_files, timeout_s, name=name, inputs=inputs, outputs=outputs).result()
+
+
+@final
+class StartedSmoke:
+    """A smoke run under way in its child process: the caller works meanwhile (``check_pte``
+    runs the structural rules while the child imports the runtime), then asks for ``result``."""
+
+    def __init__(self, process: subprocess.Popen[str], name: str, timeout_s: float) -> None:
+        self._process, self._name = process, name
+        self._deadline = time.monotonic() + timeout_s
+
+    def result(self) -> SmokeRun:
+        """Wait for the child (until its time limit, counted from its start) and describe what happened."""
+        try:
+            stdout, stderr = self._process.communicate(timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            stdout, _ = self._process.communicate()
+            return SmokeRun(self._name, _steps(stdout or ""), timed_out=True)
+        return _described(self._name, self._process.returncode, stdout, stderr)
+
+
+def start_smoke_test(
+    program: str | os.PathLike[str],
+    data_files: Sequence[str] = (),
+    timeout_s: float = 120.0,
+    *,
+    name: str | None = None,
+    inputs: str | None = None,
+    outputs: str | None = None,
+) -> StartedSmoke:
+    """:func:`smoke_test`, started: the child runs while the caller works; ``program`` (and the
+    files named) must stay until ``result()`` returns."""
     given = ["--inputs", inputs, "--outputs", outputs or os.devnull] if inputs is not None else []
     command = [sys.executable, "-m", WORKER, *given, os.fspath(program), *data_files[:1]]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, timeout=timeout_s, text=True, stdin=subprocess.DEVNULL, check=False
-        )
-    except subprocess.TimeoutExpired as expired:
-        stdout = expired.stdout.decode(errors="replace") if isinstance(expired.stdout, bytes) else expired.stdout or ""
-        return SmokeRun(name, _steps(stdout), timed_out=True)
-    steps, failure = _steps(done.stdout), None
-    for line in done.stdout.splitlines():
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    return StartedSmoke(process, name or os.fspath(program), timeout_s)
+
+
+def _described(name: str, returncode: int, stdout: str, stderr: str) -> SmokeRun:
+    steps, failure = _steps(stdout), None
+    for line in stdout.splitlines():
         if line.startswith('{"failure"'):
             failure = json.loads(line)["failure"]
-    log = tuple(line for line in done.stderr.strip().splitlines() if _is_runtime_log(line))
-    stderr = _telling(log)
-    died = -done.returncode if done.returncode < 0 else None
+    log = tuple(line for line in stderr.strip().splitlines() if _is_runtime_log(line))
+    died = -returncode if returncode < 0 else None
     return SmokeRun(
         name,
         steps,
-        failure=failure or (None if done.returncode <= 0 else f"the smoke run exited with {done.returncode}"),
+        failure=failure or (None if returncode <= 0 else f"the smoke run exited with {returncode}"),
         signal=signal.Signals(died).name if died else None,
-        stderr="\n".join(stderr),
+        stderr="\n".join(_telling(log)),
         log=log,
     )
 
