@@ -31,7 +31,7 @@ from export_guards.passes.placement import emit_passes, guard_partitioners, plan
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
-from export_guards.pte.smoke import smoke_test
+from export_guards.pte.smoke import SmokeWorker, smoke_test
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report
@@ -111,6 +111,7 @@ class GuardedExport:
         *,
         config: Settings | None = None,
         timeout_s: float = 120.0,
+        worker: SmokeWorker | None = None,
     ) -> Report:
         """Run ``pte``, this export's written program, on ``example_inputs`` in
         ``executorch.runtime``, in a child process (a crash is a finding), and compare each output
@@ -121,7 +122,8 @@ class GuardedExport:
         Eager is ``model`` itself; for a recipe, or a model off the host, the recipe's or the
         host's torch.export program (which a quantizing recipe has quantized: the reference of
         what the program computes). Outputs that eager does not repeat on a second run (a random
-        op) are not compared."""
+        op) are not compared. ``worker``: a child started ahead (:class:`SmokeWorker`, whose
+        import of the runtime overlapped the export), else one starts now."""
         settings = config or Settings()
         inputs = pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, list(example_inputs))
         on_host = all(t.device.type == "cpu" for t in [*pytree.tree_leaves(list(example_inputs)), *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor))
@@ -133,7 +135,9 @@ class GuardedExport:
             folder = Path(scratch)
             (folder / "program.pte").write_bytes(pte)
             torch.save(pytree.tree_leaves(inputs), folder / "inputs.pt")
-            ran = smoke_test(folder / "program.pte", (), timeout_s, name="the written program", inputs=str(folder / "inputs.pt"), outputs=str(folder / "outputs.pt"))
+            ran = (worker.run if worker is not None else smoke_test)(
+                folder / "program.pte", (), timeout_s, name="the written program", inputs=str(folder / "inputs.pt"), outputs=str(folder / "outputs.pt")
+            )
             if "ran forward" in ran.steps and (folder / "outputs.pt").is_file():
                 quantized = any("quantize" in str(node.target) for node in self.program.graph.nodes)
                 actual = torch.load(folder / "outputs.pt", weights_only=True)

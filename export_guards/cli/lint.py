@@ -26,6 +26,7 @@ from export_guards.cli.reporting import (
 )
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.rules.availability import runtime_lacks_kernel
+from export_guards.pte.smoke import SmokeWorker
 from export_guards.report import Severity
 from export_guards.settings import Settings
 from export_guards.targets import StepFailed, TargetError, check_target, load_target, parse_arguments, step, target_file
@@ -99,7 +100,8 @@ def _lint(
     fold = "on" if settings.fold else "off"
     runs = args.run and against is None  # a program for another runtime (--kernels) is not judged by this one's run
     progress(args, f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
-    with stdout_to_stderr():  # stdout carries only the report, whatever the model prints
+    # the run's child starts now: its import of the runtime overlaps the export
+    with stdout_to_stderr(), SmokeWorker() if runs else contextlib.nullcontext() as worker:  # stdout carries only the report, whatever the model prints
         with steps("loading ExecuTorch"):
             from export_guards.pipeline import export_in_steps
 
@@ -123,7 +125,7 @@ def _lint(
             runs = runs and not unloadable
             if runs:
                 with steps("running the program (executorch.runtime)"):
-                    found += result.run_program(program, model, inputs, config=settings)
+                    found += result.run_program(program, model, inputs, config=settings, worker=worker)
     if program is None:
         progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
         ran: tuple[str, ...] = ()

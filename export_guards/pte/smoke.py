@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
-__all__ = ["SmokeRun", "StartedSmoke", "smoke_test", "start_smoke_test"]
+__all__ = ["SmokeRun", "SmokeWorker", "StartedSmoke", "smoke_test", "start_smoke_test"]
 
 WORKER = "export_guards.workers.runtime_smoke"
 _KERNEL_CALL_FAILED = re.compile(r"KernelCall failed at instruction (\S+) in operator (\S+):\s")
@@ -100,10 +100,11 @@ class StartedSmoke:
         self._process, self._name = process, name
         self._deadline = time.monotonic() + timeout_s
 
-    def result(self) -> SmokeRun:
-        """Wait for the child (until its time limit, counted from its start) and describe what happened."""
+    def result(self, job: str | None = None) -> SmokeRun:
+        """Hand the child ``job`` on stdin (a :class:`SmokeWorker`'s), wait for it (until its
+        time limit, counted from its start) and describe what happened."""
         try:
-            stdout, stderr = self._process.communicate(timeout=max(0.0, self._deadline - time.monotonic()))
+            stdout, stderr = self._process.communicate(job, timeout=max(0.0, self._deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self._process.kill()
             stdout, _ = self._process.communicate()
@@ -126,6 +127,43 @@ def start_smoke_test(
     command = [sys.executable, "-m", WORKER, *given, os.fspath(program), *data_files[:1]]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     return StartedSmoke(process, name or os.fspath(program), timeout_s)
+
+
+@final
+class SmokeWorker:
+    """A smoke child started ahead of its program: it imports the runtime while the caller
+    works (the lint exports meanwhile), then ``run`` hands it one program. Use it as a context
+    manager: a worker never handed a program is stopped on exit."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", WORKER, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def run(
+        self,
+        program: str | os.PathLike[str],
+        data_files: Sequence[str] = (),
+        timeout_s: float = 120.0,
+        *,
+        name: str | None = None,
+        inputs: str | None = None,
+        outputs: str | None = None,
+    ) -> SmokeRun:
+        """:func:`smoke_test` in this worker (once: it serves one program)."""
+        job = {"program": os.fspath(program), "data": data_files[0] if data_files else None, "inputs": inputs, "outputs": outputs or (os.devnull if inputs else None)}
+        return StartedSmoke(self._process, name or os.fspath(program), timeout_s).result(json.dumps(job) + "\n")
+
+    def __enter__(self) -> SmokeWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process.poll() is None:  # never handed a program (or still running after an error)
+            self._process.kill()
+            self._process.communicate()
+        for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
 
 
 def _described(name: str, returncode: int, stdout: str, stderr: str) -> SmokeRun:

@@ -7,7 +7,9 @@ it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash ha
 
 With ``--inputs IN --outputs OUT`` it runs ``forward`` once on the inputs ``IN`` holds (a list
 saved with ``torch.save``: the lint's example inputs) and saves the outputs to ``OUT``, for the
-parent to compare with eager.
+parent to compare with eager. With ``--serve`` it imports the runtime, then reads that job from
+stdin as one JSON line (``{"program", "data", "inputs", "outputs"}``): the lint starts it ahead,
+so that the import overlaps the export.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
 
 
 def _main(argv: list[str]) -> int:
+    if argv == ["--serve"]:
+        job = json.loads(sys.stdin.readline() or "null")
+        return smoke(job["program"], job.get("data"), job.get("inputs"), job.get("outputs")) if job else 0
     options, positional = {}, argv
     while positional and positional[0].startswith("--"):
         options[positional[0]] = positional[1]
