@@ -283,16 +283,24 @@ def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli
 def test_a_clean_lint_means_the_program_runs_and_matches_eager(cli: Callable[..., Ran], tmp_path: Path) -> None:
     """Issue 47: the lint runs what it writes on the example inputs, in executorch.runtime, in a
     child process. A negative pad (XNNPACK declines it, the portable kernel refuses it at run
-    time) is an error naming the kernel, the runtime's reason and the user's line; no program is
-    kept. A program that computes another function than eager is an error with the largest
-    difference and where. --no-run skips the run (the pad's program then passes, as it did)."""
+    time) is named before the run by the kernel's contract (EG519); without it, the run's failure
+    is an error naming the kernel, the runtime's reason and the user's line; no program is kept.
+    A program that computes another function than eager is an error with the largest difference
+    and where. --no-run skips the run (the pad's program then passes, as it did)."""
     out = tmp_path / "pad.pte"
-    done = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--format", "json", "--isolated")
+    # Before any run, the portable kernel's contract (EG519) names the refusal on the user's line,
+    # with the fix of its cause; the run's failure at the same instruction is the same problem.
+    found = cli("lint", f"{MODELS}:negative_pad", "--format", "json", "--isolated")
+    (refused,) = [f for f in json.loads(found.stdout)["findings"] if f["severity"] == "error"]
+    assert found.returncode == 1 and refused["code"] == "EG519" and "pad [1, -1, 0, 0] is negative (pad[1] = -1)" in refused["message"]
+    assert refused["location"]["source"] == "return self.pad(x) * 2" and "Crop with slicing" in refused["fix"]
+    # The run proves it: without the contract, the runtime refuses the call when the program runs.
+    done = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--format", "json", "--isolated", "--ignore", "EG519")
     assert done.returncode == 1 and not out.exists(), done.stderr[-2000:]
     (failed,) = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "EG511"]
     assert "aten::constant_pad_nd.out" in failed["message"] and "Padding values must be non-negative, but got pad[1] = -1" in failed["message"]
     assert failed["location"]["source"] == "return self.pad(x) * 2" and failed["module"] == "pad (ConstantPad2d)"
-    skipped = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--no-run", "--isolated")
+    skipped = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--no-run", "--isolated", "--ignore", "EG519")
     assert skipped.returncode == 0 and out.is_file() and "EG511" not in skipped.stdout
     differs = cli("lint", f"{MODELS}:export_only", "--format", "json", "--isolated")
     (mismatch,) = [f for f in json.loads(differs.stdout)["findings"] if f["code"] == "EG522"]

@@ -19,6 +19,7 @@ from export_guards.pte.check import check_pte
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.xnnpack import read_payload
 from export_guards.report import Severity
+from export_guards.settings import Settings
 
 TESTS = Path(__file__).parent
 
@@ -425,3 +426,29 @@ def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: di
     (finding,) = check_pte(path).with_code("EG523")
     assert finding.severity is Severity.ERROR and finding.constant == key and finding.region == (region.start, region.size)
     assert f"({region.what} of {path}" in finding.message and "(XnnpackBackend) of method 'forward'" in finding.message
+
+
+class Pad(torch.nn.Module):
+    def __init__(self, pad: tuple[int, ...]) -> None:
+        super().__init__()
+        self.pad = pad
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, self.pad) * 2
+
+
+@pytest.mark.subprocess
+def test_a_negative_pad_is_refused_before_any_run_and_the_runtime_agrees() -> None:
+    """Issue 47: ExecuTorch's constant_pad_nd kernel takes no negative pad (torch's meta kernel
+    crops with one). check without --runtime names it (EG519, with the fix of its cause); the
+    runtime, in a child process, refuses the same call when it runs."""
+    def written(pad: tuple[int, ...]) -> bytes:
+        return to_edge_transform_and_lower(torch.export.export(Pad(pad), (torch.randn(1, 2, 4, 4),))).to_executorch().buffer
+
+    data = written((1, -1, 0, 0))
+    (refused,) = check_pte(data).with_code("EG519")
+    assert "aten::constant_pad_nd.out" in refused.message and "pad [1, -1, 0, 0] is negative (pad[1] = -1)" in refused.message
+    assert refused.fix is not None and refused.fix.startswith("Crop with slicing")
+    (ran,) = check_pte(data, runtime=True, config=Settings(ignore=("EG519",))).with_code("EG511")
+    assert "Padding values must be non-negative, but got pad[1] = -1" in ran.message
+    assert not check_pte(written((1, 0, 0, 0)), runtime=True).findings  # a non-negative pad: no finding, and it runs

@@ -28,6 +28,7 @@ from export_guards.cli.signals import Interrupts
 from export_guards.pte.rules.availability import runtime_lacks_kernel
 from export_guards.pte.smoke import SmokeWorker
 from export_guards.report import Severity
+from export_guards.ruleset import without_symptoms
 from export_guards.settings import Settings
 from export_guards.targets import StepFailed, TargetError, check_target, load_target, parse_arguments, step, target_file
 
@@ -125,7 +126,7 @@ def _lint(
             runs = runs and not unloadable
             if runs:
                 with steps("running the program (executorch.runtime)"):
-                    found += result.run_program(program, model, inputs, config=settings, worker=worker)
+                    found = without_symptoms(found + result.run_program(program, model, inputs, config=settings, worker=worker))
     if program is None:
         progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
         ran: tuple[str, ...] = ()

@@ -23,7 +23,7 @@ from export_guards.pte.reader.wheel import (
     TensorList,
 )
 
-__all__ = ["OUT_SHAPES", "refusal"]
+__all__ = ["FIXES", "OUT_SHAPES", "REFUSED", "refusal"]
 
 # An out that ExecuTorch's kernel resizes to a shape of its own, not the one torch computes: a
 # static tensor of any other shape fails the resize (``InvalidArgument``).
@@ -60,11 +60,38 @@ class _Call:
         return "non_blocking=True, which ExecuTorch's copies do not take" if isinstance(flag, Bool) and flag.bool_val else None
 
 
+REFUSED = "with arguments its portable kernel refuses: "
+"""How a contract's refusal begins, so that EG519 gives it the fix of its cause (``FIXES``)."""
+
+
 def refusal(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> str | None:
     """Why ExecuTorch's kernel for ``operator`` refuses a call whose arguments (schema name ->
-    value index) torch's meta kernel accepted, or None."""
+    value index) torch's meta kernel accepted, or None. A contract with a fix of its own
+    (``FIXES``) says so in the words of ``REFUSED``."""
     check = _CONTRACTS.get(operator)
     return check(_Call(plan, arguments)) if check is not None else None
+
+
+def _constant_pad(call: _Call) -> str | None:
+    # kernel_ops_util.cpp, check_constant_pad_args: pads in pairs, at most one pair per dimension,
+    # none negative ("Padding values must be non-negative, but got pad[1] = -1"); torch's meta
+    # kernel takes a negative pad (a crop), and XNNPACK declines it, so it reaches this kernel
+    pad, given = call.ints("pad"), call.tensor("self")
+    if pad is None or given is None:
+        return None
+    if len(pad) % 2 or len(pad) // 2 > len(given.sizes):
+        return f"{REFUSED}pad {pad} is not one pair per dimension of a rank-{len(given.sizes)} input"
+    negative = next((i for i, p in enumerate(pad) if p < 0), None)
+    if negative is not None:
+        return f"{REFUSED}pad {pad} is negative (pad[{negative}] = {pad[negative]}): it pads and never crops, and fails the run"
+    return None
+
+
+FIXES: Mapping[str, str] = {
+    "aten::constant_pad_nd": "Crop with slicing instead of a negative pad (x[..., :-1] for pad (0, -1)), and pad "
+    "only with non-negative amounts: ExecuTorch's kernel pads and never crops.",
+}
+"""A fix for the cause a contract names, by operator: EG519's general fix (re-export) does not apply."""
 
 
 def _batch_norm(call: _Call) -> str | None:
@@ -139,6 +166,7 @@ _INDEX_DTYPES = frozenset({ScalarType.LONG, ScalarType.INT, ScalarType.BYTE, Sca
 
 
 _CONTRACTS: Mapping[str, Callable[[_Call], str | None]] = {
+    "aten::constant_pad_nd": _constant_pad,
     "aten::max_pool2d_with_indices": _pool_indices,
     "aten::index_put": _index_dtypes,
     "aten::index": _index_dtypes,

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, refusal
+from export_guards.pte.reader.kernel_contracts import FIXES, OUT_SHAPES, REFUSED, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE, spelled
 from export_guards.pte.reader.schema_registry import torch_with_executorch_operators
 from export_guards.pte.reader.schemas import Argument, operator_schema
@@ -82,6 +82,11 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                         yield Hit(
                             f"instruction {i} of chain {c} of method '{plan.name}' calls {spelled(operator.name, operator.overload)} {problem}",
                             method=plan.name,
+                            fix=FIXES.get(operator.name) if problem.startswith(REFUSED) else None,
+                            # a contract's refusal is placed on the user's line where the caller knows the graph,
+                            # and is the cause of the run's failure at the same instruction (EG511)
+                            node=spelled(operator.name, operator.overload) if problem.startswith(REFUSED) else None,
+                            subjects=(f"instruction {c}:{i} of '{plan.name}'",),
                         )
 
 

@@ -22,9 +22,12 @@ def runtime_smoke_failed(run: SmokeRun) -> Iterator[Hit]:
         # caller knows the graph) and the runtime's own reason, not only its error code.
         instruction, operator = run.failed_call
         reason = run.reason or run.failure
+        method = run.last_step.removeprefix("run ")
         yield Hit(
             f"the runtime's kernel {operator} (instruction {instruction}) failed in {run.program}: {reason} ({run.failure})",
             node=operator,
+            subjects=(f"instruction {instruction} of '{method}'",),
+            symptom_of=("EG519",),  # the check named the refusal before the run: one problem, one finding
         )
     elif run.failure:
         yield Hit(f"the runtime failed on {run.program}: {run.failure}{said}")
