@@ -407,7 +407,7 @@ def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
     assert "[info]" not in text.stdout  # info is opt-in (issue 38): one summary line says what was done
     (summary,) = text.stdout.splitlines()
     assert summary.startswith("All checks passed: 1 constant folded; ")  # the fold of the weight norm
-    assert " compute ops delegated (100%) to XnnpackBackend; program " in summary and "bytes (" in summary
+    assert " compute ops delegated (100%) to XnnpackBackend; program " in summary and " bytes; ran in executorch.runtime and matched eager (" in summary
     assert summary.endswith("infos not shown: --show-info).")
     shown = run("lint", f"{MODELS}:reparametrized", "--show-info")
     infos = [line for line in shown.stdout.splitlines() if "[info]" in line]
