@@ -95,6 +95,15 @@ _RULES = (
         done=("constant folded", "constants folded"),
     ),
     Rule(
+        "EG202",
+        "parametrization-folded",
+        Severity.INFO,
+        "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
+        _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
+        "action",
+        done=("reparametrized weight folded", "reparametrized weights folded"),
+    ),
+    Rule(
         "EG203",
         "fold-declined",
         Severity.INFO,
@@ -106,15 +115,6 @@ _RULES = (
         "--fold-max-growth, or guard_passes(max_growth=...).",
         "action",
         done=("fold declined", "folds declined"),
-    ),
-    Rule(
-        "EG202",
-        "parametrization-folded",
-        Severity.INFO,
-        "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
-        _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
-        "action",
-        done=("reparametrized weight folded", "reparametrized weights folded"),
     ),
     Rule(
         "EG210",
