@@ -251,6 +251,17 @@ _RULES = (
         "partitioned",
     ),
     Rule(
+        "EG403",
+        "op-not-delegated",
+        Severity.INFO,
+        "An op other than a conv / linear / matmul was left outside every delegate: it runs "
+        "on the runtime's own kernels, which must have it (EG521 says when they do not).",
+        "Where the partitioner's reason names something you can change (a dtype, a shape, an "
+        "argument), change it; else keep the op portable, or rewrite it with ops the delegate "
+        "takes.",
+        "partitioned",
+    ),
+    Rule(
         "EG404",
         "constant-stored-twice",
         Severity.INFO,
@@ -262,17 +273,6 @@ _RULES = (
         "kernels cannot read, so both copies must stay while both readers do. To store it once, "
         "let one side take every reader (a delegate that runs the other op too), or untie the "
         "weights and quantize the one the delegate reads.",
-        "partitioned",
-    ),
-    Rule(
-        "EG403",
-        "op-not-delegated",
-        Severity.INFO,
-        "An op other than a conv / linear / matmul was left outside every delegate: it runs "
-        "on the runtime's own kernels, which must have it (EG521 says when they do not).",
-        "Where the partitioner's reason names something you can change (a dtype, a shape, an "
-        "argument), change it; else keep the op portable, or rewrite it with ops the delegate "
-        "takes.",
         "partitioned",
     ),
     Rule(
