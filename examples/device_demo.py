@@ -63,8 +63,8 @@ def main() -> int:
         to_edge_transform_and_lower(
             program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
         )
-    except Exception as error:  # ExecuTorch's pass manager wraps the guard's error
-        print(error.__cause__ if isinstance(error.__cause__, eg.GuardError) else error)
+    except eg.ConstantPlacementError as error:
+        print(error)
 
     heading("3. The 'copy' policy on the torch.export program, then XNNPACK")
     host_program = eg.guard_constant_placement(program, policy="copy")
