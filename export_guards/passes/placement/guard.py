@@ -89,11 +89,13 @@ def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P
 class ConstantPlacementPass(ExportedProgramPassBase):
     """The placement guard as an ExecuTorch pass over one ``ExportedProgram``.
 
-    Put it in ``to_edge_transform_and_lower(..., transform_passes=[ConstantPlacementPass()])``
-    to stop a misplaced constant before a partitioner's preprocess reads it, or call it on a
-    program: ``ConstantPlacementPass("copy")(ep).exported_program``. ExecuTorch's pass manager
-    re-raises a pass's error as a plain ``Exception`` naming the pass; the
-    ``ConstantPlacementError`` is its ``__cause__``.
+    Hand it to ``to_edge_transform_and_lower(..., transform_passes=...)`` in a
+    :class:`~export_guards.GuardPasses` (``guard_passes(fold=False)`` is one holding it alone)
+    to stop a misplaced constant before a partitioner's preprocess reads it: its
+    ``ConstantPlacementError`` reaches the caller as raised. In a plain list, ExecuTorch's pass
+    manager re-raises it as a bare ``Exception`` naming the pass, and the
+    ``ConstantPlacementError`` is that exception's ``__cause__``. Or call it on a program:
+    ``ConstantPlacementPass("copy")(ep).exported_program``.
 
     Args:
         policy: ``"error"`` or ``"copy"``, as for :func:`guard_constant_placement`.
