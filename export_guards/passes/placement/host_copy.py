@@ -119,9 +119,10 @@ def _keep_input_names(source: GraphModule, retraced: GraphModule, signature: Exp
 def _keep_requires_grad(source: GraphModule, retraced: GraphModule) -> None:
     """Give each node of ``retraced`` (and of its subgraphs) the ``requires_grad`` of
     ``source``'s node of that name, which the retrace keeps. A retrace propagates the flag from
-    the parameters' placeholders to every node computed from them, where torch.export and
-    to_edge left it off; the emitter writes it into the program table, so a folded parameter
-    made from such a node would differ from the CPU export's."""
+    the parameters' placeholders to every node computed from them (and, through an in-place
+    write, to a buffer's placeholder), where torch.export and to_edge left it off; the emitter
+    writes it into the program table, so a folded parameter or a planned tensor made from
+    such a node would differ from the CPU export's."""
     sources = {path: module for path, module in source.named_modules() if isinstance(module, GraphModule)}
     for path, module in retraced.named_modules():
         if not isinstance(module, GraphModule) or path not in sources:
@@ -130,7 +131,7 @@ def _keep_requires_grad(source: GraphModule, retraced: GraphModule) -> None:
         for node in module.graph.nodes:
             values, spec = pytree.tree_flatten(node.meta.get("val"))
             was = pytree.tree_leaves(before.get(node.name))
-            if node.op == "placeholder" or len(values) != len(was):
+            if len(values) != len(was):
                 continue
             kept = [_with_requires_grad(value, old) for value, old in zip(values, was, strict=True)]
             if any(k is not v for k, v in zip(kept, values, strict=True)):
