@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -216,6 +217,24 @@ def test_every_documented_flow_raises_an_internal_error_naming_each_constant(dev
         line = next(line for line in str(error).splitlines() if f"parameter '{name}' (float32{shape}" in line)
         assert f"is on {device.type}:0" in line, line
         assert reader is None or reader in line, line
+
+
+def test_in_a_plain_list_executorchs_wrapper_names_every_constant_and_its_device(device: torch.device) -> None:
+    """Your own list runs in ExecuTorch's pass manager, which re-raises a bare ``Exception``
+    naming the pass: its last line still names each constant and device, the
+    ``ConstantPlacementError`` is its ``__cause__``, and the pass is itself again after."""
+    _, _, ep = _linear_on(device)
+    guard = eg.ConstantPlacementPass()
+    with pytest.raises(Exception) as raised:
+        to_edge_transform_and_lower(ep, transform_passes=[guard, eg.FoldConstantsPass()])
+    wrapper = raised.value
+    assert not isinstance(wrapper, InternalError) and isinstance(wrapper.__cause__, eg.ConstantPlacementError)
+    last_line = traceback.format_exception(wrapper)[-1]
+    assert last_line.startswith("Exception: An error occurred when running the 'ConstantPlacementPass, which stopped 2 constants")
+    for name, shape in {"0.weight": "[3, 4]", "0.bias": "[3]"}.items():
+        assert f"parameter '{name}' (float32{shape}" in last_line and f"is on {device.type}:0" in last_line, last_line
+    on_host = export_cpu(lambda: torch.nn.Linear(4, 3))
+    assert guard(on_host).exported_program is on_host and type(guard) is eg.ConstantPlacementPass
 
 
 def test_edge_manager_guard_before_to_executorch() -> None:
