@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         LoweringFailed as LoweringFailed,
     )
     from export_guards.linter import LintConfig as LintConfig, lint as lint
-    from export_guards.passes.defaults import guard_passes as guard_passes
+    from export_guards.passes.defaults import GuardPasses as GuardPasses, guard_passes as guard_passes
     from export_guards.passes.fold import (
         FoldConstantsPass as FoldConstantsPass,
         fold_constants as fold_constants,
@@ -90,6 +90,7 @@ _EXPORTS = {
     "GuardError": "export_guards.errors",
     "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",
+    "GuardPasses": "export_guards.passes.defaults",
     "GuardedPartitioner": "export_guards.passes.placement",
     "GuardedExport": "export_guards.pipeline",
     "LintConfig": "export_guards.linter",

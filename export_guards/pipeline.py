@@ -73,10 +73,11 @@ class GuardedExport:
         emitter's reads).
 
         Raises:
-            GuardError: the export stopped before lowering; ``report`` says why.
+            ConstantPlacementError: the export stopped before lowering (a constant that a host
+                reader would read is not in host memory); ``report`` says why.
         """
-        if self.edge is None:
-            raise GuardError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
+        if self.edge is None:  # only the placement guard stops an export before lowering
+            raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
         if self.pte is not None:
             return self.pte
         with buffer_warning_answered():

@@ -424,3 +424,28 @@ def test_under_xdist_each_worker_gives_torch_its_share_of_the_cores(
     # ExecuTorch's import-time ExperimentalWarning is not reported: under xdist the controller
     # imported ExecuTorch to rebuild it while the workers waited.
     assert not [line for line in outcome.outlines if "ExperimentalWarning" in line]
+
+
+def test_a_runtime_built_for_a_newer_torch_skips_the_run_saying_which_torch_it_needs(project: pytest.Pytester) -> None:
+    """Everything before the run is checked; the run itself would fail in C++ on every program."""
+    project.makeconftest(
+        '''
+        from importlib import metadata
+        from export_guards import compat
+
+        compat.RUNTIME_BUILT_FOR[compat._minor(metadata.version("executorch"))] = "9.0"  # as if built for a newer torch
+        '''
+    )
+    project.makepyfile(
+        test_model='''
+        import torch
+        from models import Small, image
+
+        def test_small(check_export):
+            torch.manual_seed(0)
+            check_export(Small().eval(), image())
+        '''
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*runtime (executorch.runtime) needs torch 9.0 or newer; torch * is installed*"])

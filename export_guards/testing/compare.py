@@ -11,6 +11,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from export_guards.compat import RuntimeMismatch, runtime_mismatch
+
 __all__ = ["OutputError", "compare_outputs", "input_differences", "runtime_error_text", "run_pte"]
 
 
@@ -37,11 +39,25 @@ class OutputError:
 
 
 def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> list[object]:
-    """Load ``pte`` with ``executorch.runtime`` and run ``method`` on ``inputs`` (moved to the CPU)."""
+    """Load ``pte`` with ``executorch.runtime`` and run ``method`` on ``inputs`` (moved to the CPU).
+
+    Raises:
+        RuntimeMismatch: the runtime cannot run with the installed torch (one line: which
+            torch it needs, which is installed), before the run or instead of its C++ trace.
+    """
     from executorch.runtime import Runtime
 
+    mismatch = runtime_mismatch()
+    if mismatch is not None:
+        raise RuntimeMismatch(mismatch)
     flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
-    return list(Runtime.get().load_program(pte).load_method(method).execute(flat))
+    try:
+        return list(Runtime.get().load_program(pte).load_method(method).execute(flat))
+    except RuntimeError as error:
+        mismatch = runtime_mismatch(str(error))  # a pair the table does not know, told by its failure
+        if mismatch is not None:
+            raise RuntimeMismatch(mismatch) from None
+        raise
 
 
 def runtime_error_text(error: BaseException) -> str:
