@@ -163,3 +163,12 @@ def test_the_fixture_checks_a_lora_decoder_against_eager(check_export: Callable[
     model, inputs = llm.model("lora")
     result = check_export(model, inputs, atol=1e-4, rtol=1e-4)
     assert result.report.with_code("EG201")
+
+
+def test_the_fixture_steps_a_decoder_through_its_kv_cache(check_export: Callable[..., object]) -> None:
+    """Decode steps run in order through one loaded method, as eager runs them: each step reads
+    the keys the steps before it wrote. The caller's decoder never runs: its cache stays empty."""
+    model = llm.decoder("fp32")
+    result = check_export(model, steps=[llm.tokens(1, position) for position in range(4)], atol=1e-4, rtol=1e-4)
+    assert len(result.comparisons) == 4 and all(e.within for c in result.comparisons for e in c)
+    assert not model.layers[0].attention.k_cache.any()

@@ -11,7 +11,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-__all__ = ["OutputError", "compare_outputs", "input_differences", "runtime_error_text", "run_pte"]
+from export_guards.analysis.programs import mutated_constants
+
+__all__ = ["LoadedMethod", "OutputError", "compare_outputs", "input_differences", "mutable_buffers", "runtime_error_text", "run_pte"]
 
 
 @final
@@ -36,12 +38,31 @@ class OutputError:
         )
 
 
-def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> list[object]:
-    """Load ``pte`` with ``executorch.runtime`` and run ``method`` on ``inputs`` (moved to the CPU)."""
-    from executorch.runtime import Runtime
+@final
+class LoadedMethod:
+    """One method of a program, loaded once by ``executorch.runtime``: each call sees the state
+    (mutable buffers, such as a KV cache) that the calls before it left, as a model's eager calls do."""
 
-    flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
-    return list(Runtime.get().load_program(pte).load_method(method).execute(flat))
+    def __init__(self, pte: bytes, method: str = "forward") -> None:
+        from executorch.runtime import Runtime
+
+        self._program = Runtime.get().load_program(pte)  # kept: the method's memory is the program's
+        self._method = self._program.load_method(method)
+
+    def __call__(self, inputs: Sequence[object]) -> list[object]:
+        """Run the method on ``inputs`` (flattened as torch.export flattens them, moved to the CPU)."""
+        flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
+        return list(self._method.execute(flat))
+
+
+def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> list[object]:
+    """Load ``pte`` with ``executorch.runtime`` and run ``method`` once on ``inputs`` (moved to the CPU)."""
+    return LoadedMethod(pte, method)(inputs)
+
+
+def mutable_buffers(program: ExportedProgram) -> list[str]:
+    """The buffers ``program`` writes (its state between calls), by their names in the model."""
+    return sorted(mutated_constants(program) & set(program.graph_signature.buffers))
 
 
 def runtime_error_text(error: BaseException) -> str:
