@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     )
     from export_guards.linter import LintConfig as LintConfig, lint as lint
     from export_guards.passes.defaults import guard_passes as guard_passes
+    from export_guards.passes.initial_values import keep_initial_values as keep_initial_values
     from export_guards.passes.fold import (
         FoldConstantsPass as FoldConstantsPass,
         fold_constants as fold_constants,
@@ -118,6 +119,7 @@ _EXPORTS = {
     "guard_constant_placement": "export_guards.passes.placement",
     "guard_partitioners": "export_guards.passes.placement",
     "guard_passes": "export_guards.passes.defaults",
+    "keep_initial_values": "export_guards.passes.initial_values",
     "guard_recipe": "export_guards.recipes",
     "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",
