@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     from export_guards.ruleset import RULES as RULES
     from export_guards.ruleset import Rule as Rule
     from export_guards.settings import PlacementPolicy as PlacementPolicy, Settings as Settings
+    from export_guards.targets import Exportable as Exportable
 
 _EXPORTS = {
     "ConstantPlacementError": "export_guards.errors",
@@ -86,6 +87,7 @@ _EXPORTS = {
     "EmitPlacementPass": "export_guards.passes.placement",
     "DelegationSummary": "export_guards.analysis.delegation",
     "ExportFailed": "export_guards.pte.check",
+    "Exportable": "export_guards.targets",
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.passes.fold",
     "GuardError": "export_guards.errors",

@@ -21,7 +21,7 @@ from executorch.exir import to_edge_transform_and_lower
 import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.report import Severity
-from export_guards.testing.compare import run_pte
+from export_guards.testing.compare import LoadedMethod, run_pte
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -185,3 +185,23 @@ def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_mat
     assert model.layers[0].attention.k_cache[:, :, 8:12].any()
     result = check_export(model, steps=[llm.tokens(4), llm.tokens(4, 4)], atol=1e-4, rtol=1e-4)
     assert not result.report.with_code("EG308") and len(result.comparisons) == 2
+
+
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_recipe(check_export: Callable[..., object]) -> None:
+    """One program for every length: the prefill (4 tokens) and three single-token decode steps,
+    in order through one loaded method, against eager, by the backend and by a recipe."""
+    model, _, dynamic_shapes = llm.prefill()
+    for flow in ({}, {"recipe": "xnnpack_fp32"}):
+        result = check_export(model, steps=llm.steps(4, 3), dynamic_shapes=dynamic_shapes, atol=1e-4, rtol=1e-4, **flow)
+        assert len(result.comparisons) == 4 and [c[0].shape for c in result.comparisons] == [(1, 4, 256), *[(1, 1, 256)] * 3]
+        assert not result.report.at_least(Severity.WARNING)
+
+
+def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], tmp_path: Path) -> None:
+    pte = tmp_path / "decoder.pte"
+    ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    method = LoadedMethod(pte.read_bytes())
+    eager = llm.decoder()
+    for step in llm.steps(4, 3):  # the written program takes each length
+        torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)

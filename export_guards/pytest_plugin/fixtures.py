@@ -53,21 +53,23 @@ class ExportCheck:
 
 @pytest.fixture
 def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExport]:
-    """``guarded_export(model, example_inputs, **settings) -> GuardedExport``: export with
-    the guards (placement, fold, lint before and after partitioning). Never fails the test."""
+    """``guarded_export(model, example_inputs, *, dynamic_shapes=None, strict=None, **settings)
+    -> GuardedExport``: export with the guards (placement, fold, lint before and after
+    partitioning); ``dynamic_shapes`` and ``strict`` as torch.export takes them. Never fails the test."""
 
-    def run(model: torch.nn.Module, example_inputs: Sequence[object], **overrides: Any) -> GuardedExport:
-        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ())
+    def run(model: torch.nn.Module, example_inputs: Sequence[object], *, dynamic_shapes: Any = None, strict: bool | None = None, **overrides: Any) -> GuardedExport:
+        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("dynamic_shapes", "strict"))
         with libraries_kept_quiet():
-            return _export(settings, model, example_inputs)
+            return _export(settings, model, example_inputs, dynamic_shapes, strict)
 
     return run
 
 
 @pytest.fixture
 def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoReturn]) -> Callable[..., ExportCheck]:
-    """``check_export(model, example_inputs=None, *, steps=(), extra_inputs=(), atol=1e-5,
-    rtol=1e-5, **settings) -> ExportCheck``: export with the guards, fail on lint findings at
+    """``check_export(model, example_inputs=None, *, steps=(), extra_inputs=(), dynamic_shapes=None,
+    strict=None, atol=1e-5, rtol=1e-5, **settings) -> ExportCheck``: export with the guards
+    (``dynamic_shapes`` and ``strict`` as torch.export takes them), fail on lint findings at
     the fail level, run the ``.pte`` in ``executorch.runtime`` and fail on any output that
     differs from eager beyond atol / rtol. The example inputs and each set of ``extra_inputs``
     run on a freshly loaded program, and eagerly on a fresh copy of the model; ``steps`` run in
@@ -89,6 +91,8 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         *,
         steps: Sequence[Sequence[object]] = (),
         extra_inputs: Sequence[Sequence[object]] = (),
+        dynamic_shapes: Any = None,
+        strict: bool | None = None,
         atol: float = 1e-5,
         rtol: float = 1e-5,
         **overrides: Any,
@@ -100,7 +104,8 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         runs += [(f"extra inputs #{i}", [inputs]) for i, inputs in enumerate(extra_inputs)]
         runs += [("steps", list(steps))] if steps else []
         pristine = copy.deepcopy(model)  # the state the program starts from, for each eager run
-        result = _failed_or(lambda: _export_in_steps(settings, model, steps[0] if example_inputs is None else example_inputs))
+        inputs = steps[0] if example_inputs is None else example_inputs
+        result = _failed_or(lambda: _export_in_steps(settings, model, inputs, dynamic_shapes, strict))
         if isinstance(result, StepFailed):  # failed here, out of the except block: no chained tracebacks
             _eg_fail(_step_failed(result), _failed_report(result))
         failing = result.report.at_least(settings.fail_level)
@@ -151,7 +156,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     return check
 
 
-_OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "atol", "rtol")
+_OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "dynamic_shapes", "strict", "atol", "rtol")
 
 _SPECIALISED = (
     "A common cause: torch.export specialised a branch or a shape on the example "
@@ -219,19 +224,19 @@ def eg_device(request: pytest.FixtureRequest) -> torch.device:
     return torch.device(request.param)
 
 
-def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object]) -> GuardedExport:
+def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None) -> GuardedExport:
     """``export_with_guards`` with ``settings``."""
     from export_guards.pipeline import export_with_guards
 
-    return export_with_guards(model, tuple(example_inputs), config=settings)
+    return export_with_guards(model, tuple(example_inputs), config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
-def _export_in_steps(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object]) -> GuardedExport:
+def _export_in_steps(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None) -> GuardedExport:
     """``export_with_guards`` with ``settings``, a step at a time: a step that fails raises a
     ``StepFailed`` that names it, its innermost cause and the line of the model's file."""
     from export_guards.pipeline import export_in_steps
 
-    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model))
+    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model), dynamic_shapes=dynamic_shapes, strict=strict)
 
 
 def _failed_or(run: Callable[[], _T], step: str = "", source: Path | None = None) -> _T | StepFailed:
@@ -268,7 +273,8 @@ def _run_failed(label: str, error: BaseException, differences: Sequence[str]) ->
     if differences:
         return (
             f"{said}\n" + "\n".join(f"  {d}" for d in differences[:8]) + "\ntorch.export fixes shapes (and branches on "
-            "them) to the example inputs': export with dynamic_shapes, or give inputs of the exported shapes."
+            "them) to the example inputs': export with dynamic_shapes (check_export(..., dynamic_shapes=...), or "
+            "a factory's third item), or give inputs of the exported shapes."
         )
     return (
         f"{said}\nThe inputs have the exported shapes and dtypes, and the program check found nothing at the fail "

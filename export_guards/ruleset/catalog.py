@@ -228,7 +228,8 @@ _RULES = (
         "runtime refuses another shape (\"Attempted to resize a static tensor\") and reads "
         "another dim order's bytes as this one's.",
         "Where a batch or sequence dimension should vary, export with dynamic_shapes "
-        "(torch.export.Dim); give the method tensors of the stated dim order.",
+        "(torch.export.Dim): a factory's third item, or check_export(..., dynamic_shapes=...); give "
+        "the method tensors of the stated dim order.",
         "program",
     ),
     Rule(
