@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import to_edge_transform_and_lower
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
 import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
@@ -205,3 +205,19 @@ def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], 
     eager = llm.decoder()
     for step in llm.steps(4, 3):  # the written program takes each length
         torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)
+
+
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_drop_in_guards() -> None:
+    """The pass list, the guarded partitioner and the emit passes in the user's own
+    to_edge_transform_and_lower: one program for the prefill and each decode step, against eager."""
+    model, inputs, dynamic_shapes = llm.prefill()
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes),
+        transform_passes=eg.guard_passes(),
+        partitioner=eg.guard_partitioners([XnnpackPartitioner()]),
+    )
+    method = LoadedMethod(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+    eager = copy.deepcopy(model)
+    for step in llm.steps(4, 3):
+        with torch.no_grad():
+            torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)
