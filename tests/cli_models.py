@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import export_guards as eg
+
 
 def clean():
     torch.manual_seed(0)
@@ -115,3 +117,30 @@ def removes_a_folder(then="clean"):
 
     shutil.rmtree(os.environ["EG_TEST_REMOVE"])
     return {"clean": clean, "training_mode": training_mode}[then]()
+
+
+class TracedHow(nn.Module):
+    """Doubles its input where TorchDynamo traces it (a strict export), adds one otherwise."""
+
+    def forward(self, x):
+        return x * 2 if torch.compiler.is_dynamo_compiling() else x + 1
+
+
+def strict():
+    return eg.Exportable(TracedHow(), (torch.full((3,), 3.0),), strict=True)
+
+
+def not_strict():
+    return TracedHow(), (torch.full((3,), 3.0),), None, False
+
+
+def dynamic(shortest=1):
+    """A linear over a sequence of any length from ``shortest`` on, as torch.export takes it."""
+    torch.manual_seed(0)
+    length = torch.export.Dim("length", min=shortest, max=64)
+    return nn.Linear(4, 4).eval(), (torch.randn(1, 6, 4),), ({1: length},)
+
+
+def dynamic_out_of_range():
+    """Shapes that contradict the example inputs: a length of 6, at least 8."""
+    return dynamic(shortest=8)

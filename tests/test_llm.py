@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import to_edge_transform_and_lower
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
 import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.report import Severity
-from export_guards.testing.compare import run_pte
+from export_guards.testing.compare import LoadedMethod, run_pte
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -164,3 +164,61 @@ def test_the_fixture_checks_a_lora_decoder_against_eager(check_export: Callable[
     model, inputs = llm.model("lora")
     result = check_export(model, inputs, atol=1e-4, rtol=1e-4)
     assert result.report.with_code("EG201")
+
+
+def test_the_fixture_steps_a_decoder_through_its_kv_cache(check_export: Callable[..., object]) -> None:
+    """Decode steps run in order through one loaded method, as eager runs them: each step reads
+    the keys the steps before it wrote. The caller's decoder never runs: its cache stays empty."""
+    model = llm.decoder("fp32")
+    result = check_export(model, steps=[llm.tokens(1, position) for position in range(4)], atol=1e-4, rtol=1e-4)
+    assert len(result.comparisons) == 4 and all(e.within for c in result.comparisons for e in c)
+    assert not model.layers[0].attention.k_cache.any()
+
+
+def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_matches_eager(check_export: Callable[..., object]) -> None:
+    """A decoder called eagerly before export (a sanity call, a calibration) leaves keys in its
+    cache, which the program drops; its writes and its mask make them irrelevant: no EG308, and
+    the program, stepped through two chunks of the prompt, matches eager on a copy of the stale
+    decoder at every step."""
+    model = llm.decoder("fp32")
+    with torch.no_grad():
+        model(*llm.tokens(12))  # slots 0-11 written; the steps below overwrite 0-7 and mask 8-11
+    assert model.layers[0].attention.k_cache[:, :, 8:12].any()
+    result = check_export(model, steps=[llm.tokens(4), llm.tokens(4, 4)], atol=1e-4, rtol=1e-4)
+    assert not result.report.with_code("EG308") and len(result.comparisons) == 2
+
+
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_recipe(check_export: Callable[..., object]) -> None:
+    """One program for every length: the prefill (4 tokens) and three single-token decode steps,
+    in order through one loaded method, against eager, by the backend and by a recipe."""
+    model, _, dynamic_shapes = llm.prefill()
+    for flow in ({}, {"recipe": "xnnpack_fp32"}):
+        result = check_export(model, steps=llm.steps(4, 3), dynamic_shapes=dynamic_shapes, atol=1e-4, rtol=1e-4, **flow)
+        assert len(result.comparisons) == 4 and [c[0].shape for c in result.comparisons] == [(1, 4, 256), *[(1, 1, 256)] * 3]
+        assert not result.report.at_least(Severity.WARNING)
+
+
+def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], tmp_path: Path) -> None:
+    pte = tmp_path / "decoder.pte"
+    ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    method = LoadedMethod(pte.read_bytes())
+    eager = llm.decoder()
+    for step in llm.steps(4, 3):  # the written program takes each length
+        torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)
+
+
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_drop_in_guards() -> None:
+    """The pass list, the guarded partitioner and the emit passes in the user's own
+    to_edge_transform_and_lower: one program for the prefill and each decode step, against eager."""
+    model, inputs, dynamic_shapes = llm.prefill()
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes),
+        transform_passes=eg.guard_passes(),
+        partitioner=eg.guard_partitioners([XnnpackPartitioner()]),
+    )
+    method = LoadedMethod(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+    eager = copy.deepcopy(model)
+    for step in llm.steps(4, 3):
+        with torch.no_grad():
+            torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)

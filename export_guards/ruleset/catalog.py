@@ -201,12 +201,12 @@ _RULES = (
         "EG308",
         "buffer-initial-value-dropped",
         Severity.ERROR,
-        "A buffer the program writes in place starts from a value other than zeros, and "
-        "to_executorch writes only its shape and dtype: the program starts it from zeros, so its "
-        "first calls differ from eager (to_executorch warns only in Python).",
-        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass"
-        "([\"<buffer>\"])])), with InitializedMutableBufferPass from "
-        "executorch.exir.passes.init_mutable_pass; or start the buffer at zeros.",
+        "A buffer the program writes in place starts from a value other than zeros that changes "
+        "what it computes, and to_executorch writes only its shape and dtype: the program starts "
+        "it from zeros, so its outputs differ from eager (to_executorch warns only in Python). A "
+        "value the program overwrites or masks (a KV cache left over from an eager call) is no finding.",
+        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
+        "with keep_initial_values from export_guards; or start the buffer at zeros.",
         "program",
     ),
     Rule(
@@ -228,7 +228,8 @@ _RULES = (
         "runtime refuses another shape (\"Attempted to resize a static tensor\") and reads "
         "another dim order's bytes as this one's.",
         "Where a batch or sequence dimension should vary, export with dynamic_shapes "
-        "(torch.export.Dim); give the method tensors of the stated dim order.",
+        "(torch.export.Dim): a factory's third item, or check_export(..., dynamic_shapes=...); give "
+        "the method tensors of the stated dim order.",
         "program",
     ),
     Rule(
