@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm operator-table same-outcome clean
+.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm operator-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,15 @@ demo: $(INSTALLED)
 # long file does not hold the run up). CI runs this.
 test: $(INSTALLED)
 	$(PY) -m pytest -n auto --dist worksteal
+
+# On a machine with CUDA (about 5 minutes): the CUDA tests (tests/test_cuda.py), every
+# device-parametrized test on cuda (its id names the device), and the device demo on CUDA.
+# Where the installed torch is older than the one executorch's runtime was built for, the
+# runtime steps skip, saying which torch it needs. Elsewhere it stops at once, saying why.
+test-gpu: $(INSTALLED)
+	$(PY) -c "import sys, torch; sys.exit(None if torch.cuda.is_available() else 'make test-gpu needs CUDA: torch.cuda.is_available() is False here (make test runs the same checks on the test device)')"
+	$(PY) -m pytest tests -n auto --dist worksteal -k cuda -p no:cacheprovider -q -rs
+	$(PY) examples/device_demo.py
 
 # The pairs besides the default one that the compat tier runs on (docs/compatibility.md): in
 # each, the fast tests and the command on a bundled example (lint, check, check --runtime). Each

@@ -35,15 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_TARGET_S, FOLDER_TARGET_S, FOLDER_SIZE = 1.0, 10.0, 50
 
-HEAVY = """
-import runpy, sys
-sys.argv = ["export_guards", *sys.argv[1:]]
-try:
-    runpy.run_module("export_guards", run_name="__main__", alter_sys=True)
-except SystemExit:
-    pass
-print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m == "executorch.exir"), file=sys.stderr)
-"""
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from check_without_torch import HEAVY  # noqa: E402  (the command, then the heavy modules it loaded)
 
 # Launches one command and reports its wall time and peak RSS: started from this small process,
 # the command's peak is its own (a child forked from the benchmark, which holds torch and the

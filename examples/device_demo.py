@@ -6,7 +6,8 @@
 3. With the ``"copy"`` policy, the program is moved to the host and exported; the ``.pte`` runs
    in ``executorch.runtime`` and its outputs equal eager's.
 
-Run it with ``.venv/bin/python examples/device_demo.py``; it writes ``out/device_constants.pte``.
+The accelerator is CUDA where it is available, the test device (``trapdev``) elsewhere. Run it
+with ``.venv/bin/python examples/device_demo.py``; it writes ``out/device_constants.pte``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
 
 import export_guards as eg
+from export_guards.compat import runtime_mismatch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -63,8 +65,8 @@ def main() -> int:
         to_edge_transform_and_lower(
             program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
         )
-    except Exception as error:  # ExecuTorch's pass manager wraps the guard's error
-        print(error.__cause__ if isinstance(error.__cause__, eg.GuardError) else error)
+    except eg.ConstantPlacementError as error:
+        print(error)
 
     heading("3. The 'copy' policy on the torch.export program, then XNNPACK")
     host_program = eg.guard_constant_placement(program, policy="copy")
@@ -76,6 +78,10 @@ def main() -> int:
     pte.write_bytes(executorch_program.buffer)
     print(f"wrote {pte.relative_to(HERE.parent)} ({len(executorch_program.buffer):,} bytes)")
 
+    mismatch = runtime_mismatch()
+    if mismatch is not None:  # every run would fail with a C++ trace: say why instead
+        print(f"not run: {mismatch}")
+        return 0
     method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
     (on_runtime,) = method.execute([x.cpu() for x in inputs])
     with torch.no_grad():

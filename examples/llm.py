@@ -209,3 +209,16 @@ def _quantize_pt2e(model: nn.Module) -> nn.Module:
 def model(variant: str = "fp32") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Factory: the decoder (``variant``, one of ``VARIANTS``) and a 4-token prefill."""
     return decoder(variant), tokens(4)
+
+
+def dynamic_length() -> dict[str, dict[int, torch.export.Dim]]:
+    """torch.export's ``dynamic_shapes`` for ``forward(tokens, input_pos)``: one length, from a
+    single decode step to the whole cache, shared by the tokens and their positions."""
+    length = torch.export.Dim("length", min=1, max=Config.max_len)
+    return {"tokens": {1: length}, "input_pos": {0: length}}
+
+
+def prefill(variant: str = "fp32") -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, dict[int, torch.export.Dim]]]:
+    """Factory: the decoder, a 4-token prefill and a dynamic length, so that one program runs
+    the prefill and then each single-token decode step (``steps()``)."""
+    return decoder(variant), tokens(4), dynamic_length()

@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         LoweringFailed as LoweringFailed,
     )
     from export_guards.linter import LintConfig as LintConfig, lint as lint
-    from export_guards.passes.defaults import guard_passes as guard_passes
+    from export_guards.passes.defaults import GuardPasses as GuardPasses, guard_passes as guard_passes
+    from export_guards.passes.initial_values import keep_initial_values as keep_initial_values
     from export_guards.passes.fold import (
         FoldConstantsPass as FoldConstantsPass,
         fold_constants as fold_constants,
@@ -77,6 +78,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     from export_guards.ruleset import RULES as RULES
     from export_guards.ruleset import Rule as Rule
     from export_guards.settings import PlacementPolicy as PlacementPolicy, Settings as Settings
+    from export_guards.targets import Exportable as Exportable
 
 _EXPORTS = {
     "ConstantPlacementError": "export_guards.errors",
@@ -85,11 +87,13 @@ _EXPORTS = {
     "EmitPlacementPass": "export_guards.passes.placement",
     "DelegationSummary": "export_guards.analysis.delegation",
     "ExportFailed": "export_guards.pte.check",
+    "Exportable": "export_guards.targets",
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.passes.fold",
     "GuardError": "export_guards.errors",
     "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",
+    "GuardPasses": "export_guards.passes.defaults",
     "GuardedPartitioner": "export_guards.passes.placement",
     "GuardedExport": "export_guards.pipeline",
     "LintConfig": "export_guards.linter",
@@ -118,6 +122,7 @@ _EXPORTS = {
     "guard_constant_placement": "export_guards.passes.placement",
     "guard_partitioners": "export_guards.passes.placement",
     "guard_passes": "export_guards.passes.defaults",
+    "keep_initial_values": "export_guards.passes.initial_values",
     "guard_recipe": "export_guards.recipes",
     "lint": "export_guards.linter",
     "lower_with_guards": "export_guards.pipeline",

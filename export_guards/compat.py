@@ -12,13 +12,56 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
-__all__ = ["TESTED", "load_program", "say_once_if_untested", "takes_keyword", "untested"]
+__all__ = [
+    "RUNTIME_BUILT_FOR",
+    "TESTED",
+    "RuntimeMismatch",
+    "load_program",
+    "runtime_mismatch",
+    "say_once_if_untested",
+    "takes_keyword",
+    "untested",
+]
 
 TESTED: frozenset[tuple[str, str]] = frozenset({("1.5", "2.13"), ("1.4", "2.13"), ("1.5", "2.14"), ("1.4", "2.14"), ("1.5", "2.15")})
 """The (executorch, torch) minor versions that the test suite has run on (docs/compatibility.md
 has the table: by CI, every change, or by hand, with the date)."""
 
+RUNTIME_BUILT_FOR: dict[str, str] = {"1.4": "2.13", "1.5": "2.13"}
+"""The torch minor whose headers each executorch minor's wheel built its native runtime
+(``executorch.runtime``) against: with an older torch, every run fails in C++ with "tensor does
+not have a device" (a TensorImpl laid out otherwise); newer ones run (docs/compatibility.md)."""
+
+MISMATCH_SIGNATURE = "tensor does not have a device"
+"""What the runtime says, in C++, on every run when it was built against another torch: how a
+pair missing from :data:`RUNTIME_BUILT_FOR` is told by its failure."""
+
 _said = False
+
+
+class RuntimeMismatch(RuntimeError):
+    """executorch's native runtime cannot run programs with the installed torch; the message
+    says, in one line, which torch it needs and which is installed."""
+
+
+def runtime_mismatch(failure: str | None = None, versions: Mapping[str, str | None] | None = None) -> str | None:
+    """The one line that says the installed torch is not one that executorch's runtime can run
+    with (older than the one it was built for, or a runtime ``failure`` that says so), or
+    ``None``. ``versions`` default to the installed ones, read from package metadata."""
+    versions = versions if versions is not None else {name: _installed(name) for name in ("executorch", "torch")}
+    executorch, torch = versions.get("executorch"), versions.get("torch")
+    if executorch is None or torch is None:
+        return None
+    needed = RUNTIME_BUILT_FOR.get(_minor(executorch))
+    older = needed is not None and _as_numbers(_minor(torch)) < _as_numbers(needed)
+    if not older and (failure is None or MISMATCH_SIGNATURE not in failure):
+        return None
+    wants = f"torch {needed} or newer" if needed else "the torch it was built against"
+    return (
+        f"executorch {executorch}'s runtime (executorch.runtime) needs {wants}; torch {torch} is installed, "
+        f"with which every run fails ({MISMATCH_SIGNATURE}): install {wants} to run programs; "
+        "exports, lints and program checks work as they are"
+    )
 
 
 def takes_keyword(function: Callable[..., Any], name: str) -> bool:
@@ -81,6 +124,10 @@ def _installed(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _as_numbers(minor: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in minor.split(".") if part.isdigit())
 
 
 def _minor(version: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -77,10 +78,11 @@ class GuardedExport:
         emitter's reads).
 
         Raises:
-            GuardError: the export stopped before lowering; ``report`` says why.
+            ConstantPlacementError: the export stopped before lowering (a constant that a host
+                reader would read is not in host memory); ``report`` says why.
         """
-        if self.edge is None:
-            raise GuardError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
+        if self.edge is None:  # only the placement guard stops an export before lowering
+            raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
         if self.pte is not None:
             return self.pte
         with buffer_warning_answered():
@@ -160,14 +162,19 @@ def export_with_guards(
     placement: PlacementPolicy | None = None,
     fold: bool | None = None,
     config: Settings | None = None,
+    dynamic_shapes: Any = None,
+    strict: bool | None = None,
 ) -> GuardedExport:
-    """``torch.export`` ``model`` on ``example_inputs``, then :func:`lower_with_guards`; or,
-    when ``config`` names a recipe, :func:`export_with_recipe`."""
+    """``torch.export`` ``model`` on ``example_inputs`` (with ``dynamic_shapes`` and
+    ``strict`` as torch.export takes them), then :func:`lower_with_guards`; or, when ``config``
+    names a recipe, :func:`export_with_recipe`."""
     if config is not None and config.recipe is not None:
         given = {"placement": placement, "fold": fold}
-        return export_with_recipe(model, example_inputs, config.recipe, config=config.updated({k: v for k, v in given.items() if v is not None}))
+        return export_with_recipe(
+            model, example_inputs, config.recipe, config=config.updated({k: v for k, v in given.items() if v is not None}), dynamic_shapes=dynamic_shapes, strict=strict
+        )
     return lower_with_guards(
-        torch.export.export(model, tuple(example_inputs)),
+        _torch_export(model, tuple(example_inputs), dynamic_shapes, strict),
         backend=backend,
         placement=placement,
         fold=fold,
@@ -186,12 +193,21 @@ def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, co
             the step, the exception and the line of the target's file it went through.
     """
     with (each_step or _as_is)("building the model"):
-        model, inputs = load_target(target, arguments)
-    return export_in_steps(model, inputs, config=config, source=target_file(target), each_step=each_step)
+        made = load_target(target, arguments)
+    return export_in_steps(
+        made.model, made.inputs, config=config, source=target_file(target), each_step=each_step, dynamic_shapes=made.dynamic_shapes, strict=made.strict
+    )
 
 
 def export_in_steps(
-    model: torch.nn.Module, example_inputs: Sequence[object], *, config: Settings | None = None, source: Path | None = None, each_step: EachStep | None = None
+    model: torch.nn.Module,
+    example_inputs: Sequence[object],
+    *,
+    config: Settings | None = None,
+    source: Path | None = None,
+    each_step: EachStep | None = None,
+    dynamic_shapes: Any = None,
+    strict: bool | None = None,
 ) -> GuardedExport:
     """:func:`export_with_guards`, one step at a time, each inside ``each_step(what it does)``
     when given (``"torch.export"``).
@@ -205,9 +221,9 @@ def export_in_steps(
     inputs = tuple(example_inputs)
     if settings.recipe is not None:
         with timed(f"exporting, linting and lowering with the recipe {settings.recipe}"), step(f"exporting with the recipe {settings.recipe}", source):
-            return export_with_recipe(model, inputs, settings.recipe, config=settings)
+            return export_with_recipe(model, inputs, settings.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     with timed("torch.export"), step("torch.export", source):
-        program = torch.export.export(model, inputs)
+        program = _torch_export(model, inputs, dynamic_shapes, strict)
     with timed(f"linting and lowering ({settings.backend})"), step(f"lowering ({settings.backend})", source):
         return lower_with_guards(program, config=settings)
 
@@ -216,8 +232,20 @@ def _as_is(doing: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
 
+def _torch_export(model: torch.nn.Module, inputs: tuple[object, ...], dynamic_shapes: Any, strict: bool | None) -> ExportedProgram:
+    """``torch.export.export`` as the user's own code calls it: torch's default ``strict``
+    unless one is given."""
+    return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, **({} if strict is None else {"strict": strict}))
+
+
 def export_with_recipe(
-    model: torch.nn.Module, example_inputs: Sequence[object], recipe: ExportRecipe | str, *, config: Settings | None = None
+    model: torch.nn.Module,
+    example_inputs: Sequence[object],
+    recipe: ExportRecipe | str,
+    *,
+    config: Settings | None = None,
+    dynamic_shapes: Any = None,
+    strict: bool | None = None,
 ) -> GuardedExport:
     """Export ``model`` with ExecuTorch's recipe API and the guards (:func:`guard_recipe`).
 
@@ -227,7 +255,8 @@ def export_with_recipe(
     quantizes modules (torchao), a copy of ``model`` has its reparametrized weights folded
     (EG202), so that they are quantized too; ``model`` is left as it was. As with
     :func:`lower_with_guards`, a constant that a host reader would read from device memory
-    stops the export with ``edge=None`` and the findings, instead of raising.
+    stops the export with ``edge=None`` and the findings, instead of raising. ``dynamic_shapes``
+    go to the session as torch.export takes them; ``strict``, when given, replaces the recipe's.
 
     Raises:
         ValueError: an unknown recipe name.
@@ -238,12 +267,16 @@ def export_with_recipe(
 
     settings = config or Settings()
     chosen = recipe_named(recipe) if isinstance(recipe, str) else recipe
+    if strict is not None:
+        chosen = dataclasses.replace(chosen, strict=strict)
     guarded = guard_recipe(chosen, fold=settings.fold, max_growth=settings.fold_max_growth, placement=settings.placement)
     ledger = ledger_of(guarded)
     if quantizes_modules(chosen) and settings.fold:  # torchao cannot quantize a reparametrized module: fold it first
         model, folded = fold_parametrizations(model)
         ledger.put(None, "fold parametrizations", folded)
-    session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded)
+    # The session reads a dict as shapes per method: torch.export's dict (by argument) is the forward's.
+    shapes = None if dynamic_shapes is None else {"forward": dynamic_shapes}
+    session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded, dynamic_shapes=shapes)
     try:
         with buffer_warning_answered():
             session.export()

@@ -27,7 +27,15 @@ from export_guards.linter import lint, lint_guarded
 from export_guards.passes.defaults import guard_passes
 from export_guards.passes.fold import fold_constants, fold_non_core_constants
 from export_guards.passes.module_fold import is_reparametrized
-from export_guards.passes.placement import DEVICE_BACKENDS, GuardedPartitioner, check_policy, emit_passes, guard_partitioners, plan_placement
+from export_guards.passes.placement import (
+    DEVICE_BACKENDS,
+    GuardedPartitioner,
+    check_policy,
+    emit_passes,
+    guard_partitioners,
+    placement_error,
+    plan_placement,
+)
 from export_guards.quiet import libraries_quiet
 from export_guards.report import Report
 from export_guards.settings import DEFAULT_MAX_GROWTH, RECIPES, PlacementPolicy, Settings
@@ -66,6 +74,10 @@ def guard_recipe(
       the fold unless ``fold=False``), the recipe's own passes after them.
     - The recipe's partitioners are guarded (:func:`guard_partitioners`), so a constant in
       device memory is stopped where a host reader would read it.
+    - A constant that no host reader can take stops the export with a
+      :class:`~export_guards.ConstantPlacementError` (an ``InternalError``), raised as it is:
+      before the edge passes for a constant without data, or in device memory when the
+      recipe has no partitioner; by the guarded partitioner that decided, otherwise.
     - ``executorch_backend_config.passes`` ends with :func:`emit_passes`.
     - With the fold on, a PT2E quantization recipe folds constant-only computations
       (spectral / weight norm, parametrizations, weight standardization) on the captured
@@ -244,6 +256,11 @@ class _RecipeGuards:
 
     def __call__(self, method: str, program: ExportedProgram) -> list[Recorded]:
         own = self._own(method)
+        # ExecuTorch calls this entry itself, while its pass manager would wrap a pass's error
+        # in a bare Exception: what no host reader can take stops here, unwrapped.
+        stops = plan_placement(method, program, defer_device_constants=bool(own)).stops
+        if stops:
+            raise placement_error(stops)
         return self.ledger.recorded(method, guard_passes(fold=self.fold, max_growth=self.max_growth, partitioner=own or None))
 
     @property

@@ -136,12 +136,14 @@ class Settings:
                 "a check that selects nothing would always pass"
             )
 
-    def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]") -> Settings:
+    def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]", *, keywords: Iterable[str] | None = None) -> Settings:
         """These settings with ``options`` applied (keys as in ``pyproject.toml``; ``fail-level``
         and ``fail_level`` alike), each value checked. ``extend-select`` / ``extend-ignore`` add
         to the select / ignore that applies (this one's, or one ``options`` gives). A ``backend``
         in ``options`` (without a ``recipe``) drops the recipe these settings had: the later
-        choice wins.
+        choice wins. With ``keywords`` the options are a Python call's keyword arguments (a
+        pytest fixture's, the marker's): an unknown one is answered with Python names
+        (``fail_level``), the call's own ``keywords`` among them.
 
         Raises:
             ValueError: an unknown key (with the closest known one) or a bad value, naming the
@@ -150,7 +152,7 @@ class Settings:
         known = {f.name for f in fields(self)} | set(EXTENDING)
         unknown = sorted(k for k in options if str(k).replace("-", "_") not in known)
         if unknown:
-            accepted = sorted(k.replace("_", "-") for k in known)
+            accepted = sorted(k.replace("_", "-") for k in known) if keywords is None else sorted(known | set(keywords))
             close = [f"{key} (did you mean {match[0]}?)" if (match := difflib.get_close_matches(str(key), accepted, n=1)) else key for key in unknown]
             raise ValueError(f"unknown setting(s) {', '.join(close)} in {where}; accepted: {', '.join(accepted)}")
         changes = {key.replace("-", "_"): value for key, value in options.items()}

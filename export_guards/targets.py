@@ -1,6 +1,7 @@
 """A model named on the command line: ``path/to/file.py:factory`` or ``package.module:factory``,
-where ``factory(**arguments)`` returns ``(model, example_inputs)``; and the error that says which
-step of exporting it failed, in the user's terms."""
+where ``factory(**arguments)`` returns ``(model, example_inputs)``, or an ``Exportable`` (with
+torch.export's ``dynamic_shapes`` and ``strict``); and the error that says which step of
+exporting it failed, in the user's terms."""
 
 from __future__ import annotations
 
@@ -16,12 +17,31 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
+__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
+
+
+class Exportable(NamedTuple):
+    """What a factory returns: the model and its example inputs, and how the user's own code
+    exports them. A plain tuple of the first two, or three, or all four items does as well.
+
+    Attributes:
+        model: the ``nn.Module``.
+        inputs: its example inputs (a tuple; one tensor or a list is made a tuple).
+        dynamic_shapes: torch.export's ``dynamic_shapes`` for ``inputs`` (``None``: every
+            shape fixed to the example's).
+        strict: torch.export's ``strict`` (``None``: the flow's default, non-strict for
+            ``torch.export.export``, a recipe's own for a recipe).
+    """
+
+    model: Any
+    inputs: tuple[Any, ...]
+    dynamic_shapes: Any = None
+    strict: bool | None = None
 
 
 class TargetError(ValueError):
@@ -78,14 +98,15 @@ def parse_arguments(pairs: Iterable[str]) -> dict[str, Any]:
     return arguments
 
 
-def load_target(target: str, arguments: Mapping[str, Any] | None = None) -> tuple[Any, tuple[Any, ...]]:
-    """Import the target's module, call its factory with ``arguments``, and return
-    ``(model, example_inputs)``.
+def load_target(target: str, arguments: Mapping[str, Any] | None = None) -> Exportable:
+    """Import the target's module, call its factory with ``arguments``, and return what it
+    made: the model, its example inputs, their dynamic shapes and whether to export strictly.
 
     Raises:
         TargetError: the target names no file, module or callable.
         StepFailed: importing the file or calling the factory raised, or called ``sys.exit``,
-            or the factory returned something else than ``(model, example_inputs)``; the
+            or the factory returned something else than ``(model, example_inputs)`` (and
+            optionally ``dynamic_shapes`` and ``strict``: an ``Exportable``); the
             message names the exception and the user's line that raised it.
     """
     check_target(target)
@@ -223,21 +244,24 @@ def _import(path: Path | None, module_part: str) -> Any:
     return module
 
 
-def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+_RETURNS = "(model, example_inputs), optionally with dynamic_shapes and strict after them (export_guards.Exportable)"
+
+
+def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[str, Any]) -> Exportable:
     import torch
 
     with step("building the model", path, call=f"{target.rpartition(':')[2]}()"):
         produced = factory(**arguments)
-    if not (isinstance(produced, tuple) and len(produced) == 2):
+    if not (isinstance(produced, tuple) and 2 <= len(produced) <= 4):
         got = f"a tuple of {len(produced)} items" if isinstance(produced, tuple) else f"a {type(produced).__name__}"
-        raise StepFailed("building the model", f"{target} must return (model, example_inputs); it returned {got}")
-    model, inputs = produced
-    if not isinstance(model, torch.nn.Module):
-        raise StepFailed(
-            "building the model", f"{target} must return (model, example_inputs) with an nn.Module first; got a {type(model).__name__}"
-        )
-    inputs = inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,)
-    return model, inputs
+        raise StepFailed("building the model", f"{target} must return {_RETURNS}; it returned {got}")
+    made = Exportable(*produced)
+    if not isinstance(made.model, torch.nn.Module):
+        raise StepFailed("building the model", f"{target} must return {_RETURNS}, an nn.Module first; got a {type(made.model).__name__}")
+    if made.strict not in (None, True, False):
+        raise StepFailed("building the model", f"{target} must return {_RETURNS}; its strict is a {type(made.strict).__name__}, not True or False")
+    inputs = made.inputs
+    return made._replace(inputs=inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,))
 
 
 @contextlib.contextmanager

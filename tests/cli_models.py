@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import export_guards as eg
+
 
 def clean():
     torch.manual_seed(0)
@@ -164,3 +166,30 @@ def mixed_devices():
     from export_guards.testing import load_trapdev
 
     return AddBias(load_trapdev()), (torch.randn(2, 3),)
+
+
+class TracedHow(nn.Module):
+    """Doubles its input where TorchDynamo traces it (a strict export), adds one otherwise."""
+
+    def forward(self, x):
+        return x * 2 if torch.compiler.is_dynamo_compiling() else x + 1
+
+
+def strict():
+    return eg.Exportable(TracedHow(), (torch.full((3,), 3.0),), strict=True)
+
+
+def not_strict():
+    return TracedHow(), (torch.full((3,), 3.0),), None, False
+
+
+def dynamic(shortest=1):
+    """A linear over a sequence of any length from ``shortest`` on, as torch.export takes it."""
+    torch.manual_seed(0)
+    length = torch.export.Dim("length", min=shortest, max=64)
+    return nn.Linear(4, 4).eval(), (torch.randn(1, 6, 4),), ({1: length},)
+
+
+def dynamic_out_of_range():
+    """Shapes that contradict the example inputs: a length of 6, at least 8."""
+    return dynamic(shortest=8)

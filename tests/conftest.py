@@ -43,6 +43,24 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test that runs a program where executorch's runtime cannot run with the installed
+    torch skips, saying which torch it needs (``compat.runtime_mismatch``), instead of failing
+    with the runtime's C++ trace; everything before the run has been tested."""
+    from export_guards.compat import MISMATCH_SIGNATURE, RuntimeMismatch, runtime_mismatch
+
+    try:
+        return (yield)
+    except RuntimeMismatch as mismatch:
+        pytest.skip(str(mismatch))
+    except RuntimeError as error:  # the runtime called directly: told by its failure
+        mismatch = runtime_mismatch(str(error)) if MISMATCH_SIGNATURE in str(error) else None
+        if mismatch is None:
+            raise
+        pytest.skip(mismatch)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--pte-fuzz-cases", type=int, default=2000, help="damaged .pte files the fuzz test checks (default 2000)"
@@ -150,6 +168,10 @@ def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> C
     from export_guards.cli import main
 
     def invoke(*args: object, cwd: Path = TESTS) -> Ran:
+        from export_guards.compat import runtime_mismatch
+
+        if "--runtime" in map(str, args) and (mismatch := runtime_mismatch()) is not None:
+            pytest.skip(mismatch)  # the command would say it in one line (tests/test_compat.py)
         monkeypatch.chdir(cwd)
         capfd.readouterr()
         try:

@@ -266,7 +266,7 @@ def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli
     assert missing["severity"] == "error" and "aten::sort.values, for which executorch.runtime" in missing["message"]
     assert missing["location"]["source"] == "return torch.sort(x)[0].cumsum(-1)" and missing["location"]["file"].endswith("cli_models.py")
     (coverage,) = [f["message"] for f in findings if f["code"] == "EG402"]
-    assert coverage == "no conv / linear / matmul to delegate (no delegate); left outside every delegate, on the runtime's kernels: aten::cumsum x1, aten::sort x1 (EG403)"
+    assert coverage == "no conv / linear / matmul to delegate (no delegate); 2 other ops on the runtime's kernels: aten::cumsum x1, aten::sort x1 (EG403)"
     assert sorted(f["message"].split("'")[1] for f in findings if f["code"] == "EG403") == ["aten_cumsum_default", "aten_sort_default"]
     assert all("XNNPACK has no support for this op" in f["message"] for f in findings if f["code"] == "EG403")
     kernels = tmp_path / "selected_operators.yaml"
@@ -462,3 +462,28 @@ def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran
     done = cli("check", "--reproducible", f"{MODELS}:raises")
     assert done.returncode == 2
     assert "raises() raised KeyError: 'linear'" in done.stderr and 'return weights["linear"]' in done.stderr
+
+
+@pytest.mark.slow  # two exports, each program run
+def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    """``strict`` from the factory reaches torch.export: TorchDynamo traces the model only in a
+    strict export, and the written program computes what that export traced."""
+    import torch
+
+    from export_guards.testing.compare import run_pte
+
+    for factory, expected in (("strict", 6.0), ("not_strict", 4.0)):  # 3 * 2 where traced by TorchDynamo, else 3 + 1
+        pte = tmp_path / f"{factory}.pte"
+        done = cli("lint", f"{MODELS}:{factory}", "--pte", pte, "--backend", "portable")
+        assert done.returncode == 0, done.stderr
+        (out,) = run_pte(pte.read_bytes(), (torch.full((3,), 3.0),))
+        assert torch.equal(out, torch.full((3,), expected)), factory
+
+
+@pytest.mark.slow  # two exports in child processes, twice
+def test_check_reproducible_exports_with_the_factorys_dynamic_shapes(cli: Callable[..., Ran]) -> None:
+    done = cli("check", "--reproducible", f"{MODELS}:dynamic")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # shapes that contradict the example inputs (a length of 6, at least 8): torch.export says so
+    refused = cli("check", "--reproducible", f"{MODELS}:dynamic_out_of_range")
+    assert refused.returncode != 0 and "torch.export failed: ConstraintViolationError: 6 not in range [8, 64]" in refused.stderr, refused.stderr

@@ -96,3 +96,40 @@ def test_what_depends_on_a_symbolic_size_is_not_folded() -> None:
     assert "table" in folded.state_dict, "the table is sliced by the input's length at run time"
     slices = [n for n in folded.graph.nodes if n.op == "call_function" and "slice" in str(n.target)]
     assert slices, "the slice by the symbolic length stays in the graph"
+
+
+class ScalarFromPosition(nn.Module):
+    """A dynamic position input sliced to a scalar (0-d) that a delegated op reads, as decoders'
+    cache positions are; and a 0-d value computed on the portable kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.proj(x)
+        return y - positions[-1].float(), y * y.mean()
+
+
+def test_a_0d_tensor_bound_to_a_one_element_graph_input_is_no_warning_and_runs_at_every_size() -> None:
+    """EG514 follows the runtime: it hands XNNPACK the 0-d tensor's own dims, and a 0-d value
+    and the graph's [1] are taken alike. The program binds such tensors, checks clean, and
+    matches eager at each length, its bounds included."""
+    from export_guards.pte.reader.file import PteFile
+    from export_guards.pte.reader.wheel import DelegateCall, Tensor
+
+    torch.manual_seed(0)
+    model = ScalarFromPosition().eval()
+    length = Dim("length", min=1, max=32)
+    program = torch.export.export(model, (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    pte = eg.lower_with_guards(program).to_pte()
+    plan = PteFile(pte).program.execution_plan[0]
+    calls = [i.instr_args for chain in plan.chains for i in chain.instructions if isinstance(i.instr_args, DelegateCall)]
+    scalars = [a for call in calls for a in call.args if isinstance(plan.values[a].val, Tensor) and not plan.values[a].val.sizes]
+    assert len(scalars) >= 2, "the delegates take 0-d tensors"
+    assert not eg.check_pte(pte).with_code("EG514")
+    for size in (1, 5, 32):
+        inputs = (torch.randn(1, size, 8, generator=torch.Generator().manual_seed(size)), torch.arange(size) + 3)
+        with torch.no_grad():
+            for got, expected in zip(run_pte(pte, inputs), model(*inputs)):
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

@@ -149,6 +149,13 @@ def partitioners_copy(name: str) -> Lowered:
     return Lowered(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer, twin=cell("guard_passes × XNNPACK", name).pte)
 
 
+def lower_with_guards_copy(name: str) -> Lowered:
+    """Constants on the test device, copied on the torch.export program, folded and lowered by
+    ``lower_with_guards``: the CPU export's bytes, parameter flags included."""
+    pte = eg.lower_with_guards(on_trapdev(name), placement="copy").to_pte()
+    return Lowered(pte, twin=eg.lower_with_guards(exported(name)).to_pte())
+
+
 def recipe(recipe_name: str) -> Callable[[str], Lowered]:
     def lower(name: str) -> Lowered:
         model, inputs = fresh(name)
@@ -166,6 +173,7 @@ FLOWS: dict[str, Callable[[str], Lowered]] = {
     "guard_passes × test device backend": device_backend,
     "emit_passes copy": emit_copy,
     "guard_partitioners + copy": partitioners_copy,
+    "lower_with_guards copy": lower_with_guards_copy,
     **{f"recipe {name}": recipe(name) for name in RECIPES},
 }
 

@@ -163,6 +163,12 @@ def test_size_limit_is_configurable() -> None:
     assert_matches_eager(model, edge)
     with pytest.raises(ValueError, match="max_growth"):
         eg.FoldConstantsPass(max_growth=0)
+    # The budget as a setting: [tool.export-guards] fold-max-growth, --fold-max-growth.
+    assert eg.Settings.from_mapping({"fold-max-growth": 64}).fold_max_growth == 64
+    with pytest.raises(ValueError, match="fold-max-growth must be .* at least 1, not 0.5"):
+        eg.Settings(fold_max_growth=0.5)
+    guarded = eg.export_with_guards(model, zoo.example_inputs(model), config=eg.Settings(fold_max_growth=64))
+    assert [f.constant for f in guarded.report.with_code("EG201")] == ["row_folded"] and not guarded.report.with_code("EG203")
 
 
 def test_folded_program_keeps_names_drops_unused_inputs_and_stores_identical_results_once() -> None:

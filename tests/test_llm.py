@@ -3,7 +3,8 @@ KV cache) in every variant users ship (fp32, torchao 8da4w and int8 weight-only,
 merge), each guarded flow against stock ExecuTorch: the same bytes or fewer, the same delegation
 or more, outputs that match eager (as well as stock's do), no false finding.
 
-Each variant's stock and guarded programs are built once per worker (``exported``) and shared."""
+Each variant's stock and guarded programs are built once, by the variant's one test, which
+checks every claim about that variant."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import to_edge_transform_and_lower
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
 import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.report import Severity
-from export_guards.testing.compare import run_pte
+from export_guards.testing.compare import LoadedMethod, run_pte
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -46,38 +47,26 @@ class Exported:
     pte: bytes
 
 
-@pytest.fixture(scope="session")
-def exported() -> Callable[[str], Exported]:
-    built: dict[str, Exported] = {}
-
-    def get(variant: str) -> Exported:
-        if variant not in built:
-            model, inputs = llm.model(variant)
-            with torch.no_grad():
-                eager = copy.deepcopy(model)(*inputs)
-            stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
-            guarded = eg.lower_with_guards(torch.export.export(model, inputs))
-            built[variant] = Exported(
-                model,
-                inputs,
-                eager,
-                stock.to_executorch().buffer,
-                eg.delegation_summary(stock),
-                guarded,
-                guarded.to_pte(),
-            )
-        return built[variant]
-
-    return get
+def exported(variant: str) -> Exported:
+    model, inputs = llm.model(variant)
+    with torch.no_grad():
+        eager = copy.deepcopy(model)(*inputs)
+    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+    guarded = eg.lower_with_guards(torch.export.export(model, inputs))
+    return Exported(model, inputs, eager, stock.to_executorch().buffer, eg.delegation_summary(stock), guarded, guarded.to_pte())
 
 
 def max_error(pte: bytes, done: Exported) -> float:
     return (run_pte(pte, done.inputs)[0] - done.eager).abs().max().item()
 
 
-@pytest.mark.parametrize("variant", llm.VARIANTS)
-def test_each_variant_guarded_is_stock_or_better(variant: str, exported: Callable[[str], Exported]) -> None:
-    done = exported(variant)
+# Each variant is built once per worker and checked by one test: the claims about it are
+# functions, called by the variant's test, so that no worker exports a variant twice.
+
+
+def is_stock_or_better(done: Exported, variant: str) -> None:
+    """The same bytes or fewer, the same delegation or more, outputs as close to eager as
+    stock's, and no finding above info."""
     assert len(done.pte) <= len(done.stock)
     summary = done.guarded.delegation
     assert summary is not None and summary.count(*COMPUTE)[0] >= done.stock_delegation.count(*COMPUTE)[0]
@@ -87,21 +76,35 @@ def test_each_variant_guarded_is_stock_or_better(variant: str, exported: Callabl
     assert guarded_error <= stock_error + 1e-5
     if variant in ("fp32", "lora"):
         assert guarded_error < 1e-4
-    # No false finding: nothing above info on a model that exports and runs as it should.
     assert not done.guarded.report.at_least(Severity.WARNING), str(done.guarded.report)
 
 
-@pytest.mark.parametrize("variant", ["fp32", "8da4w", "int8wo", "pt2e"])
-def test_a_model_without_weight_math_gives_stock_bytes(variant: str, exported: Callable[[str], Exported]) -> None:
-    done = exported(variant)
+def is_stock_byte_for_byte(done: Exported) -> None:
+    """Without weight math to fold, the guarded program is stock's, and nothing is "folded"
+    (a quantized weight is not a computation)."""
     assert done.pte == done.stock
-    assert not done.guarded.report.with_code("EG201")  # a quantized weight is never "folded"
+    assert not done.guarded.report.with_code("EG201")
 
 
-def test_torchao_weights_are_left_to_to_edge_never_read_as_bytes(exported: Callable[[str], Exported]) -> None:
+def states_the_tied_embedding_stored_twice(done: Exported) -> None:
+    (twice,) = done.guarded.report.with_code("EG404")
+    weight = done.model.embed.weight
+    assert f"({weight.nbytes:,} bytes more)" in twice.message and "aten::embedding" in twice.message
+    assert twice.location is not None and "self.embed(tokens)" in twice.location.code
+
+
+def counts_the_ops_left_on_the_runtime_kernels(done: Exported) -> None:
+    (coverage,) = done.guarded.report.with_code("EG402")
+    stated, _, listed = coverage.message.partition(" other ops on the runtime's kernels: ")
+    assert stated.startswith("19 of 19 compute ops delegated (100%) to XnnpackBackend; ")
+    counts = [int(item.rpartition(" x")[2]) for item in listed.removesuffix(" (EG403)").split(", ")]
+    assert int(stated.rpartition("; ")[2]) == sum(counts) > 20  # norms, cache writes, the embedding, ...
+
+
+def leaves_torchao_weights_to_to_edge(done: Exported) -> None:
+    """torchao's weights are tensor subclasses: the fold never reads them as bytes."""
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-    done = exported("8da4w")
     program = torch.export.export(done.model, done.inputs)
     subclassed = {fqn for fqn, tensor in program.state_dict.items() if is_traceable_wrapper_subclass(tensor)}
     assert len(subclassed) == 4 * 2 + 3 * 2  # attention's four projections and the MLP's three, in two layers
@@ -111,8 +114,14 @@ def test_torchao_weights_are_left_to_to_edge_never_read_as_bytes(exported: Calla
     assert folded is program and not report.with_code("EG201")
 
 
-def test_a_lora_merge_is_folded_so_xnnpack_takes_every_projection(exported: Callable[[str], Exported]) -> None:
-    done = exported("lora")
+def the_pass_list_gives_stock_bytes(done: Exported) -> None:
+    edge = to_edge_transform_and_lower(
+        torch.export.export(done.model, done.inputs), transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
+    )
+    assert edge.to_executorch().buffer == done.stock
+
+
+def folds_the_lora_merges_so_xnnpack_takes_every_projection(done: Exported) -> None:
     folds = done.guarded.report.with_code("EG201")
     assert sorted(f.constant for f in folds) == sorted(
         f"layers.{i}.attention.{p}.weight" for i in range(2) for p in ("wq", "wk", "wv", "wo")
@@ -125,29 +134,21 @@ def test_a_lora_merge_is_folded_so_xnnpack_takes_every_projection(exported: Call
     assert delegated < total  # stock leaves the merged projections out: "Expected weight to be a static param"
 
 
-def test_the_tied_embedding_is_stated_stored_twice(exported: Callable[[str], Exported]) -> None:
-    done = exported("fp32")
-    (twice,) = done.guarded.report.with_code("EG404")
-    weight = done.model.embed.weight
-    assert f"({weight.nbytes:,} bytes more)" in twice.message and "aten::embedding" in twice.message
-    assert twice.location is not None and "self.embed(tokens)" in twice.location.code
+CLAIMS: dict[str, tuple[Callable[[Exported], None], ...]] = {
+    "fp32": (is_stock_byte_for_byte, states_the_tied_embedding_stored_twice, counts_the_ops_left_on_the_runtime_kernels),
+    "8da4w": (is_stock_byte_for_byte, leaves_torchao_weights_to_to_edge, the_pass_list_gives_stock_bytes),
+    "int8wo": (is_stock_byte_for_byte,),
+    "pt2e": (is_stock_byte_for_byte,),
+    "lora": (folds_the_lora_merges_so_xnnpack_takes_every_projection,),
+}
 
 
-def test_the_summary_counts_the_ops_left_on_the_runtime_kernels(exported: Callable[[str], Exported]) -> None:
-    done = exported("fp32")
-    (coverage,) = done.guarded.report.with_code("EG402")
-    stated, _, listed = coverage.message.partition(" other ops on the runtime's kernels: ")
-    assert stated.startswith("19 of 19 compute ops delegated (100%) to XnnpackBackend; ")
-    counts = [int(item.rpartition(" x")[2]) for item in listed.removesuffix(" (EG403)").split(", ")]
-    assert int(stated.rpartition("; ")[2]) == sum(counts) > 20  # norms, cache writes, the embedding, ...
-
-
-def test_the_drop_in_pass_list_on_a_quantized_decoder(exported: Callable[[str], Exported]) -> None:
-    done = exported("8da4w")
-    edge = to_edge_transform_and_lower(
-        torch.export.export(done.model, done.inputs), transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
-    )
-    assert edge.to_executorch().buffer == done.stock
+@pytest.mark.parametrize("variant", llm.VARIANTS)
+def test_each_variant_through_the_guards_against_stock(variant: str) -> None:
+    done = exported(variant)
+    is_stock_or_better(done, variant)
+    for claim in CLAIMS[variant]:
+        claim(done)
 
 
 def test_the_lint_passes_a_quantized_decoder(cli: Callable[..., object], tmp_path: Path) -> None:
@@ -163,3 +164,61 @@ def test_the_fixture_checks_a_lora_decoder_against_eager(check_export: Callable[
     model, inputs = llm.model("lora")
     result = check_export(model, inputs, atol=1e-4, rtol=1e-4)
     assert result.report.with_code("EG201")
+
+
+def test_the_fixture_steps_a_decoder_through_its_kv_cache(check_export: Callable[..., object]) -> None:
+    """Decode steps run in order through one loaded method, as eager runs them: each step reads
+    the keys the steps before it wrote. The caller's decoder never runs: its cache stays empty."""
+    model = llm.decoder("fp32")
+    result = check_export(model, steps=[llm.tokens(1, position) for position in range(4)], atol=1e-4, rtol=1e-4)
+    assert len(result.comparisons) == 4 and all(e.within for c in result.comparisons for e in c)
+    assert not model.layers[0].attention.k_cache.any()
+
+
+def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_matches_eager(check_export: Callable[..., object]) -> None:
+    """A decoder called eagerly before export (a sanity call, a calibration) leaves keys in its
+    cache, which the program drops; its writes and its mask make them irrelevant: no EG308, and
+    the program, stepped through two chunks of the prompt, matches eager on a copy of the stale
+    decoder at every step."""
+    model = llm.decoder("fp32")
+    with torch.no_grad():
+        model(*llm.tokens(12))  # slots 0-11 written; the steps below overwrite 0-7 and mask 8-11
+    assert model.layers[0].attention.k_cache[:, :, 8:12].any()
+    result = check_export(model, steps=[llm.tokens(4), llm.tokens(4, 4)], atol=1e-4, rtol=1e-4)
+    assert not result.report.with_code("EG308") and len(result.comparisons) == 2
+
+
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_recipe(check_export: Callable[..., object]) -> None:
+    """One program for every length: the prefill (4 tokens) and three single-token decode steps,
+    in order through one loaded method, against eager, by the backend and by a recipe."""
+    model, _, dynamic_shapes = llm.prefill()
+    for flow in ({}, {"recipe": "xnnpack_fp32"}):
+        result = check_export(model, steps=llm.steps(4, 3), dynamic_shapes=dynamic_shapes, atol=1e-4, rtol=1e-4, **flow)
+        assert len(result.comparisons) == 4 and [c[0].shape for c in result.comparisons] == [(1, 4, 256), *[(1, 1, 256)] * 3]
+        assert not result.report.at_least(Severity.WARNING)
+
+
+def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], tmp_path: Path) -> None:
+    pte = tmp_path / "decoder.pte"
+    ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    method = LoadedMethod(pte.read_bytes())
+    eager = llm.decoder()
+    for step in llm.steps(4, 3):  # the written program takes each length
+        torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)
+
+
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_drop_in_guards() -> None:
+    """The pass list, the guarded partitioner and the emit passes in the user's own
+    to_edge_transform_and_lower: one program for the prefill and each decode step, against eager."""
+    model, inputs, dynamic_shapes = llm.prefill()
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes),
+        transform_passes=eg.guard_passes(),
+        partitioner=eg.guard_partitioners([XnnpackPartitioner()]),
+    )
+    method = LoadedMethod(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+    eager = copy.deepcopy(model)
+    for step in llm.steps(4, 3):
+        with torch.no_grad():
+            torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import copy
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
 from executorch.exir.error import InternalError
+from executorch.export import export as export_with_recipe_api
 from executorch.runtime import Runtime
 
 import export_guards as eg
 import models
+from export_guards.recipes import recipe_named
 
 EVERY_CONSTANT = {
     "conv.weight": "parameter",
@@ -154,10 +159,82 @@ def test_copy_at_every_stage_writes_the_cpu_twin(trapdev: torch.device) -> None:
 
 def test_guard_in_transform_passes_stops_before_the_partitioner(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
-    with pytest.raises(Exception, match="ConstantPlacementPass") as raised:
+    with pytest.raises(eg.ConstantPlacementError) as raised:
         to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes())
-    assert isinstance(raised.value.__cause__, eg.ConstantPlacementError)
-    assert len(raised.value.__cause__.report.errors) == len(EVERY_CONSTANT)
+    assert len(raised.value.report.errors) == len(EVERY_CONSTANT)
+
+
+def _linear_on(device: torch.device) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], torch.export.ExportedProgram]:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval().to(device)
+    inputs = (torch.randn(2, 4).to(device),)
+    return model, inputs, torch.export.export(model, inputs)
+
+
+def _guarded_xnnpack(ep: torch.export.ExportedProgram) -> object:
+    partitioner = eg.guard_partitioners([XnnpackPartitioner()])
+    return to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+
+
+DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor, ...], torch.export.ExportedProgram], object], str | None]] = {
+    "guard_passes()": (lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes()), None),
+    "guard_passes() with XNNPACK": (
+        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]),
+        None,
+    ),
+    "guard_passes() + own passes": (
+        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(fold=False) + [eg.FoldConstantsPass()]),
+        None,
+    ),
+    "guarded partitioners": (lambda m, x, ep: _guarded_xnnpack(ep), "XnnpackBackend's preprocess will read it"),
+    "emit_passes()": (
+        lambda m, x, ep: to_edge(ep).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())),
+        "the emitter will copy it",
+    ),
+    "guard_recipe": (
+        lambda m, x, ep: export_with_recipe_api(m, [x], eg.guard_recipe(recipe_named("xnnpack_fp32"))),
+        "XnnpackBackend's preprocess will read it",
+    ),
+    "export_with_recipe": (lambda m, x, ep: eg.export_with_recipe(m, x, "xnnpack_fp32").to_pte(), "XnnpackBackend's preprocess will read it"),
+    "lower_with_guards": (lambda m, x, ep: eg.lower_with_guards(ep).to_pte(), None),
+}
+"""Each way in that the docs show (placement.md, the how-to), with the reader its error names
+once a partitioner or the emitter has decided (``None``: before partitioning, a host reader
+is assumed)."""
+
+
+@pytest.mark.parametrize("flow", DOCUMENTED_FLOWS)
+def test_every_documented_flow_raises_an_internal_error_naming_each_constant(device: torch.device, flow: str) -> None:
+    """What the docs tell a caller to catch is what reaches them: ``InternalError`` (a
+    ``ConstantPlacementError``), never ExecuTorch's bare ``Exception`` around it."""
+    model, inputs, ep = _linear_on(device)
+    lower, reader = DOCUMENTED_FLOWS[flow]
+    with pytest.raises(InternalError) as raised:
+        lower(model, inputs, ep)
+    error = raised.value
+    assert isinstance(error, eg.ConstantPlacementError), type(error)
+    assert {f.constant for f in error.report.errors} == {"0.weight", "0.bias"}
+    for name, shape in {"0.weight": "[3, 4]", "0.bias": "[3]"}.items():
+        line = next(line for line in str(error).splitlines() if f"parameter '{name}' (float32{shape}" in line)
+        assert f"is on {device.type}:0" in line, line
+        assert reader is None or reader in line, line
+
+
+def test_in_a_plain_list_executorchs_wrapper_names_every_constant_and_its_device(device: torch.device) -> None:
+    """Your own list runs in ExecuTorch's pass manager, which re-raises a bare ``Exception``
+    naming the pass: its last line still names each constant and device, the
+    ``ConstantPlacementError`` is its ``__cause__``, and the pass is itself again after."""
+    _, _, ep = _linear_on(device)
+    guard = eg.ConstantPlacementPass()
+    with pytest.raises(Exception) as raised:
+        to_edge_transform_and_lower(ep, transform_passes=[guard, eg.FoldConstantsPass()])
+    wrapper = raised.value
+    assert not isinstance(wrapper, InternalError) and isinstance(wrapper.__cause__, eg.ConstantPlacementError)
+    last_line = traceback.format_exception(wrapper)[-1]
+    assert last_line.startswith("Exception: An error occurred when running the 'ConstantPlacementPass, which stopped 2 constants")
+    for name, shape in {"0.weight": "[3, 4]", "0.bias": "[3]"}.items():
+        assert f"parameter '{name}' (float32{shape}" in last_line and f"is on {device.type}:0" in last_line, last_line
+    on_host = export_cpu(lambda: torch.nn.Linear(4, 3))
+    assert guard(on_host).exported_program is on_host and type(guard) is eg.ConstantPlacementPass
 
 
 def test_edge_manager_guard_before_to_executorch() -> None:
@@ -317,5 +394,5 @@ def test_a_noqa_suppresses_the_lints_finding_never_the_guard(trapdev: torch.devi
     assert {f.constant for f in eg.check_constant_placement(ep).with_code("EG101")} == {"linear.weight", "linear.bias"}
     with pytest.raises(eg.ConstantPlacementError):
         eg.guard_constant_placement(ep)
-    with pytest.raises(Exception, match="ConstantPlacementPass"):
+    with pytest.raises(eg.ConstantPlacementError):
         to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes())

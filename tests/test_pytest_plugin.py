@@ -424,3 +424,81 @@ def test_under_xdist_each_worker_gives_torch_its_share_of_the_cores(
     # ExecuTorch's import-time ExperimentalWarning is not reported: under xdist the controller
     # imported ExecuTorch to rebuild it while the workers waited.
     assert not [line for line in outcome.outlines if "ExperimentalWarning" in line]
+
+
+def test_a_runtime_built_for_a_newer_torch_skips_the_run_saying_which_torch_it_needs(project: pytest.Pytester) -> None:
+    """Everything before the run is checked; the run itself would fail in C++ on every program."""
+    project.makeconftest(
+        '''
+        from importlib import metadata
+        from export_guards import compat
+
+        compat.RUNTIME_BUILT_FOR[compat._minor(metadata.version("executorch"))] = "9.0"  # as if built for a newer torch
+        '''
+    )
+    project.makepyfile(
+        test_model='''
+        import torch
+        from models import Small, image
+
+        def test_small(check_export):
+            torch.manual_seed(0)
+            check_export(Small().eval(), image())
+        '''
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*runtime (executorch.runtime) needs torch 9.0 or newer; torch * is installed*"])
+
+
+def test_stateful_models_run_as_eager_runs_them_and_a_mismatch_points_at_state(project: pytest.Pytester) -> None:
+    """A model that keeps state in a buffer: each set of inputs starts both sides from the
+    model's state (the caller's model is never run); steps run in order through one loaded
+    method; a program that starts its state elsewhere than eager fails on the state, not on
+    shapes. Fixture options are Python names, and a misspelt one is one clear line."""
+    project.makepyfile(
+        test_state='''
+        import torch
+        from torch import nn
+
+        class Accumulate(nn.Module):
+            def __init__(self, start=torch.zeros):
+                super().__init__()
+                self.register_buffer("total", start(3))
+
+            def forward(self, x):
+                self.total.add_(x)
+                return self.total * 1
+
+        def inputs(seed):
+            return (torch.randn(3, generator=torch.Generator().manual_seed(seed)),)
+
+        def test_extra_inputs_and_steps(check_export):
+            model = Accumulate()
+            once = check_export(model, inputs(0), extra_inputs=[inputs(1)], fail_level="warning")
+            assert len(once.comparisons) == 2
+            stepped = check_export(model, steps=[inputs(0), inputs(1), inputs(2)])
+            assert len(stepped.comparisons) == 3 and all(e.within for c in stepped.comparisons for e in c)
+            assert torch.equal(model.total, torch.zeros(3))  # the caller's model never ran
+
+        def test_starts_elsewhere(check_export):
+            check_export(Accumulate(torch.ones), steps=[inputs(0), inputs(1)], ignore=["EG308"])
+
+        def test_misspelt_option(check_export):
+            check_export(Accumulate(), inputs(0), fail_levle="warning")
+        '''
+    )
+    outcome = project.runpytest_subprocess("-q")
+    outcome.assert_outcomes(passed=1, failed=2)
+    outcome.stdout.fnmatch_lines(
+        [
+            "*the .pte's outputs differ from eager on the step #0 *",
+            "*MISMATCH*",
+            "The program keeps state between calls in 1 mutable buffer(s) (total).*through one loaded method*EG308*",
+        ]
+    )
+    state = _section(outcome.outlines, "test_starts_elsewhere")
+    assert not [line for line in state if "dynamic_shapes" in line or "specialised" in line], state
+    misspelt = _section(outcome.outlines, "test_misspelt_option")
+    assert not [line for line in misspelt if "Traceback" in line or "export_guards/" in line], misspelt
+    outcome.stdout.fnmatch_lines(["export-guards: unknown setting(s) fail_levle (did you mean fail_level?) in the check_export(...) call; accepted: *atol, backend, *extra_inputs, *fail_level*steps*"])

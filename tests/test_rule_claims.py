@@ -144,27 +144,60 @@ class Running(nn.Module):
         return self.total * 2
 
 
+class Nested(nn.Module):
+    """``Running`` one module down: the buffer's name in the model is ``inner.total``."""
+
+    def __init__(self, start: torch.Tensor) -> None:
+        super().__init__()
+        self.inner = Running(start)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
 def test_eg308_a_written_buffer_starts_from_zeros_in_the_program_and_the_fix_keeps_its_value() -> None:
     from executorch.exir import ExecutorchBackendConfig
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     torch.manual_seed(0)
     x, start = torch.randn(2, 4), torch.ones(2, 4)
     with torch.no_grad():
-        program = torch.export.export(Running(start), (x,))
+        program = torch.export.export(Nested(start), (x,))
     (finding,) = eg.lint(program).with_code("EG308")
-    assert finding.constant == "total" and finding.location is not None and "self.total.add_(x)" in finding.location.code
+    assert finding.constant == "inner.total" and finding.location is not None and "self.total.add_(x)" in finding.location.code
+    assert "buffer 'inner.total'" in finding.message and "by up to 2" in finding.message  # 2 * the ones it drops
     stock = to_edge_transform_and_lower(program).to_executorch().buffer
     (first,) = Runtime.get().load_program(stock).load_method("forward").execute([x])
-    torch.testing.assert_close(first, Running(torch.zeros(2, 4))(x))  # the claim: it starts from zeros
-    assert not torch.allclose(first, Running(start)(x))
-    kept = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["total"])])  # the fix, as the finding names it
-    assert "InitializedMutableBufferPass(['total'])" in finding.fix
+    torch.testing.assert_close(first, Nested(torch.zeros(2, 4))(x))  # the claim: it starts from zeros
+    assert not torch.allclose(first, Nested(start)(x))
+    kept = ExecutorchBackendConfig(passes=[eg.keep_initial_values("inner.total")])  # the fix, as the finding names it
+    assert "keep_initial_values('inner.total')" in finding.fix and "inner_total" not in finding.fix + finding.message
     fixed = to_edge_transform_and_lower(program).to_executorch(kept).buffer
     (first,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
-    torch.testing.assert_close(first, Running(start)(x))
+    torch.testing.assert_close(first, Nested(start)(x))
     with torch.no_grad():  # a cache that starts at zeros is clean, and right
         assert "EG308" not in {f.code for f in eg.lint(torch.export.export(Running(torch.zeros(2, 4)), (x,)))}
+
+
+class Overwritten(nn.Module):
+    """A buffer whose first op is a full overwrite: its value before the call never matters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("last", torch.ones(2, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.last.copy_(x)
+        return self.last * 2
+
+
+def test_eg308_a_value_the_program_overwrites_is_no_finding_and_the_program_matches_eager() -> None:
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        program = torch.export.export(Overwritten(), (x,))
+    assert "EG308" not in {f.code for f in eg.lint(program)}
+    pte = to_edge_transform_and_lower(program).to_executorch().buffer
+    (first,) = Runtime.get().load_program(pte).load_method("forward").execute([x])
+    torch.testing.assert_close(first, Overwritten()(x))  # from zeros, as from its ones
 
 
 class AddsInPlace(nn.Module):

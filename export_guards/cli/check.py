@@ -13,6 +13,7 @@ from export_guards.cli.console import Stages, quiet_libraries
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
+from export_guards.compat import runtime_mismatch
 from export_guards.pte.reader.identity import file_kind_of
 from export_guards.ruleset import Stage
 from export_guards.targets import StepFailed, TargetError, check_target
@@ -29,6 +30,8 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         raise UsageError("give .pte files or folders to check, or --reproducible path/to/file.py:factory")
     if args.jobs < 1:
         raise UsageError(f"--jobs takes a number of programs to check at once, 1 or more; not {args.jobs}")
+    if args.runtime and (mismatch := runtime_mismatch()) is not None:  # every run would fail with a C++ trace
+        raise UsageError(f"--runtime cannot run here: {mismatch}")
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
     programs = programs_to_check(args)

@@ -1,17 +1,62 @@
-"""The default guard passes: one drop-in list for ``to_edge_transform_and_lower``."""
+"""The default guard passes: one drop-in for ``to_edge_transform_and_lower(transform_passes=...)``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from executorch.exir.backend.partitioner import Partitioner
-from executorch.exir.pass_base import ExportedProgramPassBase
+from executorch.exir.pass_base import ExportedProgramPassResult
+from executorch.exir.pass_manager import ExportedProgramPassManager, PassType
+from torch.export import ExportedProgram
 
+from export_guards.errors import GuardError
 from export_guards.passes.fold import FoldConstantsPass
 from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner
 from export_guards.settings import DEFAULT_MAX_GROWTH, PlacementPolicy
 
-__all__ = ["guard_passes"]
+__all__ = ["GuardPasses", "guard_passes"]
+
+
+class GuardPasses(ExportedProgramPassManager):
+    """The guard passes as one ExecuTorch ``ExportedProgramPassManager``, whose guard errors
+    reach the caller as they were raised.
+
+    ExecuTorch runs a *list* of transform passes in a pass manager of its own, which re-raises
+    whatever a pass raises as a bare ``Exception`` ("An error occurred when running the
+    'ConstantPlacementPass' pass ..."); a pass manager given as ``transform_passes`` it calls
+    as it is (``EdgeProgramManager.transform``). This one runs its passes as ExecuTorch's does
+    and re-raises a :class:`~export_guards.GuardError` (a ``ConstantPlacementError``, an
+    ``InternalError``) unwrapped; any other error is wrapped as ExecuTorch wraps it.
+
+    It reads as the list of its passes (``len``, iteration, indexing); add your own passes
+    after the guards with ``guard_passes() + [MyPass()]``, which is again a ``GuardPasses``.
+    A plain list made of its passes (``[*guard_passes(), MyPass()]``) runs in ExecuTorch's
+    manager: a guard's error is then the ``__cause__`` of a bare ``Exception``.
+    """
+
+    def __call__(self, exported_program: ExportedProgram, override_verifiers: Any = None) -> ExportedProgramPassResult:
+        try:
+            return super().__call__(exported_program, override_verifiers)
+        except Exception as wrapped:
+            if isinstance(wrapped.__cause__, GuardError):  # ExecuTorch's wrapper: hand over what the guard raised
+                raise wrapped.__cause__ from None
+            raise
+
+    def __iter__(self) -> Iterator[PassType]:
+        return iter(self.passes)
+
+    def __len__(self) -> int:
+        return len(self.passes)
+
+    def __getitem__(self, index: int) -> PassType:
+        return self.passes[index]
+
+    def __add__(self, passes: Iterable[PassType]) -> GuardPasses:
+        return GuardPasses([*self.passes, *passes])
+
+    def __repr__(self) -> str:
+        return f"GuardPasses([{', '.join(type(p).__name__ for p in self.passes)}])"
 
 
 def guard_passes(
@@ -20,8 +65,11 @@ def guard_passes(
     fold: bool = True,
     max_growth: float = DEFAULT_MAX_GROWTH,
     partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None = None,
-) -> list[ExportedProgramPassBase]:
-    """The default guard passes, in order, for ``transform_passes=guard_passes()``.
+) -> GuardPasses:
+    """The default guard passes, in order, for ``transform_passes=guard_passes()``: a
+    :class:`GuardPasses`, so that a guard's error reaches the caller unwrapped
+    (``except ConstantPlacementError``, or ``except InternalError``), with or without
+    partitioners.
 
     They run after ``to_edge`` and before any partitioner:
 
@@ -69,7 +117,7 @@ def guard_passes(
                 "wrap them with guard_partitioners([...]) and pass the same list to "
                 "to_edge_transform_and_lower(partitioner=...)"
             )
-    passes: list[ExportedProgramPassBase] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
+    passes: list[PassType] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
     if fold:
         passes.append(FoldConstantsPass(max_growth=max_growth))
-    return passes
+    return GuardPasses(passes)

@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from export_guards.compat import RuntimeMismatch, runtime_mismatch
 from export_guards.pte.context import PteContext
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
@@ -73,6 +74,8 @@ def check_pte(
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
             with a message naming it. A malformed file is never an exception: it is a finding.
         ValueError: ``runtime`` with more than one data file.
+        RuntimeMismatch: ``runtime``, and executorch's runtime cannot run with the installed
+            torch (it was built for a newer one): the one line says which it needs.
     """
     config = config or Settings()
     if isinstance(program, (bytearray, memoryview)):
@@ -80,6 +83,8 @@ def check_pte(
     if isinstance(data_files, (str, os.PathLike)):
         data_files = (data_files,)
     data_files = tuple(data_files)
+    if runtime and (mismatch := runtime_mismatch()) is not None:
+        raise RuntimeMismatch(mismatch)
     if runtime and len(data_files) > 1:
         raise ValueError(
             f"the runtime smoke run loads one data file (executorch.runtime takes one data_path); {len(data_files)} were given"

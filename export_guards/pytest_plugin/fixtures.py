@@ -4,6 +4,7 @@ failure of theirs in a few lines, out of the ``except`` block, through ``_eg_fai
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, final
 
 import pytest
 
-from export_guards.pytest_plugin.options import with_overrides
+from export_guards.pytest_plugin.options import with_keywords
 from export_guards.pytest_plugin.quiet import import_runtime, is_library_module, libraries_kept_quiet
 from export_guards.settings import Settings
 
@@ -37,7 +38,7 @@ class ExportCheck:
 
     export: GuardedExport
     pte: bytes
-    comparisons: list[list[OutputError]] = field(default_factory=list)  # per input set, per output
+    comparisons: list[list[OutputError]] = field(default_factory=list)  # per input set, then per step; per output
 
     @property
     def report(self) -> Report:
@@ -52,43 +53,62 @@ class ExportCheck:
 
 @pytest.fixture
 def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExport]:
-    """``guarded_export(model, example_inputs, **settings) -> GuardedExport``: export with
-    the guards (placement, fold, lint before and after partitioning). Never fails the test."""
+    """``guarded_export(model, example_inputs, *, dynamic_shapes=None, strict=None, **settings)
+    -> GuardedExport``: export with the guards (placement, fold, lint before and after
+    partitioning); ``dynamic_shapes`` and ``strict`` as torch.export takes them. Never fails the test."""
 
-    def run(model: torch.nn.Module, example_inputs: Sequence[object], **overrides: Any) -> GuardedExport:
-        settings = with_overrides(export_guards_settings, overrides, "guarded_export")
+    def run(model: torch.nn.Module, example_inputs: Sequence[object], *, dynamic_shapes: Any = None, strict: bool | None = None, **overrides: Any) -> GuardedExport:
+        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("dynamic_shapes", "strict"))
         with libraries_kept_quiet():
-            return _export(settings, model, example_inputs)
+            return _export(settings, model, example_inputs, dynamic_shapes, strict)
 
     return run
 
 
 @pytest.fixture
 def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoReturn]) -> Callable[..., ExportCheck]:
-    """``check_export(model, example_inputs, *, extra_inputs=(), atol=1e-5, rtol=1e-5,
-    **settings) -> ExportCheck``: export with the guards, fail on lint findings at the fail
-    level, run the ``.pte`` in ``executorch.runtime`` on the example inputs and each set of
-    ``extra_inputs``, and fail on any output that differs from eager beyond atol / rtol."""
+    """``check_export(model, example_inputs=None, *, steps=(), extra_inputs=(), dynamic_shapes=None,
+    strict=None, atol=1e-5, rtol=1e-5, **settings) -> ExportCheck``: export with the guards
+    (``dynamic_shapes`` and ``strict`` as torch.export takes them), fail on lint findings at
+    the fail level, run the ``.pte`` in ``executorch.runtime`` and fail on any output that
+    differs from eager beyond atol / rtol. The example inputs and each set of ``extra_inputs``
+    run on a freshly loaded program, and eagerly on a fresh copy of the model; ``steps`` run in
+    order through one loaded method, and eagerly through one copy, compared step by step (a
+    model with state: a decoder's prefill, then its decode steps). Without ``example_inputs``
+    the export takes the first step's. The caller's model is never run. Where executorch's
+    runtime cannot run with the installed torch, the test skips at the run, saying in one line
+    which torch it needs."""
     import torch
 
     with libraries_kept_quiet():
         from export_guards.render import render_text
         from export_guards.targets import StepFailed
-        from export_guards.testing.compare import compare_outputs, input_differences, run_pte
+        from export_guards.compat import RuntimeMismatch
+        from export_guards.testing.compare import LoadedMethod, compare_outputs, input_differences, mutable_buffers
 
         import_runtime()
 
     def check(
         model: torch.nn.Module,
-        example_inputs: Sequence[object],
+        example_inputs: Sequence[object] | None = None,
         *,
+        steps: Sequence[Sequence[object]] = (),
         extra_inputs: Sequence[Sequence[object]] = (),
+        dynamic_shapes: Any = None,
+        strict: bool | None = None,
         atol: float = 1e-5,
         rtol: float = 1e-5,
         **overrides: Any,
     ) -> ExportCheck:
-        settings = with_overrides(export_guards_settings, overrides, "check_export")
-        result = _failed_or(lambda: _export_in_steps(settings, model, example_inputs))
+        settings = with_keywords(export_guards_settings, overrides, "check_export", _OWN_KEYWORDS)
+        if example_inputs is None and not steps:
+            pytest.fail("export-guards: check_export(model, example_inputs) needs the example inputs, or steps=[...]", pytrace=False)
+        runs = [] if example_inputs is None else [("example inputs", [example_inputs])]
+        runs += [(f"extra inputs #{i}", [inputs]) for i, inputs in enumerate(extra_inputs)]
+        runs += [("steps", list(steps))] if steps else []
+        pristine = copy.deepcopy(model)  # the state the program starts from, for each eager run
+        inputs = steps[0] if example_inputs is None else example_inputs
+        result = _failed_or(lambda: _export_in_steps(settings, model, inputs, dynamic_shapes, strict))
         if isinstance(result, StepFailed):  # failed here, out of the except block: no chained tracebacks
             _eg_fail(_step_failed(result), _failed_report(result))
         failing = result.report.at_least(settings.fail_level)
@@ -111,28 +131,60 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
                 result.report + checked,
                 pte,
             )
+        state = mutable_buffers(result.program)
         comparisons = []
-        for label, inputs in [("example inputs", example_inputs), *((f"extra inputs #{i}", x) for i, x in enumerate(extra_inputs))]:
-            with torch.no_grad():
-                eager = model(*inputs)
-            actual = _ran(lambda: run_pte(pte, inputs))
-            if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
-                _eg_fail(_run_failed(label, actual, input_differences(result.program, inputs)), result.report + checked, pte)
-            errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
-            comparisons.append(errors)
-            if not all(e.within for e in errors):
-                lines = "\n".join(f"  {e}" for e in errors)
-                _eg_fail(
-                    f"export-guards: the .pte's outputs differ from eager on the {label} "
-                    f"(atol={atol}, rtol={rtol}, {settings.recipe or settings.backend}):\n{lines}\n"
-                    "A common cause: torch.export specialised a branch or a shape on the example "
-                    "inputs; pass inputs that take the other paths as extra_inputs.",
-                    result,
-                    pte,
-                )
+        for run, sequence in runs:
+            eager_model, method = copy.deepcopy(pristine), None  # both from the state before any call
+            for index, inputs in enumerate(sequence):
+                label = f"step #{index}" if run == "steps" else run
+                with torch.no_grad():
+                    eager = eager_model(*inputs)
+                method = method or _ran(lambda: LoadedMethod(pte))
+                actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
+                if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
+                    pytest.skip(str(actual))
+                if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
+                    _eg_fail(_run_failed(label, actual, input_differences(result.program, inputs)), result.report + checked, pte)
+                errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
+                comparisons.append(errors)
+                if not all(e.within for e in errors):
+                    lines = "\n".join(f"  {e}" for e in errors)
+                    _eg_fail(
+                        f"export-guards: the .pte's outputs differ from eager on the {label} "
+                        f"(atol={atol}, rtol={rtol}, {settings.recipe or settings.backend}):\n{lines}\n"
+                        + (_state_advice(state, run == "steps", index) if state else _SPECIALISED),
+                        result,
+                        pte,
+                    )
         return ExportCheck(result, pte, comparisons)
 
     return check
+
+
+_OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "dynamic_shapes", "strict", "atol", "rtol")
+
+_SPECIALISED = (
+    "A common cause: torch.export specialised a branch or a shape on the example "
+    "inputs; pass inputs that take the other paths as extra_inputs."
+)
+
+
+def _state_advice(buffers: Sequence[str], stepped: bool, index: int) -> str:
+    """Why a program that keeps state (writes ``buffers``) may differ from eager: its state, not its shapes."""
+    named = ", ".join(buffers[:4]) + (f" and {len(buffers) - 4} more" if len(buffers) > 4 else "")
+    said = f"The program keeps state between calls in {len(buffers)} mutable buffer(s) ({named}). "
+    if not stepped:
+        return said + (
+            "Each set of inputs runs on a freshly loaded program and eagerly on a fresh copy of the model, both "
+            "from the model's state before export; inputs that follow earlier calls (a decode step after a "
+            "prefill) go in steps=[...], run in order through one loaded method."
+        )
+    before = f"steps #0 to #{index - 1} matched, so " if index else ""
+    return said + (
+        f"The steps run in order through one loaded method and eagerly through one copy of the model: {before}"
+        "the state the program carries differs from eager's: its starting values (the program starts a "
+        "mutable buffer from zeros, EG308) or what a step writes."
+    )
 
 
 @pytest.fixture
@@ -177,19 +229,19 @@ def eg_device(request: pytest.FixtureRequest) -> torch.device:
     return torch.device(request.param)
 
 
-def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object]) -> GuardedExport:
+def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None) -> GuardedExport:
     """``export_with_guards`` with ``settings``."""
     from export_guards.pipeline import export_with_guards
 
-    return export_with_guards(model, tuple(example_inputs), config=settings)
+    return export_with_guards(model, tuple(example_inputs), config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
-def _export_in_steps(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object]) -> GuardedExport:
+def _export_in_steps(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None) -> GuardedExport:
     """``export_with_guards`` with ``settings``, a step at a time: a step that fails raises a
     ``StepFailed`` that names it, its innermost cause and the line of the model's file."""
     from export_guards.pipeline import export_in_steps
 
-    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model))
+    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model), dynamic_shapes=dynamic_shapes, strict=strict)
 
 
 def _failed_or(run: Callable[[], _T], step: str = "", source: Path | None = None) -> _T | StepFailed:
@@ -226,7 +278,8 @@ def _run_failed(label: str, error: BaseException, differences: Sequence[str]) ->
     if differences:
         return (
             f"{said}\n" + "\n".join(f"  {d}" for d in differences[:8]) + "\ntorch.export fixes shapes (and branches on "
-            "them) to the example inputs': export with dynamic_shapes, or give inputs of the exported shapes."
+            "them) to the example inputs': export with dynamic_shapes (check_export(..., dynamic_shapes=...), or "
+            "a factory's third item), or give inputs of the exported shapes."
         )
     return (
         f"{said}\nThe inputs have the exported shapes and dtypes, and the program check found nothing at the fail "

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
 from export_guards.settings import BACKENDS, Settings
 
-__all__ = ["export_guards_settings", "pytest_addoption", "pytest_configure", "pytest_generate_tests", "with_overrides"]
+__all__ = ["export_guards_settings", "pytest_addoption", "pytest_configure", "pytest_generate_tests", "with_keywords", "with_overrides"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -80,7 +80,19 @@ def export_guards_settings(request: pytest.FixtureRequest) -> Settings:
 
 
 def with_overrides(settings: Settings, overrides: dict[str, Any], where: str) -> Settings:
-    return _checked(lambda: settings.updated(overrides, where))
+    """``settings`` with the marker's keywords (Python names, ``fail_level``); a bad one is a usage error."""
+    return _checked(lambda: settings.updated(overrides, where, keywords=()))
+
+
+def with_keywords(settings: Settings, overrides: dict[str, Any], fixture: str, own: Iterable[str]) -> Settings:
+    """``settings`` with a fixture call's keywords (Python names, ``fail_level``). A bad one fails
+    the test in a line that names it and what ``fixture`` accepts (its ``own`` keywords too),
+    without the plugin's traceback: the mistake is in the test's call, not in the plugin."""
+    try:
+        return settings.updated(overrides, f"the {fixture}(...) call", keywords=own)
+    except ValueError as error:
+        said = str(error)
+    pytest.fail(f"export-guards: {said}", pytrace=False)
 
 
 def _checked(make: Callable[[], Settings]) -> Settings:

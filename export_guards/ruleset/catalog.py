@@ -95,6 +95,15 @@ _RULES = (
         done=("constant folded", "constants folded"),
     ),
     Rule(
+        "EG202",
+        "parametrization-folded",
+        Severity.INFO,
+        "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
+        _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
+        "action",
+        done=("reparametrized weight folded", "reparametrized weights folded"),
+    ),
+    Rule(
         "EG203",
         "fold-declined",
         Severity.INFO,
@@ -106,15 +115,6 @@ _RULES = (
         "--fold-max-growth, or guard_passes(max_growth=...).",
         "action",
         done=("fold declined", "folds declined"),
-    ),
-    Rule(
-        "EG202",
-        "parametrization-folded",
-        Severity.INFO,
-        "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
-        _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
-        "action",
-        done=("reparametrized weight folded", "reparametrized weights folded"),
     ),
     Rule(
         "EG210",
@@ -201,12 +201,12 @@ _RULES = (
         "EG308",
         "buffer-initial-value-dropped",
         Severity.ERROR,
-        "A buffer the program writes in place starts from a value other than zeros, and "
-        "to_executorch writes only its shape and dtype: the program starts it from zeros, so its "
-        "first calls differ from eager (to_executorch warns only in Python).",
-        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass"
-        "([\"<buffer>\"])])), with InitializedMutableBufferPass from "
-        "executorch.exir.passes.init_mutable_pass; or start the buffer at zeros.",
+        "A buffer the program writes in place starts from a value other than zeros that changes "
+        "what it computes, and to_executorch writes only its shape and dtype: the program starts "
+        "it from zeros, so its outputs differ from eager (to_executorch warns only in Python). A "
+        "value the program overwrites or masks (a KV cache left over from an eager call) is no finding.",
+        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
+        "with keep_initial_values from export_guards; or start the buffer at zeros.",
         "program",
     ),
     Rule(
@@ -228,7 +228,8 @@ _RULES = (
         "runtime refuses another shape (\"Attempted to resize a static tensor\") and reads "
         "another dim order's bytes as this one's.",
         "Where a batch or sequence dimension should vary, export with dynamic_shapes "
-        "(torch.export.Dim); give the method tensors of the stated dim order.",
+        "(torch.export.Dim): a factory's third item, or check_export(..., dynamic_shapes=...); give "
+        "the method tensors of the stated dim order.",
         "program",
     ),
     Rule(
@@ -251,6 +252,17 @@ _RULES = (
         "partitioned",
     ),
     Rule(
+        "EG403",
+        "op-not-delegated",
+        Severity.INFO,
+        "An op other than a conv / linear / matmul was left outside every delegate: it runs "
+        "on the runtime's own kernels, which must have it (EG521 says when they do not).",
+        "Where the partitioner's reason names something you can change (a dtype, a shape, an "
+        "argument), change it; else keep the op portable, or rewrite it with ops the delegate "
+        "takes.",
+        "partitioned",
+    ),
+    Rule(
         "EG404",
         "constant-stored-twice",
         Severity.INFO,
@@ -262,17 +274,6 @@ _RULES = (
         "kernels cannot read, so both copies must stay while both readers do. To store it once, "
         "let one side take every reader (a delegate that runs the other op too), or untie the "
         "weights and quantize the one the delegate reads.",
-        "partitioned",
-    ),
-    Rule(
-        "EG403",
-        "op-not-delegated",
-        Severity.INFO,
-        "An op other than a conv / linear / matmul was left outside every delegate: it runs "
-        "on the runtime's own kernels, which must have it (EG521 says when they do not).",
-        "Where the partitioner's reason names something you can change (a dtype, a shape, an "
-        "argument), change it; else keep the op portable, or rewrite it with ops the delegate "
-        "takes.",
         "partitioned",
     ),
     Rule(

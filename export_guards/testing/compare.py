@@ -11,7 +11,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-__all__ = ["OutputError", "compare_outputs", "input_differences", "runtime_error_text", "run_pte"]
+from export_guards.analysis.programs import mutated_constants
+from export_guards.compat import RuntimeMismatch, runtime_mismatch
+
+__all__ = ["LoadedMethod", "OutputError", "compare_outputs", "input_differences", "mutable_buffers", "runtime_error_text", "run_pte"]
 
 
 @final
@@ -36,12 +39,46 @@ class OutputError:
         )
 
 
-def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> list[object]:
-    """Load ``pte`` with ``executorch.runtime`` and run ``method`` on ``inputs`` (moved to the CPU)."""
-    from executorch.runtime import Runtime
+@final
+class LoadedMethod:
+    """One method of a program, loaded once by ``executorch.runtime``: each call sees the state
+    (mutable buffers, such as a KV cache) that the calls before it left, as a model's eager calls do.
 
-    flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
-    return list(Runtime.get().load_program(pte).load_method(method).execute(flat))
+    Raises:
+        RuntimeMismatch: the runtime cannot run with the installed torch (one line: which
+            torch it needs, which is installed), before the run or instead of its C++ trace.
+    """
+
+    def __init__(self, pte: bytes, method: str = "forward") -> None:
+        from executorch.runtime import Runtime
+
+        mismatch = runtime_mismatch()
+        if mismatch is not None:
+            raise RuntimeMismatch(mismatch)
+        self._program = Runtime.get().load_program(pte)  # kept: the method's memory is the program's
+        self._method = self._program.load_method(method)
+
+    def __call__(self, inputs: Sequence[object]) -> list[object]:
+        """Run the method on ``inputs`` (flattened as torch.export flattens them, moved to the CPU)."""
+        flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
+        try:
+            return list(self._method.execute(flat))
+        except RuntimeError as error:
+            mismatch = runtime_mismatch(str(error))  # a pair the table does not know, told by its failure
+            if mismatch is not None:
+                raise RuntimeMismatch(mismatch) from None
+            raise
+
+
+def run_pte(pte: bytes, inputs: Sequence[object], method: str = "forward") -> list[object]:
+    """Load ``pte`` with ``executorch.runtime`` and run ``method`` once on ``inputs`` (moved to
+    the CPU); ``RuntimeMismatch`` as :class:`LoadedMethod`."""
+    return LoadedMethod(pte, method)(inputs)
+
+
+def mutable_buffers(program: ExportedProgram) -> list[str]:
+    """The buffers ``program`` writes (its state between calls), by their names in the model."""
+    return sorted(mutated_constants(program) & set(program.graph_signature.buffers))
 
 
 def runtime_error_text(error: BaseException) -> str:

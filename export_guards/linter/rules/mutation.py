@@ -8,6 +8,7 @@ import torch
 from torch.export.graph_signature import OutputKind
 from torch.fx import Node
 
+from export_guards.analysis.initial_state import initial_values_that_matter
 from export_guards.analysis.ops import writer
 from export_guards.analysis.programs import ConstantKind
 from export_guards.linter.context import LintContext
@@ -24,23 +25,34 @@ def parameter_mutated(context: LintContext) -> Iterator[Hit]:
 
 @rule("EG308")
 def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
-    for constant in context.constants.values():
-        if constant.kind is not ConstantKind.MUTABLE_BUFFER or not _has_data(constant.tensor):
+    started = {
+        constant.fqn: constant
+        for constant in context.constants.values()
+        if constant.kind is ConstantKind.MUTABLE_BUFFER and _has_data(constant.tensor) and bool(torch.count_nonzero(constant.tensor))
+    }  # a cache that starts at zeros is what the program starts from too
+    if not started:
+        return
+    # Only where the value changes what the program computes: a stale cache that the call
+    # overwrites, or reads only under a mask, gives the same outputs from zeros.
+    evidence = initial_values_that_matter(context.program, started)
+    for fqn, constant in started.items():
+        if evidence is not None and fqn not in evidence:
             continue
         tensor = constant.tensor
-        nonzero = int(torch.count_nonzero(tensor))
-        if nonzero == 0:
-            continue  # a cache that starts at zeros: what the program starts from too
-        pattern = constant.fqn.replace(".", "_")  # a substring of its placeholder's name, as the pass matches
+        said = (
+            f"on the example inputs its outputs differ from eager's by up to {evidence[fqn]:.3g}"
+            if evidence is not None
+            else "its first calls may differ from eager's (the program keeps no example inputs to tell)"
+        )
         yield Hit(
-            f"buffer '{constant.fqn}' ({str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}, "
-            f"{nonzero} of {tensor.numel()} elements nonzero) is written in place: the program starts it from zeros",
+            f"buffer '{fqn}' ({str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}, "
+            f"{int(torch.count_nonzero(tensor))} of {tensor.numel()} elements nonzero) is written in place, and the "
+            f"program drops that value (it starts the buffer from zeros): {said}",
             _written_by(context, constant.node),
-            constant.fqn,
+            fqn,
             fix=(
-                "keep its value: to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass"
-                f"([{pattern!r}])])) (from executorch.exir.passes.init_mutable_pass import "
-                "InitializedMutableBufferPass); or start the buffer at zeros"
+                f"keep its value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values({fqn!r})])) "
+                "(from export_guards import keep_initial_values); or start the buffer at zeros"
             ),
         )
 

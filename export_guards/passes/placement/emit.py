@@ -19,7 +19,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from export_guards.errors import GuardError
 from export_guards.passes.placement.host_copy import host_constants, host_graph
 from export_guards.passes.placement.messages import placement_error
-from export_guards.passes.placement.plan import check_policy, plan_placement
+from export_guards.passes.placement.plan import EMITTER, check_policy, plan_placement
 from export_guards.passes.result import GuardGraphPassResult
 from export_guards.report import Report
 from export_guards.settings import PlacementPolicy
@@ -107,7 +107,7 @@ class EmitPlacementPass(PassBase):
                 "check_constant_placement(program)",
                 Report(),
             )
-        plan = plan_placement(None, program, self.policy)
+        plan = plan_placement(None, program, self.policy, reader=EMITTER)
         if plan.stops:
             raise placement_error(plan.stops)
         if not plan.to_copy:

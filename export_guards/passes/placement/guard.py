@@ -17,6 +17,7 @@ from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
 from export_guards.analysis.programs import Program, methods_of
+from export_guards.errors import ConstantPlacementError
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.plan import check_policy, plan_placement
 from export_guards.passes.result import GuardPassResult
@@ -89,11 +90,14 @@ def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P
 class ConstantPlacementPass(ExportedProgramPassBase):
     """The placement guard as an ExecuTorch pass over one ``ExportedProgram``.
 
-    Put it in ``to_edge_transform_and_lower(..., transform_passes=[ConstantPlacementPass()])``
-    to stop a misplaced constant before a partitioner's preprocess reads it, or call it on a
-    program: ``ConstantPlacementPass("copy")(ep).exported_program``. ExecuTorch's pass manager
-    re-raises a pass's error as a plain ``Exception`` naming the pass; the
-    ``ConstantPlacementError`` is its ``__cause__``.
+    Hand it to ``to_edge_transform_and_lower(..., transform_passes=...)`` in a
+    :class:`~export_guards.GuardPasses` (``guard_passes(fold=False)`` is one holding it alone)
+    to stop a misplaced constant before a partitioner's preprocess reads it: its
+    ``ConstantPlacementError`` reaches the caller as raised. In a plain list, ExecuTorch's pass
+    manager re-raises it as a bare ``Exception`` naming the pass by its class's name, which a
+    call that stops names after each constant and its device (until the next call); the
+    ``ConstantPlacementError`` is that exception's ``__cause__``. Or call it on a program:
+    ``ConstantPlacementPass("copy")(ep).exported_program``.
 
     Args:
         policy: ``"error"`` or ``"copy"``, as for :func:`guard_constant_placement`.
@@ -120,5 +124,22 @@ class ConstantPlacementPass(ExportedProgramPassBase):
         self.defer_device_constants = defer_device_constants
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
+        self.__class__ = getattr(type(self), "_named_from", type(self))  # a failed call's name is not kept
         plan = plan_placement(self.method, exported_program, self.policy, defer_device_constants=self.defer_device_constants)
-        return plan.carried_out(exported_program)
+        try:
+            return plan.carried_out(exported_program)
+        except ConstantPlacementError as error:
+            # In a plain transform_passes list, ExecuTorch's pass manager re-raises this as a
+            # bare Exception whose message names the pass by its class's name, and nothing
+            # else: this call's class is named after the constants, so that that line names
+            # each one and its device too.
+            self.__class__ = _named_after(type(self), error.report)
+            raise
+
+
+def _named_after(cls: type[ConstantPlacementPass], stops: Report) -> type[ConstantPlacementPass]:
+    """A subclass of ``cls`` whose name lists ``stops``' constants, each with why the host
+    cannot read it (its device)."""
+    listed = "; ".join(f"{f.code} {f.message}" for f in stops.errors)
+    name = f"{cls.__name__}, which stopped {len(stops.errors)} constant{'s' * (len(stops.errors) != 1)}: {listed}"
+    return type(name, (cls,), {"_named_from": cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__})

@@ -40,6 +40,7 @@ def host_twin(ep: ExportedProgram, moving: Sequence[ProgramConstant]) -> Exporte
     moved = ep._update(_moved_graph(ep.graph_module, moving), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
     twin = _transform(moved, ExportPass())  # the retrace, and the signature that follows its names
     _keep_input_names(ep.graph_module, twin.graph_module, twin.graph_signature)
+    _keep_requires_grad(ep.graph_module, twin.graph_module)
     if ep.example_inputs is not None:
         twin._example_inputs = pytree.tree_map_only(torch.Tensor, _on_host, ep.example_inputs)
     return twin
@@ -67,6 +68,7 @@ def host_graph(graph_module: GraphModule, moving: Sequence[ProgramConstant]) -> 
     buffer write-backs)."""
     retraced = ExportPass()(_moved_graph(graph_module, moving)).graph_module
     _keep_input_names(graph_module, retraced)
+    _keep_requires_grad(graph_module, retraced)
     return retraced
 
 
@@ -112,6 +114,35 @@ def _keep_input_names(source: GraphModule, retraced: GraphModule, signature: Exp
         if isinstance(spec.arg, TensorArgument) and spec.arg.name in renamed:
             spec.arg = TensorArgument(name=renamed[spec.arg.name])
     retraced.recompile()
+
+
+def _keep_requires_grad(source: GraphModule, retraced: GraphModule) -> None:
+    """Give each node of ``retraced`` (and of its subgraphs) the ``requires_grad`` of
+    ``source``'s node of that name, which the retrace keeps. A retrace propagates the flag from
+    the parameters' placeholders to every node computed from them (and, through an in-place
+    write, to a buffer's placeholder), where torch.export and to_edge left it off; the emitter
+    writes it into the program table, so a folded parameter or a planned tensor made from
+    such a node would differ from the CPU export's."""
+    sources = {path: module for path, module in source.named_modules() if isinstance(module, GraphModule)}
+    for path, module in retraced.named_modules():
+        if not isinstance(module, GraphModule) or path not in sources:
+            continue
+        before = {node.name: node.meta.get("val") for node in sources[path].graph.nodes}
+        for node in module.graph.nodes:
+            values, spec = pytree.tree_flatten(node.meta.get("val"))
+            was = pytree.tree_leaves(before.get(node.name))
+            if len(values) != len(was):
+                continue
+            kept = [_with_requires_grad(value, old) for value, old in zip(values, was, strict=True)]
+            if any(k is not v for k, v in zip(kept, values, strict=True)):
+                node.meta["val"] = pytree.tree_unflatten(kept, spec)
+
+
+def _with_requires_grad(value: object, source: object) -> object:
+    """``value``, or a detached alias of it with ``source``'s ``requires_grad`` where the two differ."""
+    if isinstance(value, torch.Tensor) and isinstance(source, torch.Tensor) and value.requires_grad != source.requires_grad:
+        return value.detach().requires_grad_(source.requires_grad)
+    return value
 
 
 def _on_host(tensor: torch.Tensor) -> torch.Tensor:

@@ -138,10 +138,16 @@ def _findings(placed: Iterable[Placed]) -> Report:
 
 
 def plan_placement(
-    method: str | None, ep: ExportedProgram, policy: PlacementPolicy = "error", *, defer_device_constants: bool = False
+    method: str | None,
+    ep: ExportedProgram,
+    policy: PlacementPolicy = "error",
+    *,
+    defer_device_constants: bool = False,
+    reader: str | None = None,
 ) -> PlacementPlan:
     """The plan for ``ep`` where no partitioner has said who reads what: before partitioning
-    (a torch.export or edge program) or at emission.
+    (a torch.export or edge program) or at emission (``reader=EMITTER``: what is left in the
+    program, the emitter reads).
 
     A constant without data stops the export, whatever the policy: there are no bytes to read
     or to copy. One in device memory is copied with ``policy="copy"`` (unless some constant
@@ -162,7 +168,7 @@ def plan_placement(
             return "defer"
         return "stop"
 
-    return PlacementPlan(method, tuple(Placed(c, problem, action(problem)) for c, problem in unreadable))
+    return PlacementPlan(method, tuple(Placed(c, problem, action(problem), reader) for c, problem in unreadable))
 
 
 def plan_partition(result: PartitionResult, trusted: frozenset[str], *, emitter: PlacementPolicy | None) -> PlacementPlan:

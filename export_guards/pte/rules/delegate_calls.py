@@ -162,12 +162,26 @@ def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[in
                 f"{what}: the graph computes shape {list(computed)} for it from the program's inputs, and the "
                 f"tensor's shape is fixed at {list(physical)} (in memory order): the runtime cannot resize it and fails the call"
             )
-        elif not followed and physical is not None and tensor.shape_dynamism == TensorShapeDynamism.STATIC and physical != value.dims:
+        elif (
+            not followed
+            and physical is not None
+            and tensor.shape_dynamism == TensorShapeDynamism.STATIC
+            and physical != tuple(value.dims)
+            and not (value.value_id not in outputs and _scalar_alike(physical, value.dims))
+        ):
             yield Problem(
                 f"{what}: the tensor's shape {list(physical)} (in memory order) is not the graph's {list(value.dims)}. "
                 f"The runtime reshapes the graph to the program's tensors, so this runs as built only if the graph's shape is the damaged one",
                 Severity.WARNING,
             )
+
+
+def _scalar_alike(physical: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    """A 0-d tensor bound to a graph input of one element (``[1]``), or the other way round: the
+    runtime reshapes the input to the tensor's own dims, and XNNPACK takes a 0-d value and a
+    one-element one alike (the XNNPACK backend writes a 0-d value as ``[1]``; the dynamic
+    programs that slice a position to a scalar run and match eager at every size)."""
+    return (not physical or not dims) and math.prod(physical) == math.prod(dims) == 1
 
 
 def _layout_fix(bound: list[XnnValue], tensors: dict[int, tuple[int, Tensor]]) -> str | None:
