@@ -25,8 +25,6 @@ from export_guards.cli.reporting import (
     with_factory_location,
 )
 from export_guards.cli.signals import Interrupts
-from export_guards.pte.rules.availability import runtime_lacks_kernel
-from export_guards.pte.smoke import SmokeWorker
 from export_guards.report import Severity
 from export_guards.ruleset import without_symptoms
 from export_guards.settings import Settings
@@ -101,6 +99,10 @@ def _lint(
     fold = "on" if settings.fold else "off"
     runs = args.run and against is None  # a program for another runtime (--kernels) is not judged by this one's run
     progress(args, f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
+    # Imported here: the rest of the command (its usage errors, `rules`) answers without ExecuTorch.
+    from export_guards.pte.rules.availability import runtime_lacks_kernel
+    from export_guards.pte.smoke import SmokeWorker
+
     # the run's child starts now: its import of the runtime overlaps the export
     with stdout_to_stderr(), SmokeWorker() if runs else contextlib.nullcontext() as worker:  # stdout carries only the report, whatever the model prints
         with steps("loading ExecuTorch"):
