@@ -111,10 +111,13 @@ def _lint(
         recipe_made_here(settings)
         try:
             with steps("building the model"):
-                model, inputs = load_target(target, arguments)
+                made = load_target(target, arguments)
         except TargetError as error:
             raise UsageError(str(error)) from None
-        result = export_in_steps(model, inputs, config=settings, source=target_file(target), each_step=steps)
+        model, inputs = made.model, made.inputs
+        result = export_in_steps(
+            model, inputs, config=settings, source=target_file(target), each_step=steps, dynamic_shapes=made.dynamic_shapes, strict=made.strict
+        )
         found, program = result.report, None
         if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
             with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
