@@ -258,6 +258,10 @@ def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[
     made = Exportable(*produced)
     if not isinstance(made.model, torch.nn.Module):
         raise StepFailed("building the model", f"{target} must return {_RETURNS}, an nn.Module first; got a {type(made.model).__name__}")
+    if made.dynamic_shapes is not None and not isinstance(made.dynamic_shapes, (dict, tuple, list)):
+        raise StepFailed(
+            "building the model", f"{target} must return {_RETURNS}; its dynamic_shapes is a {type(made.dynamic_shapes).__name__}, not a dict, tuple or list"
+        )
     if made.strict not in (None, True, False):
         raise StepFailed("building the model", f"{target} must return {_RETURNS}; its strict is a {type(made.strict).__name__}, not True or False")
     inputs = made.inputs

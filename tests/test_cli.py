@@ -419,7 +419,7 @@ def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
     ("factory", "message"),
     [
         ("raises", "building the model failed: raises() raised KeyError: 'linear'\n  at "),
-        ("three", "it returned a tuple of 3 items"),
+        ("three", "its dynamic_shapes is a str, not a dict, tuple or list"),
         ("exits", "building the model failed: the target called sys.exit(3)"),
     ],
 )
