@@ -464,7 +464,7 @@ def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran
     assert "raises() raised KeyError: 'linear'" in done.stderr and 'return weights["linear"]' in done.stderr
 
 
-@pytest.mark.slow  # two exports, each program run
+@pytest.mark.slow  # three exports, one program run
 def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Callable[..., Ran], tmp_path: Path) -> None:
     """``strict`` from the factory reaches torch.export: TorchDynamo traces the model only in a
     strict export, and the written program computes what that export traced."""
@@ -474,10 +474,14 @@ def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Cal
 
     for factory, expected in (("strict", 6.0), ("not_strict", 4.0)):  # 3 * 2 where traced by TorchDynamo, else 3 + 1
         pte = tmp_path / f"{factory}.pte"
-        done = cli("lint", f"{MODELS}:{factory}", "--pte", pte, "--backend", "portable")
+        # --no-run: the strict program differs from eager on purpose (checked below)
+        done = cli("lint", f"{MODELS}:{factory}", "--pte", pte, "--backend", "portable", "--no-run")
         assert done.returncode == 0, done.stderr
         (out,) = run_pte(pte.read_bytes(), (torch.full((3,), 3.0),))
         assert torch.equal(out, torch.full((3,), expected)), factory
+    # the lint's own run sees the strict trace part from eager (6 against 4) and writes nothing
+    ran = cli("lint", f"{MODELS}:strict", "--pte", tmp_path / "ran.pte", "--backend", "portable")
+    assert ran.returncode == 1 and "EG522" in ran.stdout and not (tmp_path / "ran.pte").exists(), ran.stdout
 
 
 @pytest.mark.slow  # two exports in child processes, twice
