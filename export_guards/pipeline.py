@@ -21,6 +21,8 @@ from export_guards.analysis.delegation import DelegationSummary, delegation_summ
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.outputs import output_mismatches
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
+from export_guards.analysis.programs import mutated_constants
+from export_guards.analysis.shape_bounds import inputs_at_bounds
 from export_guards.analysis.source import location_named_in, operator_sites
 from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
@@ -32,7 +34,7 @@ from export_guards.passes.placement import emit_passes, guard_partitioners, plan
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
-from export_guards.pte.smoke import SmokeWorker, smoke_test
+from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report
@@ -40,7 +42,7 @@ from export_guards.ruleset import RuleSet, describe_error, run, with_project_rul
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
-__all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+__all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "ProgramRuns", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
 WRITTEN_PROGRAM_RULES = PTE_RULES.without(RuleSet.of(portable))
 """The check of a guarded export's written program: EG520 (compute with no delegate) aside, since
@@ -114,6 +116,7 @@ class GuardedExport:
         config: Settings | None = None,
         timeout_s: float = 120.0,
         worker: SmokeWorker | None = None,
+        at_bounds: bool = True,
     ) -> Report:
         """Run ``pte``, this export's written program, on ``example_inputs`` in
         ``executorch.runtime``, in a child process (a crash is a finding), and compare each output
@@ -121,31 +124,125 @@ class GuardedExport:
         kernel that refused its call, the runtime's reason and the user's line that made the op;
         an output beyond the tolerance is EG522, with its largest difference and where.
 
+        Where the export has dynamic shapes (and ``at_bounds``), the program also runs at each
+        dynamic dimension's bounds, in the same child (:meth:`run_program_at_shapes`); a
+        finding there names the shape (``at length=64 (the upper bound)``).
+
         Eager is ``model`` itself; for a recipe, or a model off the host, the recipe's or the
         host's torch.export program (which a quantizing recipe has quantized: the reference of
         what the program computes). Outputs that eager does not repeat on a second run (a random
         op) are not compared. ``worker``: a child started ahead (:class:`SmokeWorker`, whose
         import of the runtime overlapped the export), else one starts now."""
+        return self.run_program_at_shapes(pte, model, example_inputs, config=config, timeout_s=timeout_s, worker=worker, at_bounds=at_bounds).report
+
+    def run_program_at_shapes(
+        self,
+        pte: bytes,
+        model: torch.nn.Module,
+        example_inputs: Sequence[object],
+        *,
+        config: Settings | None = None,
+        timeout_s: float = 120.0,
+        worker: SmokeWorker | None = None,
+        at_bounds: bool = True,
+    ) -> ProgramRuns:
+        """:meth:`run_program`, saying at which shapes the program ran.
+
+        The inputs at the bounds are the example inputs cropped or tiled along the dynamic
+        dimensions (:func:`~export_guards.analysis.shape_bounds.inputs_at_bounds`), each run on
+        the program loaded afresh and on eager from the state it had before the example's run
+        (its mutable buffers, a KV cache, put back). A bound where eager raises on those inputs
+        (they break a relation between sizes that the export assumed, or index past a table) is
+        not run: ``skipped`` says so. A bound's findings are reported only where the example
+        inputs ran clean: a program that fails on its example fails at its bounds for the same reason."""
         settings = config or Settings()
-        inputs = pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, list(example_inputs))
+        inputs = _on_host(list(example_inputs))
         on_host = all(t.device.type == "cpu" for t in [*pytree.tree_leaves(list(example_inputs)), *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor))
         reference = model if on_host and settings.recipe is None else self.program.module()
-        with torch.no_grad():
-            expected, again = reference(*inputs), reference(*inputs)
-        unsteady = frozenset(i for i, (a, b) in enumerate(zip(pytree.tree_leaves(expected), pytree.tree_leaves(again))) if not _same(a, b))
+        bounds = inputs_at_bounds(self.program, inputs) if at_bounds else []
+        state = _state_of(reference, self.program) if bounds else {}
+        runs: list[tuple[str, list[object], object, frozenset[int]]] = []
+        skipped: list[str] = []
+        for label, given in [("", inputs), *((b.label, b.inputs) for b in bounds)]:
+            try:
+                expected, unsteady = _eager(reference, given, state)
+            except Exception as error:
+                if not label:
+                    raise  # the example inputs are the user's own: their failure is theirs to see
+                skipped.append(f"{label}: eager raised {type(error).__name__}: {_first_line(error)}")
+                continue
+            runs.append((label, given, expected, unsteady))
+        quantized = any("quantize" in str(node.target) for node in self.program.graph.nodes)
         with tempfile.TemporaryDirectory(prefix="export-guards-run-") as scratch:
             folder = Path(scratch)
             (folder / "program.pte").write_bytes(pte)
-            torch.save(pytree.tree_leaves(inputs), folder / "inputs.pt")
-            ran = (worker.run if worker is not None else smoke_test)(
-                folder / "program.pte", (), timeout_s, name="the written program", inputs=str(folder / "inputs.pt"), outputs=str(folder / "outputs.pt")
-            )
-            if "ran forward" in ran.steps and (folder / "outputs.pt").is_file():
-                quantized = any("quantize" in str(node.target) for node in self.program.graph.nodes)
-                actual = torch.load(folder / "outputs.pt", weights_only=True)
-                ran = replace(ran, mismatches=tuple(output_mismatches(expected, actual, quantized=quantized, unsteady=unsteady)))
+            sets = []
+            for index, (label, given, _, _) in enumerate(runs):
+                torch.save(pytree.tree_leaves(given), folder / f"inputs-{index}.pt")
+                name = f"the written program at {label}" if label else "the written program"
+                sets.append(SmokeInputs(str(folder / f"inputs-{index}.pt"), str(folder / f"outputs-{index}.pt"), name))
+            with contextlib.nullcontext(worker) if worker is not None else SmokeWorker() as child:
+                done = child.run_each(folder / "program.pte", sets, timeout_s=timeout_s)
+            compared = []
+            for ran, (_, _, expected, unsteady), each in zip(done, runs, sets):
+                if "ran forward" in ran.steps and Path(each.outputs).is_file():
+                    actual = torch.load(each.outputs, weights_only=True)
+                    ran = replace(ran, mismatches=tuple(output_mismatches(expected, actual, quantized=quantized, unsteady=unsteady)))
+                compared.append(ran)
         locate = operator_sites(self.edge) if self.edge is not None else None
-        return run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name="the written program", locate=locate)
+        reports = [run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name=ran.program, locate=locate) for ran in compared]
+        report = reports[0]
+        if not report:  # else the bounds fail for the example's reason: said once
+            for at_bound in reports[1:]:
+                report += at_bound
+        shapes = ["the example inputs", *(label for label, *_ in runs[1:])]
+        return ProgramRuns(report, tuple(shapes[: len(done)]), tuple(skipped))
+
+
+@final
+@dataclass(frozen=True)
+class ProgramRuns:
+    """What :meth:`GuardedExport.run_program_at_shapes` found and where it ran.
+
+    Attributes:
+        report: the run's findings (EG511, EG522), each naming the shape where it happened.
+        shapes: the input sets the program ran on, in order: ``"the example inputs"``, then
+            each dynamic dimension's bound (``"length=64 (the upper bound)"``).
+        skipped: each bound not run, and why (``"length=64 (the upper bound): eager raised ..."``).
+    """
+
+    report: Report
+    shapes: tuple[str, ...]
+    skipped: tuple[str, ...] = ()
+
+
+def _on_host(inputs: list[object]) -> list[object]:
+    return pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, inputs)
+
+
+def _state_of(reference: torch.nn.Module, program: ExportedProgram) -> dict[str, torch.Tensor]:
+    """The buffers that ``program`` writes (a KV cache), as ``reference`` holds them now: put
+    back before each eager run, as the runtime starts each run from a freshly loaded program."""
+    state = {}
+    for name in sorted(mutated_constants(program) & set(program.graph_signature.buffers)):
+        with contextlib.suppress(AttributeError):
+            state[name] = reference.get_buffer(name).detach().clone()
+    return state
+
+
+def _eager(reference: torch.nn.Module, inputs: list[object], state: Mapping[str, torch.Tensor]) -> tuple[object, frozenset[int]]:
+    """``reference``'s outputs on ``inputs`` from ``state``, and the flat indices of those that
+    a second run does not repeat (a random op: not compared)."""
+    with torch.no_grad():
+        for name, value in state.items():
+            reference.get_buffer(name).copy_(value)
+        expected, again = reference(*inputs), reference(*inputs)
+    return expected, frozenset(i for i, (a, b) in enumerate(zip(pytree.tree_leaves(expected), pytree.tree_leaves(again))) if not _same(a, b))
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else "(no message)"
 
 
 def _same(first: object, second: object) -> bool:

@@ -193,3 +193,21 @@ def dynamic(shortest=1):
 def dynamic_out_of_range():
     """Shapes that contradict the example inputs: a length of 6, at least 8."""
     return dynamic(shortest=8)
+
+
+class _PaddedToEight(nn.Module):
+    """Right for the example's length only: a single-token fast path that torch.export cannot
+    see (it sizes the sequence symbolically), and a pad to 8 that turns negative past 8 (eager
+    crops, the runtime's kernel refuses)."""
+
+    def forward(self, x):
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        y = x * 3 if statically_known_true(x.shape[-1] == 1) else x * 2
+        return nn.functional.pad(y, (0, 8 - x.shape[-1]))
+
+
+def dynamic_wrong_at_bounds():
+    """Matches eager at its example length (6); differs at the least (1), fails at the most (64)."""
+    torch.manual_seed(0)
+    return _PaddedToEight(), (torch.randn(1, 6),), ({1: torch.export.Dim("length", min=1, max=64)},)

@@ -484,6 +484,17 @@ def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Cal
     assert ran.returncode == 1 and "EG522" in ran.stdout and not (tmp_path / "ran.pte").exists(), ran.stdout
 
 
+def test_the_lint_runs_a_dynamic_program_at_its_bounds(cli: Callable[..., Ran]) -> None:
+    """A program right at its example length only gets the finding at each bound where it goes
+    wrong, naming the shape (tests/test_llm.py: a clean one says where it ran)."""
+    wrong = cli("lint", f"{MODELS}:dynamic_wrong_at_bounds", "--format", "json")
+    found = {f["code"]: f for f in json.loads(wrong.stdout)["findings"] if f["code"] in ("EG511", "EG522")}
+    assert wrong.returncode == 1 and found.keys() == {"EG511", "EG522"}, wrong.stdout
+    assert found["EG522"]["message"].startswith("the written program at length=1 (the lower bound) ran, but output [0]")
+    assert "failed in the written program at length=64 (the upper bound): Check failed (pad[i] >= 0)" in found["EG511"]["message"]
+    assert found["EG511"]["location"]["source"] == "return nn.functional.pad(y, (0, 8 - x.shape[-1]))"
+
+
 @pytest.mark.slow  # two exports in child processes, twice
 def test_check_reproducible_exports_with_the_factorys_dynamic_shapes(cli: Callable[..., Ran]) -> None:
     done = cli("check", "--reproducible", f"{MODELS}:dynamic")

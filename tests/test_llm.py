@@ -194,7 +194,8 @@ def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_re
     model, _, dynamic_shapes = llm.prefill()
     for flow in ({}, {"recipe": "xnnpack_fp32"}):
         result = check_export(model, steps=llm.steps(4, 3), dynamic_shapes=dynamic_shapes, atol=1e-4, rtol=1e-4, **flow)
-        assert len(result.comparisons) == 4 and [c[0].shape for c in result.comparisons] == [(1, 4, 256), *[(1, 1, 256)] * 3]
+        # the steps, then the prefill at the length's bounds: one token, the whole cache
+        assert [c[0].shape for c in result.comparisons] == [(1, 4, 256), *[(1, 1, 256)] * 3, (1, 1, 256), (1, 32, 256)]
         assert not result.report.at_least(Severity.WARNING)
 
 
@@ -202,6 +203,9 @@ def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], 
     pte = tmp_path / "decoder.pte"
     ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    # the program ran at the example's 4 tokens, and at the length's bounds: one token, the whole cache
+    assert "ran the program on the example inputs and at length=1 (the lower bound), length=32 (the upper bound)" in ran.stderr
+    assert "matched eager on the example inputs and at the dynamic bounds length=1 and length=32" in ran.stdout, ran.stdout
     method = LoadedMethod(pte.read_bytes())
     eager = llm.decoder()
     for step in llm.steps(4, 3):  # the written program takes each length

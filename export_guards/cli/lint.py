@@ -131,14 +131,22 @@ def _lint(
             runs = runs and not unloadable
             if runs:
                 with steps("running the program (executorch.runtime)"):
-                    found = without_symptoms(found + result.run_program(program, model, inputs, config=settings, worker=worker))
+                    done = result.run_program_at_shapes(program, model, inputs, config=settings, worker=worker)
+                found = without_symptoms(found + done.report)
+                bounds = done.shapes[1:]
+                if bounds:  # a dynamic export: say where it ran besides the example
+                    progress(args, f"ran the program on the example inputs and at {', '.join(bounds)}", ongoing=False)
+                for skipped in done.skipped:
+                    progress(args, f"did not run the program at {skipped}", ongoing=False)
     if program is None:
         progress(args, "the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
         ran: tuple[str, ...] = ()
     else:
         delegation = result.delegation
         ran = ((delegation.stated(),) if delegation is not None and settings.backend != "portable" else ()) + (f"program {len(program):,} bytes",)
-        ran += ("ran in executorch.runtime and matched eager",) if runs else ()
+        if runs:
+            at = " and ".join(shape.partition(" (")[0] for shape in done.shapes[1:])
+            ran += ("ran in executorch.runtime and matched eager" + (f" on the example inputs and at the dynamic bounds {at}" if at else ""),)
     return Checked(target, with_factory_location(found, target), ran), program
 
 

@@ -2,7 +2,9 @@
 each method once on generated inputs. A crash there is a finding, never the checker's death.
 
 The child is ``export_guards.workers.runtime_smoke``: it prints one JSON line per step, so that
-the parent knows where a crash happened.
+the parent knows where a crash happened. A :class:`SmokeWorker` runs several input sets in one
+child (the lint's example inputs, then the inputs at each dynamic dimension's bounds): one
+:class:`SmokeRun` each.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
-__all__ = ["SmokeRun", "SmokeWorker", "StartedSmoke", "smoke_test", "start_smoke_test"]
+__all__ = ["MARKER", "SmokeInputs", "SmokeRun", "SmokeWorker", "StartedSmoke", "smoke_test", "start_smoke_test"]
 
 WORKER = "export_guards.workers.runtime_smoke"
+MARKER = "export-guards: input set"
+"""The line (and the run's number) the child writes to stderr before each run after the first:
+the runtime's log lines after it are that run's."""
 _KERNEL_CALL_FAILED = re.compile(r"KernelCall failed at instruction (\S+) in operator (\S+):\s")
 _CHECK_FAILED = re.compile(r"(Check failed \(.*\):.*)$")
 
@@ -76,6 +81,18 @@ class SmokeRun:
         return None
 
 
+@final
+@dataclass(frozen=True)
+class SmokeInputs:
+    """One run of ``forward`` in a :class:`SmokeWorker`: its inputs (a list saved with
+    ``torch.save``), where the child saves its outputs, and how findings name the program run
+    on them (``the written program at length=64 (the upper bound)``)."""
+
+    inputs: str
+    outputs: str
+    name: str
+
+
 def smoke_test(
     program: str | os.PathLike[str],
     data_files: Sequence[str] = (),
@@ -103,13 +120,18 @@ class StartedSmoke:
     def result(self, job: str | None = None) -> SmokeRun:
         """Hand the child ``job`` on stdin (a :class:`SmokeWorker`'s), wait for it (until its
         time limit, counted from its start) and describe what happened."""
+        return self.results(job, [self._name])[0]
+
+    def results(self, job: str | None, names: Sequence[str]) -> tuple[SmokeRun, ...]:
+        """:meth:`result` of a job of several runs, named ``names``: one :class:`SmokeRun` for
+        each run the child started (the first always), in order."""
         try:
             stdout, stderr = self._process.communicate(job, timeout=max(0.0, self._deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self._process.kill()
-            stdout, _ = self._process.communicate()
-            return SmokeRun(self._name, _steps(stdout or ""), timed_out=True)
-        return _described(self._name, self._process.returncode, stdout, stderr)
+            stdout, stderr = self._process.communicate()
+            return _described(names, 0, stdout or "", stderr or "", timed_out=True)
+        return _described(names, self._process.returncode, stdout, stderr)
 
 
 def start_smoke_test(
@@ -151,8 +173,21 @@ class SmokeWorker:
         outputs: str | None = None,
     ) -> SmokeRun:
         """:func:`smoke_test` in this worker (once: it serves one program)."""
-        job = {"program": os.fspath(program), "data": data_files[0] if data_files else None, "inputs": inputs, "outputs": outputs or (os.devnull if inputs else None)}
+        runs = [SmokeInputs(inputs, outputs or os.devnull, name or os.fspath(program))] if inputs is not None else []
+        if runs:
+            return self.run_each(program, runs, data_files, timeout_s)[0]
+        job = {"program": os.fspath(program), "data": data_files[0] if data_files else None}
         return StartedSmoke(self._process, name or os.fspath(program), timeout_s).result(json.dumps(job) + "\n")
+
+    def run_each(self, program: str | os.PathLike[str], runs: Sequence[SmokeInputs], data_files: Sequence[str] = (), timeout_s: float = 120.0) -> tuple[SmokeRun, ...]:
+        """Load ``program`` once in this worker and run ``forward`` on each of ``runs`` in turn,
+        each after the first on the program loaded afresh (no state carries over), within
+        ``timeout_s`` a run; a crash ends the runs after it. One :class:`SmokeRun` for each run
+        started (the first always), in order: a failure, a crash or a time-out is the run's
+        where it happened."""
+        job = {"program": os.fspath(program), "data": data_files[0] if data_files else None, "runs": [{"inputs": r.inputs, "outputs": r.outputs} for r in runs]}
+        started = StartedSmoke(self._process, runs[0].name, timeout_s * len(runs))
+        return started.results(json.dumps(job) + "\n", [r.name for r in runs])
 
     def __enter__(self) -> SmokeWorker:
         return self
@@ -166,21 +201,41 @@ class SmokeWorker:
                 stream.close()
 
 
-def _described(name: str, returncode: int, stdout: str, stderr: str) -> SmokeRun:
-    steps, failure = _steps(stdout), None
+def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, *, timed_out: bool = False) -> tuple[SmokeRun, ...]:
+    """A :class:`SmokeRun` for each run (named ``names``) that the child's lines say started,
+    the first always; a death, a time-out or an exit code is the last started run's."""
+    lines: dict[int, list[str]] = {}
     for line in stdout.splitlines():
-        if line.startswith('{"failure"'):
-            failure = json.loads(line)["failure"]
-    log = tuple(line for line in stderr.strip().splitlines() if _is_runtime_log(line))
-    died = -returncode if returncode < 0 else None
-    return SmokeRun(
-        name,
-        steps,
-        failure=failure or (None if returncode <= 0 else f"the smoke run exited with {returncode}"),
-        signal=signal.Signals(died).name if died else None,
-        stderr="\n".join(_telling(log)),
-        log=log,
-    )
+        if line.startswith("{"):
+            lines.setdefault(int(json.loads(line).get("set", 0)), []).append(line)
+    logs: dict[int, list[str]] = {}
+    run = 0
+    for line in stderr.strip().splitlines():
+        if line.startswith(MARKER):
+            run = int(line.removeprefix(MARKER))
+        elif _is_runtime_log(line):
+            logs.setdefault(run, []).append(line)
+    last = max([0, *(r for r in lines if r < len(names))])
+    died = -returncode if returncode < 0 and not timed_out else None
+    described = []
+    for run, name in enumerate(names[: last + 1]):
+        said = "\n".join(lines.get(run, ()))
+        failure = next((json.loads(line)["failure"] for line in lines.get(run, ()) if line.startswith('{"failure"')), None)
+        if run == last and failure is None and returncode > 0:
+            failure = f"the smoke run exited with {returncode}"
+        log = tuple(logs.get(run, ()))
+        described.append(
+            SmokeRun(
+                name,
+                _steps(said),
+                failure=failure,
+                signal=signal.Signals(died).name if died and run == last else None,
+                timed_out=timed_out and run == last,
+                stderr="\n".join(_telling(log)),
+                log=log,
+            )
+        )
+    return tuple(described)
 
 
 def _telling(lines: Iterable[str]) -> list[str]:

@@ -75,12 +75,16 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     run on a freshly loaded program, and eagerly on a fresh copy of the model; ``steps`` run in
     order through one loaded method, and eagerly through one copy, compared step by step (a
     model with state: a decoder's prefill, then its decode steps). Without ``example_inputs``
-    the export takes the first step's. The caller's model is never run. Where executorch's
+    the export takes the first step's. With ``dynamic_shapes``, the export's inputs also run
+    at each dynamic dimension's bounds, cropped or tiled to them (as ``export-guards lint``
+    runs them; a bound where eager raises on those inputs is not run), each on a freshly
+    loaded program. The caller's model is never run. Where executorch's
     runtime cannot run with the installed torch, the test skips at the run, saying in one line
     which torch it needs."""
     import torch
 
     with libraries_kept_quiet():
+        from export_guards.analysis.shape_bounds import inputs_at_bounds
         from export_guards.render import render_text
         from export_guards.targets import StepFailed
         from export_guards.compat import RuntimeMismatch
@@ -132,19 +136,24 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
                 pte,
             )
         state = mutable_buffers(result.program)
+        at_bounds = [(f"inputs at {bound.label}", [bound.inputs]) for bound in inputs_at_bounds(result.program, inputs)]
+        bounds = {label for label, _ in at_bounds}
+        runs += at_bounds
         comparisons = []
         for run, sequence in runs:
             eager_model, method = copy.deepcopy(pristine), None  # both from the state before any call
             for index, inputs in enumerate(sequence):
                 label = f"step #{index}" if run == "steps" else run
-                with torch.no_grad():
-                    eager = eager_model(*inputs)
+                eager = _ran(lambda: _eager(eager_model, inputs)) if run in bounds else _eager(eager_model, inputs)
+                if isinstance(eager, Exception):  # inputs made for a bound that the model does not take: no reference there
+                    continue
                 method = method or _ran(lambda: LoadedMethod(pte))
                 actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
                 if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
                     pytest.skip(str(actual))
                 if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
-                    _eg_fail(_run_failed(label, actual, input_differences(result.program, inputs)), result.report + checked, pte)
+                    said = _run_failed(label, actual, input_differences(result.program, inputs), at_bound=run in bounds)
+                    _eg_fail(said, result.report + checked, pte)
                 errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
                 comparisons.append(errors)
                 if not all(e.within for e in errors):
@@ -152,7 +161,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
                     _eg_fail(
                         f"export-guards: the .pte's outputs differ from eager on the {label} "
                         f"(atol={atol}, rtol={rtol}, {settings.recipe or settings.backend}):\n{lines}\n"
-                        + (_state_advice(state, run == "steps", index) if state else _SPECIALISED),
+                        + (_state_advice(state, run == "steps", index) if state else _AT_BOUND if run in bounds else _SPECIALISED),
                         result,
                         pte,
                     )
@@ -167,6 +176,20 @@ _SPECIALISED = (
     "A common cause: torch.export specialised a branch or a shape on the example "
     "inputs; pass inputs that take the other paths as extra_inputs."
 )
+
+
+_AT_BOUND = (
+    "The program matched eager on the example inputs: it computes otherwise at this size (code that "
+    "torch.export traced for the example's size, such as a branch it could not see, or a kernel that fails "
+    "there). The inputs are the example's, cropped or tiled to this size."
+)
+
+
+def _eager(model: torch.nn.Module, inputs: Sequence[object]) -> object:
+    import torch
+
+    with torch.no_grad():
+        return model(*inputs)
 
 
 def _state_advice(buffers: Sequence[str], stepped: bool, index: int) -> str:
@@ -269,12 +292,14 @@ def _ran(run: Callable[[], _T]) -> _T | Exception:
         return error
 
 
-def _run_failed(label: str, error: BaseException, differences: Sequence[str]) -> str:
+def _run_failed(label: str, error: BaseException, differences: Sequence[str], *, at_bound: bool = False) -> str:
     """Why executorch.runtime could not run the program on ``label``: its error, and the inputs'
     shapes only where they differ from the exported ones."""
     from export_guards.testing.compare import runtime_error_text
 
     said = f"export-guards: executorch.runtime could not run the program on the {label}: {runtime_error_text(error)}"
+    if at_bound:
+        return f"{said}\n{_AT_BOUND}"
     if differences:
         return (
             f"{said}\n" + "\n".join(f"  {d}" for d in differences[:8]) + "\ntorch.export fixes shapes (and branches on "

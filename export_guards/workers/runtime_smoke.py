@@ -7,15 +7,20 @@ it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash ha
 
 With ``--inputs IN --outputs OUT`` it runs ``forward`` once on the inputs ``IN`` holds (a list
 saved with ``torch.save``: the lint's example inputs) and saves the outputs to ``OUT``, for the
-parent to compare with eager. With ``--serve`` it imports the runtime, then reads that job from
-stdin as one JSON line (``{"program", "data", "inputs", "outputs"}``): the lint starts it ahead,
-so that the import overlaps the export.
+parent to compare with eager. With ``--serve`` it imports the runtime, then reads its job from
+stdin as one JSON line (``{"program", "data", "runs": [{"inputs", "outputs"}, ...]}``): the lint
+starts it ahead, so that the import overlaps the export. Each run after the first (the inputs at
+a dynamic dimension's bounds) is on the program loaded afresh, its lines marked with the run's
+number (``"set"``) and its log after a marker line (``MARKER``), so that the parent tells the
+runs apart in one child.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Sequence
 
 import torch
 from executorch.exir.schema import Bool, Double, Int, Tensor
@@ -24,35 +29,49 @@ from executorch.runtime import Runtime
 
 from export_guards.compat import load_program
 from export_guards.pte.reader.file import PteFile, open_bytes
+from export_guards.pte.smoke import MARKER
 
 __all__ = ["in_dim_order", "smoke"]
 
 
-def smoke(program: str, data_file: str | None, inputs: str | None = None, outputs: str | None = None) -> int:
-    """Load ``program`` (with ``data_file``) and run each method once, reporting each step; with
-    ``inputs``, run ``forward`` on them and save its outputs to ``outputs``."""
+def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = ()) -> int:
+    """Load ``program`` (with ``data_file``) and run each method once on generated inputs,
+    reporting each step; with ``runs`` (``(inputs, outputs)`` files), run ``forward`` on each
+    run's inputs instead and save its outputs, the program loaded afresh for each run after the
+    first, so that no run sees the state (mutable buffers) another left."""
 
-    def step(name: str) -> None:
-        print(json.dumps({"step": name}), flush=True)
+    def say(line: dict[str, object], run: int) -> None:
+        print(json.dumps({**line, **({"set": run} if run else {})}), flush=True)
 
-    step("load")
+    say({"step": "load"}, 0)
     try:
         loaded = load_program(Runtime.get(), program, data_file)  # data_path: executorch 1.5 and later
         names = sorted(loaded.method_names)
     except Exception as error:
-        print(json.dumps({"failure": f"load: {type(error).__name__}: {error}"}), flush=True)
+        say({"failure": f"load: {type(error).__name__}: {error}"}, 0)
         return 0
-    given = torch.load(inputs, weights_only=True) if inputs is not None else None
-    for name in ["forward"] if given is not None else names:
-        step(f"run {name}")
+    if not runs:
+        for name in names:
+            say({"step": f"run {name}"}, 0)
+            try:
+                loaded.load_method(name).execute(_inputs(program, name, loaded))
+            except Exception as error:
+                say({"failure": f"run {name}: {type(error).__name__}: {error}"}, 0)
+                return 0
+            say({"step": f"ran {name}"}, 0)
+        return 0
+    for run, (inputs, outputs) in enumerate(runs):
+        if run:
+            print(f"{MARKER} {run}", file=sys.stderr, flush=True)  # the runtime's log lines after it are this run's
+        say({"step": "run forward"}, run)
         try:
-            results = loaded.load_method(name).execute(given if given is not None else _inputs(program, name, loaded))
+            fresh = loaded if run == 0 else load_program(Runtime.get(), program, data_file)
+            results = fresh.load_method("forward").execute(torch.load(inputs, weights_only=True))
         except Exception as error:
-            print(json.dumps({"failure": f"run {name}: {type(error).__name__}: {error}"}), flush=True)
-            return 0
-        step(f"ran {name}")
-        if outputs is not None:
-            torch.save(list(results), outputs)
+            say({"failure": f"run forward: {type(error).__name__}: {error}"}, run)
+            continue
+        say({"step": "ran forward"}, run)
+        torch.save(list(results), outputs)
     return 0
 
 
@@ -95,12 +114,13 @@ def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
 def _main(argv: list[str]) -> int:
     if argv == ["--serve"]:
         job = json.loads(sys.stdin.readline() or "null")
-        return smoke(job["program"], job.get("data"), job.get("inputs"), job.get("outputs")) if job else 0
+        return smoke(job["program"], job.get("data"), [(run["inputs"], run["outputs"]) for run in job.get("runs", ())]) if job else 0
     options, positional = {}, argv
     while positional and positional[0].startswith("--"):
         options[positional[0]] = positional[1]
         positional = positional[2:]
-    return smoke(positional[0], positional[1] if len(positional) > 1 else None, options.get("--inputs"), options.get("--outputs"))
+    runs = [(options["--inputs"], options.get("--outputs", os.devnull))] if "--inputs" in options else []
+    return smoke(positional[0], positional[1] if len(positional) > 1 else None, runs)
 
 
 if __name__ == "__main__":
