@@ -4,7 +4,9 @@ sizes; nothing that depends on a symbolic size is folded."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -133,3 +135,19 @@ def test_a_0d_tensor_bound_to_a_one_element_graph_input_is_no_warning_and_runs_a
         with torch.no_grad():
             for got, expected in zip(run_pte(pte, inputs), model(*inputs)):
                 torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_check_export_runs_a_dynamic_program_at_its_bounds(check_export: Callable[..., Any]) -> None:
+    """Each bound on a freshly loaded program after the example: a program right at its example
+    length only fails the test at the first bound where it is wrong, naming it."""
+    from cli_models import dynamic, dynamic_wrong_at_bounds
+
+    model, inputs, dynamic_shapes = dynamic()
+    done = check_export(model, inputs, dynamic_shapes=dynamic_shapes, backend="portable")
+    assert [c[0].shape for c in done.comparisons] == [(1, 6, 4), (1, 1, 4), (1, 64, 4)]
+    model, inputs, dynamic_shapes = dynamic_wrong_at_bounds()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        check_export(model, inputs, dynamic_shapes=dynamic_shapes, backend="portable")
+    said = str(failed.value)
+    assert "the .pte's outputs differ from eager on the inputs at length=1 (the lower bound)" in said, said
+    assert "The program matched eager on the example inputs" in said

@@ -370,8 +370,8 @@ _RULES = (
         "runtime-smoke-failed",
         Severity.ERROR,
         "Loading the program in executorch.runtime, or running a method once, crashed, hung or "
-        "failed (export-guards lint runs forward on the example inputs; check --runtime on "
-        "generated ones). A kernel that refused its call is named, with the runtime's reason and "
+        "failed (export-guards lint runs forward on the example inputs, and at each dynamic "
+        "dimension's bounds for a dynamic export; check --runtime on generated ones). A kernel that refused its call is named, with the runtime's reason and "
         "the line of the model that made the op, where the lint knows it.",
         "Where a kernel refused its call, change what the runtime's reason names at that line "
         "(an argument the kernel does not take, a rank, a layout), or lower that op into a "
@@ -492,13 +492,14 @@ _RULES = (
         "EG522",
         "runtime-output-mismatch",
         Severity.ERROR,
-        "export-guards lint ran the written program on the example inputs in executorch.runtime, "
-        "and an output differs from eager beyond the tolerance of its dtype (float32: 1e-3 "
+        "export-guards lint ran the written program on the example inputs (and, for a dynamic "
+        "export, at each dynamic dimension's bounds) in executorch.runtime, and an output differs from eager beyond the tolerance of its dtype (float32: 1e-3 "
         "relative, and 1e-4 of the output's largest value; float16 and bfloat16 looser; a "
         "quantized program against its quantized reference, a tenth of its largest value; integers "
         "and booleans exactly). The finding gives the largest difference and where.",
         "Look for code that runs otherwise under torch.export (a branch on "
-        "torch.compiler.is_exporting(), Python state read once when traced); else find the op "
+        "torch.compiler.is_exporting(), Python state read once when traced; at a bound only, code "
+        "that reads a size otherwise than the export traced it); else find the op "
         "that computes differently: lint with --backend portable to tell a delegate's result "
         "from the runtime's kernels', compare intermediate values with ExecuTorch's Inspector, "
         "and report a wrong result to ExecuTorch with the model.",
