@@ -206,15 +206,15 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
     the first always; a death, a time-out or an exit code is the last started run's."""
     lines: dict[int, list[str]] = {}
     for line in stdout.splitlines():
-        if line.startswith("{"):
+        if line.startswith(('{"step"', '{"failure"')):  # the child's own lines, not the runtime's chatter
             lines.setdefault(int(json.loads(line).get("set", 0)), []).append(line)
     logs: dict[int, list[str]] = {}
-    run = 0
+    current = 0
     for line in stderr.strip().splitlines():
         if line.startswith(MARKER):
-            run = int(line.removeprefix(MARKER))
+            current = int(line.removeprefix(MARKER))
         elif _is_runtime_log(line):
-            logs.setdefault(run, []).append(line)
+            logs.setdefault(current, []).append(line)
     last = max([0, *(r for r in lines if r < len(names))])
     died = -returncode if returncode < 0 and not timed_out else None
     described = []
