@@ -172,6 +172,7 @@ class GuardedExport:
                 skipped.append(f"{label}: eager raised {type(error).__name__}: {_first_line(error)}")
                 continue
             runs.append((label, given, expected, unsteady))
+        _put_back(reference, state)  # the buffers the runs wrote, as they were before them
         quantized = any("quantize" in str(node.target) for node in self.program.graph.nodes)
         with tempfile.TemporaryDirectory(prefix="export-guards-run-") as scratch:
             folder = Path(scratch)
@@ -230,12 +231,17 @@ def _state_of(reference: torch.nn.Module, program: ExportedProgram) -> dict[str,
     return state
 
 
-def _eager(reference: torch.nn.Module, inputs: list[object], state: Mapping[str, torch.Tensor]) -> tuple[object, frozenset[int]]:
-    """``reference``'s outputs on ``inputs`` from ``state``, and the flat indices of those that
-    a second run does not repeat (a random op: not compared)."""
+def _put_back(reference: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, value in state.items():
             reference.get_buffer(name).copy_(value)
+
+
+def _eager(reference: torch.nn.Module, inputs: list[object], state: Mapping[str, torch.Tensor]) -> tuple[object, frozenset[int]]:
+    """``reference``'s outputs on ``inputs`` from ``state``, and the flat indices of those that
+    a second run does not repeat (a random op: not compared)."""
+    _put_back(reference, state)
+    with torch.no_grad():
         expected, again = reference(*inputs), reference(*inputs)
     return expected, frozenset(i for i, (a, b) in enumerate(zip(pytree.tree_leaves(expected), pytree.tree_leaves(again))) if not _same(a, b))
 
