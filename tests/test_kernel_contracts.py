@@ -245,3 +245,37 @@ def test_a_weight_exported_channels_last_names_its_memory_format(runtime: Runtim
     assert finding.fix is not None and "model.to(memory_format=torch.contiguous_format)" in finding.fix
     assert ran["cl"]["outcome"] == "refused" and any("tensor_is_default_or_channels_last_dim_order(weight)" in c for c in ran["cl"]["checks"])
     assert ran["fixed"]["outcome"] == "ran" and not eg.check_pte(programs["fixed"][0]).with_code("EG516")
+
+
+def test_no_delegate_is_advised_for_a_3d_convolution() -> None:
+    """EG520 advises XNNPACK for the compute left on portable kernels: a 2-D convolution, which it
+    takes, and not a 3-D one, which it declines (the test above)."""
+    assert eg.check_pte(written(nn.Conv2d(2, 3, 3).eval(), (torch.randn(1, 2, 6, 6),))).with_code("EG520")
+    assert not eg.check_pte(written(nn.Conv3d(2, 3, 3).eval(), (torch.randn(1, 2, 4, 6, 6),))).with_code("EG520")
+
+
+class Quantized(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.1, 0, -128, 127, torch.int8)
+        return torch.ops.quantized_decomposed.dequantize_per_tensor(q, 0.1, 0, -128, 127, torch.int8)
+
+
+def test_a_program_that_needs_the_quantized_kernels_names_their_library(runtime: Runtime, tmp_path: Path) -> None:
+    """A program of quantized_decomposed kernels fails to load in a runtime without ExecuTorch's
+    quantized kernel library (the child, which never imports it); EG521 against such a runtime
+    names the library and how to register it, and the runtime with it loads and runs the program."""
+    import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels (to_executorch needs their out variants)
+
+    inputs = (torch.randn(2, 4),)
+    data = written(Quantized(), inputs)
+    installed = eg.RuntimeInventory.installed()
+    without = eg.RuntimeInventory("a runtime without them", frozenset(k for k in installed.kernels if not k.startswith("quantized_decomposed::")))
+    found = eg.check_pte(data, against=without).with_code("EG521")
+    assert found and all("ExecuTorch's quantized kernel library provides it" in f.message for f in found)
+    assert all(f.fix is not None and "import executorch.kernels.quantized" in f.fix for f in found)
+    assert not eg.check_pte(data, against=installed).with_code("EG521")  # this process imported them
+    assert runtime.run(tmp_path, {"quantized": (data, inputs)})["quantized"]["outcome"] == "refused"
+    from executorch.runtime import Runtime as Loaded
+
+    (out,) = Loaded.get().load_program(data).load_method("forward").execute(list(inputs))
+    torch.testing.assert_close(out, Quantized()(*inputs))

@@ -129,9 +129,9 @@ RANKS: Mapping[str, _Ranks] = {
         frozenset({3, 4}),
         "1-D and 2-D convolutions only",
         "ExecuTorch has no 3-D convolution kernel, and XNNPACK declines Conv3d: express it as 2-D convolutions "
-        "(fold the depth into the batch: a Conv3d with kernel depth 1 is a Conv2d on x.flatten(0, 1) of the "
-        "permuted input; a deeper kernel is a sum of Conv2d over shifted depth slices), or keep the 3-D part "
-        "out of the exported model.",
+        "(a Conv3d is the sum, over its kernel's depth, of Conv2d on the input's depth slices, with the depth "
+        "folded into the batch: x.transpose(1, 2).flatten(0, 1)), or compute the 3-D part outside the exported "
+        "model.",
     ),
 }
 """The ranks a portable kernel takes one argument in, where torch's meta kernel takes more: each
