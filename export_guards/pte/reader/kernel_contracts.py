@@ -8,6 +8,7 @@ tensors.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.pte.reader.tensors import dtype_name
@@ -23,7 +24,7 @@ from export_guards.pte.reader.wheel import (
     TensorList,
 )
 
-__all__ = ["FIXES", "OUT_SHAPES", "REFUSED", "refusal"]
+__all__ = ["OUT_SHAPES", "ONE_DIM_ORDER", "RANKS", "Refused", "refusal"]
 
 # An out that ExecuTorch's kernel resizes to a shape of its own, not the one torch computes: a
 # static tensor of any other shape fails the resize (``InvalidArgument``).
@@ -37,8 +38,8 @@ OUT_SHAPES: Mapping[tuple[str, str], tuple[int, ...]] = {
 class _Call:
     """One kernel call's arguments by schema name, read from the method's values."""
 
-    def __init__(self, plan: ExecutionPlan, arguments: Mapping[str, int]) -> None:
-        self.plan, self.arguments = plan, arguments
+    def __init__(self, plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> None:
+        self.plan, self.operator, self.arguments = plan, operator, arguments
 
     def value(self, name: str) -> object:
         index = self.arguments.get(name)
@@ -55,24 +56,44 @@ class _Call:
         items = [self.plan.values[i].val if 0 <= i < len(self.plan.values) else None for i in value.items]
         return [item.int_val for item in items] if all(isinstance(item, Int) for item in items) else None
 
+    def tensors(self) -> list[tuple[str, Tensor]]:
+        """The call's tensors by schema name, in order, a list's as ``name[i]``."""
+        found: list[tuple[str, Tensor]] = []
+        for name in self.arguments:
+            value = self.value(name)
+            if isinstance(value, Tensor):
+                found.append((name, value))
+            elif isinstance(value, TensorList):
+                items = [self.plan.values[i].val if 0 <= i < len(self.plan.values) else None for i in value.items]
+                found.extend((f"{name}[{k}]", item) for k, item in enumerate(items) if isinstance(item, Tensor))
+        return found
+
     def blocking(self) -> str | None:
         flag = self.value("non_blocking")
         return "non_blocking=True, which ExecuTorch's copies do not take" if isinstance(flag, Bool) and flag.bool_val else None
 
 
-REFUSED = "with arguments its portable kernel refuses: "
-"""How a contract's refusal begins, so that EG519 gives it the fix of its cause (``FIXES``)."""
+class Refused(NamedTuple):
+    """A call ExecuTorch's portable kernel refuses for a cause in the user's model (a rank, a pad,
+    a layout), where torch's meta kernel takes it: EG519 places it on the user's line and gives
+    the fix of that cause, not its general one (re-export)."""
+
+    reason: str
+    fix: str
 
 
-def refusal(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> str | None:
+def refusal(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> str | Refused | None:
     """Why ExecuTorch's kernel for ``operator`` refuses a call whose arguments (schema name ->
-    value index) torch's meta kernel accepted, or None. A contract with a fix of its own
-    (``FIXES``) says so in the words of ``REFUSED``."""
-    check = _CONTRACTS.get(operator)
-    return check(_Call(plan, arguments)) if check is not None else None
+    value index) torch's meta kernel accepted, or None: a ``Refused`` where the cause is the
+    model's, a text where the program itself is inconsistent."""
+    for check in (_CONTRACTS.get(operator), _rank if operator in RANKS else None, _one_dim_order if operator in ONE_DIM_ORDER else None):
+        found = check(_Call(plan, operator, arguments)) if check is not None else None
+        if found is not None:
+            return found
+    return None
 
 
-def _constant_pad(call: _Call) -> str | None:
+def _constant_pad(call: _Call) -> Refused | None:
     # kernel_ops_util.cpp, check_constant_pad_args: pads in pairs, at most one pair per dimension,
     # none negative ("Padding values must be non-negative, but got pad[1] = -1"); torch's meta
     # kernel takes a negative pad (a crop), and XNNPACK declines it, so it reaches this kernel
@@ -80,18 +101,101 @@ def _constant_pad(call: _Call) -> str | None:
     if pad is None or given is None:
         return None
     if len(pad) % 2 or len(pad) // 2 > len(given.sizes):
-        return f"{REFUSED}pad {pad} is not one pair per dimension of a rank-{len(given.sizes)} input"
+        return Refused(f"pad {pad} is not one pair per dimension of a rank-{len(given.sizes)} input", _PAD_FIX)
     negative = next((i for i, p in enumerate(pad) if p < 0), None)
     if negative is not None:
-        return f"{REFUSED}pad {pad} is negative (pad[{negative}] = {pad[negative]}): it pads and never crops, and fails the run"
+        return Refused(f"pad {pad} is negative (pad[{negative}] = {pad[negative]}): it pads and never crops, and fails the run", _PAD_FIX)
     return None
 
 
-FIXES: Mapping[str, str] = {
-    "aten::constant_pad_nd": "Crop with slicing instead of a negative pad (x[..., :-1] for pad (0, -1)), and pad "
-    "only with non-negative amounts: ExecuTorch's kernel pads and never crops.",
+_PAD_FIX = (
+    "Crop with slicing instead of a negative pad (x[..., :-1] for pad (0, -1)), and pad only with non-negative "
+    "amounts: ExecuTorch's kernel pads and never crops."
+)
+
+
+class _Ranks(NamedTuple):
+    argument: str
+    ranks: frozenset[int]
+    what: str  # what the ranks mean to the user
+    fix: str
+
+
+RANKS: Mapping[str, _Ranks] = {
+    # kernel_ops_util.cpp, check_convolution_args: "Expect input tensor to be 3-D or 4-D"; torch
+    # takes 5-D (Conv3d, ConvTranspose3d), and XNNPACK declines them ("Only support 1D + 2D Conv")
+    "aten::convolution": _Ranks(
+        "input",
+        frozenset({3, 4}),
+        "1-D and 2-D convolutions only",
+        "ExecuTorch has no 3-D convolution kernel, and XNNPACK declines Conv3d: express it as 2-D convolutions "
+        "(a Conv3d is the sum, over its kernel's depth, of Conv2d on the input's depth slices, with the depth "
+        "folded into the batch: x.transpose(1, 2).flatten(0, 1)), or compute the 3-D part outside the exported "
+        "model.",
+    ),
 }
-"""A fix for the cause a contract names, by operator: EG519's general fix (re-export) does not apply."""
+"""The ranks a portable kernel takes one argument in, where torch's meta kernel takes more: each
+entry proved against the runtime (a program at each refused rank fails its run, one at each
+taken rank runs) in ``tests/test_kernel_contracts.py``."""
+
+
+def _rank(call: _Call) -> Refused | None:
+    contract = RANKS[call.operator]
+    given = call.tensor(contract.argument)
+    if given is None or len(given.sizes) in contract.ranks:
+        return None
+    taken = " or ".join(f"{r}-D" for r in sorted(contract.ranks))
+    return Refused(
+        f"{contract.argument} of rank {len(given.sizes)} ({list(given.sizes)}): its portable kernel takes {taken} "
+        f"({contract.what}) and fails the run",
+        contract.fix,
+    )
+
+
+ONE_DIM_ORDER: frozenset[str] = frozenset({
+    # op_add.cpp, op_sub.cpp, op_mul.cpp, op_div.cpp, op_pow.cpp, op_fmod.cpp, op_remainder.cpp,
+    # op_maximum.cpp, op_minimum.cpp, op_atan2.cpp: tensors_have_same_dim_order(a, b, out)
+    "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::pow", "aten::fmod", "aten::remainder",
+    "aten::maximum", "aten::minimum", "aten::atan2",
+    # comparison_op.h, logical_op.h, bitwise_op.h: the same check, for each operator they make
+    "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge",
+    "aten::logical_and", "aten::logical_or", "aten::logical_xor",
+    "aten::bitwise_and", "aten::bitwise_or", "aten::bitwise_xor",
+    # op_where.cpp (cond, a, b, out); op_clamp.cpp (in, min, max, out); copy_ops_util.cpp (cat: each tensor, out)
+    "aten::where", "aten::clamp", "aten::cat",
+})  # fmt: skip
+"""Operators whose portable kernel takes all its tensors, out included, in one dim order: all
+contiguous or all channels-last (``tensors_have_same_dim_order``: "3 input tensors have different
+dim orders"); a tensor of fewer than 4 dimensions (a 0-d scalar operand) is contiguous only.
+torch's kernels take any mix (a channels-last input times a scalar, plus a contiguous one). Each
+proved against the runtime in ``tests/test_kernel_contracts.py``."""
+
+
+def _one_dim_order(call: _Call) -> Refused | None:
+    tensors = call.tensors()
+    orders = [list(tensor.dim_order) for _, tensor in tensors]
+    if len(tensors) < 2 or all(map(is_contiguous, orders)) or all(map(is_channels_last, orders)):
+        return None
+    listed = ", ".join(f"{name} {_layout(tensor)}" for name, tensor in tensors)
+    return Refused(
+        f"its tensors are in different dim orders ({listed}): its portable kernel takes them all in one dim "
+        f"order, all contiguous or all channels-last, and fails the run",
+        _DIM_ORDER_FIX,
+    )
+
+
+def _layout(tensor: Tensor) -> str:
+    order = list(tensor.dim_order)
+    kind = "contiguous" if is_contiguous(order) else "channels-last" if is_channels_last(order) else f"dim order {order}"
+    return f"{list(tensor.sizes)} {kind}"
+
+
+_DIM_ORDER_FIX = (
+    "Give the op's tensors one memory format: .contiguous() the channels-last tensor before the op (a scalar or "
+    "a tensor of fewer than 4 dimensions is contiguous only), or pass the model's inputs contiguous "
+    "(x.contiguous() instead of x.to(memory_format=torch.channels_last)); or lower the op into a delegate that "
+    "takes it."
+)
 
 
 def _batch_norm(call: _Call) -> str | None:

@@ -12,6 +12,19 @@ from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
 
+KERNEL_LIBRARIES: dict[str, tuple[str, str]] = {
+    "quantized_decomposed": (
+        "ExecuTorch's quantized kernel library",
+        "Register ExecuTorch's quantized kernels in the runtime that loads the program: in Python, `import "
+        "executorch.kernels.quantized` before loading it (executorch.runtime has them then); in C++, link "
+        "quantized_ops_lib (built with EXECUTORCH_BUILD_KERNELS_QUANTIZED=ON). Or lower the quantized ops into a "
+        "delegate (XNNPACK takes a PT2E-quantized model's).",
+    ),
+}
+"""The library that provides an operator namespace's kernels, by namespace: what it is, and how a
+runtime gets it (proved in ``tests/test_kernel_contracts.py``)."""
+
+
 @rule("EG521")
 def runtime_lacks_kernel(context: PteContext) -> Iterator[Hit]:
     runtime, program = context.runtime, context.pte.program
@@ -21,11 +34,13 @@ def runtime_lacks_kernel(context: PteContext) -> Iterator[Hit]:
         for operator in plan.operators:
             if not runtime.has_kernel(operator.name, operator.overload):
                 kernel = spelled(operator.name, operator.overload)
+                library = KERNEL_LIBRARIES.get(operator.name.partition("::")[0])
                 yield Hit(  # the node is the operator: a check that knows the graph places it on the user's line
                     f"method '{plan.name}' calls {kernel}, for which {runtime.name} has no kernel: loading the "
-                    f"method fails there (OperatorMissing)",
+                    f"method fails there (OperatorMissing)" + (f"; {library[0]} provides it" if library else ""),
                     node=kernel,
                     method=plan.name,
+                    fix=library[1] if library else None,
                 )
         if runtime.backends is None:
             continue

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from export_guards.pte.context import PteContext
-from export_guards.pte.reader.kernel_contracts import FIXES, OUT_SHAPES, REFUSED, refusal
+from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, Refused, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE, spelled
 from export_guards.pte.reader.schema_registry import torch_with_executorch_operators
 from export_guards.pte.reader.schemas import Argument, operator_schema
@@ -77,20 +77,26 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                 call = instruction.instr_args
                 if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
                     problem = _replay(plan, call, replay=context.replay)
-                    if problem:
-                        operator = plan.operators[call.op_index]
+                    if not problem:
+                        continue
+                    operator = spelled(plan.operators[call.op_index].name, plan.operators[call.op_index].overload)
+                    where = f"instruction {i} of chain {c} of method '{plan.name}' calls {operator}"
+                    subjects = (f"instruction {c}:{i} of '{plan.name}'",)
+                    if isinstance(problem, Refused):
+                        # a cause in the model: placed on the user's line where the caller knows the graph, with
+                        # the fix of that cause; the run's failure at the same instruction (EG511) is its symptom
                         yield Hit(
-                            f"instruction {i} of chain {c} of method '{plan.name}' calls {spelled(operator.name, operator.overload)} {problem}",
+                            f"{where} with arguments its portable kernel refuses: {problem.reason}",
                             method=plan.name,
-                            fix=FIXES.get(operator.name) if problem.startswith(REFUSED) else None,
-                            # a contract's refusal is placed on the user's line where the caller knows the graph,
-                            # and is the cause of the run's failure at the same instruction (EG511)
-                            node=spelled(operator.name, operator.overload) if problem.startswith(REFUSED) else None,
-                            subjects=(f"instruction {c}:{i} of '{plan.name}'",),
+                            fix=problem.fix,
+                            node=operator,
+                            subjects=subjects,
                         )
+                    else:
+                        yield Hit(f"{where} {problem}", method=plan.name, subjects=subjects)
 
 
-def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: bool) -> str | None:
+def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: bool) -> str | Refused | None:
     operator = plan.operators[call.op_index]
     schema = operator_schema(operator.name, operator.overload)
     if schema is None or not schema.replayable:
@@ -170,6 +176,8 @@ def _replay_signature(
         text = str(error).split("\n")[0]
         if any(limit in text for limit in _REPLAY_LIMITS):
             return None  # the replay could not call the operator: out of reach
+        if _functional_agrees(overload, built, written, fixed):
+            return None  # torch's out= handling refused, not the computation: ExecuTorch's kernel takes it
         return f"{type(error).__name__}: {text}"[:200] if not isinstance(error, RuntimeError) else text[:200]
     for k, shape in zip(written, fixed):
         if k in before:
@@ -177,6 +185,46 @@ def _replay_signature(
             if resized != before[k]:
                 return k, resized
     return None
+
+
+def _functional_agrees(overload: object, built: list[object], written: tuple[int, ...], fixed: tuple[tuple[int, ...] | None, ...]) -> bool:
+    """Whether the operator's functional form computes, from the same inputs, results of the
+    shapes (``fixed``'s where given) and dtypes of the call's outs. torch's ``out=`` handling
+    refuses what ExecuTorch's kernels take (``empty.out`` any memory format, which
+    ``_empty_dim_order.out``'s Python form always passes): where ExecuTorch's kernel and torch's
+    disagree, ExecuTorch's wins, and an out that holds exactly what the call computes is not the
+    call's fault. The out variant drops TensorOptions (``_to_dim_order_copy``, ``empty``): the
+    outs' dtype is the functional form's ``dtype``."""
+    torch = torch_with_executorch_operators()
+    schema = overload._schema
+    outs = [built[k] for k in written]
+    if not all(isinstance(out, torch.Tensor) for out in outs):
+        return False
+    given = {a.name: built[k] for k, a in enumerate(schema.arguments) if k not in written}
+    packet = getattr(getattr(torch.ops, schema.name.partition("::")[0]), schema.name.partition("::")[2])
+    for name in packet.overloads():
+        functional = getattr(packet, name)
+        arguments = functional._schema.arguments
+        if any(a.alias_info is not None for a in arguments) or len(functional._schema.returns) != len(outs):
+            continue
+        names = {a.name for a in arguments}
+        if not set(given) <= names or any(a.name not in given and not a.has_default_value() and a.name != "dtype" for a in arguments):
+            continue
+        keywords = dict(given)
+        if "dtype" in names and "dtype" not in given:
+            keywords["dtype"] = outs[0].dtype
+        try:
+            with warnings.catch_warnings(), torch.device("meta"):
+                warnings.simplefilter("ignore")
+                results = functional(**keywords)
+        except Exception:  # noqa: BLE001 - the functional form refuses the inputs too: the refusal stands
+            return False
+        results = results if isinstance(results, (tuple, list)) else (results,)
+        return all(
+            isinstance(result, torch.Tensor) and result.dtype == out.dtype and tuple(out.shape) == (shape if shape is not None else tuple(result.shape))
+            for result, out, shape in zip(results, outs, fixed)
+        )
+    return False
 
 
 def _describe(plan: ExecutionPlan, index: int, schema_type: str) -> object:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.operators import COMPUTE
-from export_guards.pte.reader.wheel import DelegateCall, KernelCall
+from export_guards.pte.reader.wheel import DelegateCall, ExecutionPlan, KernelCall, Tensor
 from export_guards.ruleset import Hit, rule
 
 
@@ -21,7 +21,7 @@ def compute_on_portable_kernels(context: PteContext) -> Iterator[Hit]:
         names = [
             plan.operators[call.op_index].name
             for call in calls
-            if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators)
+            if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators) and _delegable(plan, call)
         ]
         compute = Counter(name for name in names if name in COMPUTE)
         if compute:
@@ -32,3 +32,12 @@ def compute_on_portable_kernels(context: PteContext) -> Iterator[Hit]:
                 f"{'s run' if total != 1 else ' runs'} on portable kernels ({counts})",
                 method=plan.name,
             )
+
+
+def _delegable(plan: ExecutionPlan, call: KernelCall) -> bool:
+    """Whether a delegate the fix names (XNNPACK) takes the call: not a 3-D convolution (a 5-D
+    input), which XNNPACK declines ("Only support 1D + 2D Conv"): advising it there is wrong."""
+    if plan.operators[call.op_index].name != "aten::convolution" or not call.args or not 0 <= call.args[0] < len(plan.values):
+        return True
+    given = plan.values[call.args[0]].val
+    return not isinstance(given, Tensor) or len(given.sizes) in (3, 4)

@@ -46,6 +46,17 @@ def _unusual_dim_order(plan: ExecutionPlan, index: int, takers: list[str]) -> Hi
     tensor = plan.values[index].val
     what = f"tensor value {index} of method '{plan.name}' ({describe_tensor(tensor)}) has dim order {list(tensor.dim_order)}"
     refusing = next((t for t in takers if is_aten(t) and t not in DIM_ORDER_BLIND), None)
+    if refusing is not None and _constant(plan, index):
+        # A parameter exported in a memory format whose size-1 dimension makes its strides name
+        # another permutation (a depthwise weight [C, 1, kh, kw] in channels-last): the model's cause.
+        return Hit(
+            f"{what}, and {refusing} takes it: this constant (a parameter or buffer) was in a memory format other "
+            f"than contiguous when the model was exported, and a size-1 dimension made its strides another "
+            f"permutation; ExecuTorch's kernels take only contiguous and channels-last dim orders and refuse the call",
+            method=plan.name,
+            fix=_CONSTANT_DIM_ORDER_FIX,
+            node=refusing,  # placed on the user's line where the caller knows the graph
+        )
     if refusing is not None:
         return Hit(
             f"{what}, and {refusing} takes it: ExecuTorch's kernels take only contiguous and channels-last dim "
@@ -68,6 +79,19 @@ def _unusual_dim_order(plan: ExecutionPlan, index: int, takers: list[str]) -> Hi
         method=plan.name,
         severity=Severity.WARNING,
     )
+
+
+_CONSTANT_DIM_ORDER_FIX = (
+    "Export the parameters contiguous: model.to(memory_format=torch.contiguous_format) before torch.export (a "
+    "model moved to torch.channels_last keeps its parameters so), or .contiguous() that weight; keep channels-last "
+    "for the inputs, if anywhere."
+)
+
+
+def _constant(plan: ExecutionPlan, index: int) -> bool:
+    """A tensor whose data the program holds (a parameter, buffer or lifted constant)."""
+    tensor = plan.values[index].val
+    return tensor.data_buffer_idx > 0 or (tensor.extra_tensor_info is not None and bool(tensor.extra_tensor_info.fully_qualified_name))
 
 
 def _takers(plan: ExecutionPlan) -> dict[int, list[str]]:

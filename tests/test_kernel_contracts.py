@@ -1,0 +1,281 @@
+"""The portable kernels' contracts that users hit, proved against ``executorch.runtime``: each
+entry of EG519's tables (``reader/kernel_contracts.py``: the ranks a kernel takes, the operators
+that take all their tensors in one dim order) is a program that ``check`` refuses before any run
+and that the runtime, in a child process, refuses for the reason the contract names; the fix
+runs and is clean. EG519 never blames a call the runtime runs, and EG516 names a constant's
+memory format at export as its cause."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from torch import nn
+from torch.nn import functional as F
+
+import export_guards as eg
+from export_guards.pte.reader.kernel_contracts import ONE_DIM_ORDER, RANKS
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # each claim is run in the runtime, in a child process
+
+# The child: runs each program's forward on its inputs, with the runtime's log (stderr) caught
+# per program, and prints whether it ran and the log's failed checks.
+_CHILD = r"""
+import json, os, sys, tempfile
+import torch
+from executorch.runtime import Runtime
+runtime = Runtime.get()
+for line in sys.stdin:
+    job = json.loads(line)
+    log, saved = tempfile.TemporaryFile(), os.dup(2)
+    os.dup2(log.fileno(), 2)
+    try:
+        runtime.load_program(job["pte"]).load_method("forward").execute(torch.load(job["inputs"]))
+        outcome = "ran"
+    except Exception:
+        outcome = "refused"
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    log.seek(0)
+    checks = [l for l in log.read().decode(errors="replace").splitlines() if "Check failed" in l]
+    print(json.dumps({"outcome": outcome, "checks": checks}), flush=True)
+"""
+
+
+class Lambda(nn.Module):
+    def __init__(self, body: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.body(*inputs)
+
+
+def written(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
+    """``model``'s program on portable kernels (no partitioner)."""
+    return to_edge_transform_and_lower(torch.export.export(model, inputs)).to_executorch().buffer
+
+
+class Runtime:
+    """One child process for the module that runs programs as they come (the runtime's import,
+    seconds, once)."""
+
+    def __init__(self) -> None:
+        self.child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def run(self, folder: Path, programs: dict[str, tuple[bytes, tuple[torch.Tensor, ...]]]) -> dict[str, dict]:
+        """Each program run once: ``{"outcome": "ran" | "refused", "checks"}``."""
+        answers = {}
+        for name, (data, inputs) in programs.items():
+            (folder / f"{name}.pte").write_bytes(data)
+            torch.save(list(inputs), folder / f"{name}.pt")
+            self.child.stdin.write(json.dumps({"pte": str(folder / f"{name}.pte"), "inputs": str(folder / f"{name}.pt")}) + "\n")
+            self.child.stdin.flush()
+            line = self.child.stdout.readline()
+            assert line, f"the runtime's child died on {name}"
+            answers[name] = json.loads(line)
+        return answers
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Runtime:
+    started = Runtime()
+    yield started
+    started.child.kill()
+    started.child.wait()
+
+
+def refusals(data: bytes) -> list[eg.Finding]:
+    return [f for f in eg.check_pte(data).with_code("EG519") if "its portable kernel refuses" in f.message]
+
+
+def _conv(x: torch.Tensor) -> torch.Tensor:
+    spatial = x.dim() - 2
+    return {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial](x, torch.ones(3, 2, *[3] * spatial))
+
+
+# A program for each ranked operator at a rank: what calls the operator, and its input.
+RANKED: dict[str, Callable[[int], tuple[Callable[..., torch.Tensor], torch.Tensor]]] = {
+    "aten::convolution": lambda rank: (_conv, torch.randn(1, 2, *[5] * (rank - 2))),
+}
+
+
+def test_each_rank_contract_is_what_the_runtime_takes(runtime: Runtime, tmp_path: Path) -> None:
+    """Each ranked operator at the ranks its kernel takes (it runs, and check is clean) and at one
+    it refuses (check names the rank before the run, with the fix of its cause; the runtime refuses
+    the call, naming the rank)."""
+    assert set(RANKED) == set(RANKS)  # every table entry has its proof here
+    programs, claims = {}, {}
+    for operator, build in RANKED.items():
+        for rank in sorted(RANKS[operator].ranks | {max(RANKS[operator].ranks) + 1}):
+            body, x = build(rank)
+            data = written(Lambda(body), (x,))
+            name = f"{operator.split('::')[1]}_{rank}"
+            programs[name], claims[name] = (data, (x,)), (operator, rank in RANKS[operator].ranks)
+    for name, ran in runtime.run(tmp_path, programs).items():
+        operator, taken = claims[name]
+        found = refusals(programs[name][0])
+        if taken:
+            assert ran["outcome"] == "ran" and not found, (name, ran, found)
+        else:
+            assert ran["outcome"] == "refused" and any("-D" in check for check in ran["checks"]), (name, ran)
+            (refused,) = found
+            assert f"calls {operator}." in refused.message and "of rank" in refused.message and refused.fix == RANKS[operator].fix
+
+
+# A call of each one-dim-order operator on ``x`` (channels-last) and ``y`` (contiguous).
+MIXED: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "aten::add": torch.add,
+    "aten::sub": torch.sub,
+    "aten::mul": torch.mul,
+    "aten::div": torch.div,
+    "aten::pow": torch.pow,
+    "aten::fmod": torch.fmod,
+    "aten::remainder": torch.remainder,
+    "aten::maximum": torch.maximum,
+    "aten::minimum": torch.minimum,
+    "aten::atan2": torch.atan2,
+    "aten::eq": torch.eq,
+    "aten::ne": torch.ne,
+    "aten::lt": torch.lt,
+    "aten::le": torch.le,
+    "aten::gt": torch.gt,
+    "aten::ge": torch.ge,
+    "aten::logical_and": torch.logical_and,
+    "aten::logical_or": torch.logical_or,
+    "aten::logical_xor": torch.logical_xor,
+    "aten::bitwise_and": lambda x, y: (x > 0) & (y > 0),
+    "aten::bitwise_or": lambda x, y: (x > 0) | (y > 0),
+    "aten::bitwise_xor": lambda x, y: (x > 0) ^ (y > 0),
+    "aten::where": lambda x, y: torch.where(x > 0, x, y),
+    "aten::clamp": lambda x, y: torch.clamp(x, min=y),
+    "aten::cat": lambda x, y: torch.cat([x, y], 1),
+}
+
+
+def test_each_one_dim_order_contract_is_what_the_runtime_takes(runtime: Runtime, tmp_path: Path) -> None:
+    """Each operator of ONE_DIM_ORDER called on a channels-last and a contiguous tensor: check
+    names it before the run (with the fix: one memory format), and the runtime refuses the call
+    ("different dim orders"). The same calls on contiguous tensors, in one program, run and are
+    clean, as is a scalar times a contiguous input; a channels-last input times a scalar (0-d,
+    contiguous only) is refused by both."""
+    assert set(MIXED) == ONE_DIM_ORDER  # every table entry has its proof here
+    x, y = torch.randn(1, 3, 4, 4).to(memory_format=torch.channels_last), torch.randn(1, 3, 4, 4)
+    programs = {op.split("::")[1]: (written(Lambda(body), (x, y)), (x, y)) for op, body in MIXED.items()}
+    programs["scalar"] = (written(Lambda(lambda x: x * 2.0), (x,)), (x,))
+    fixed = Lambda(lambda x, y: [body(x.contiguous(), y) for body in MIXED.values()] + [x.contiguous() * 2.0])
+    programs["fixed"] = (written(fixed, (x, y)), (x, y))
+    ran = runtime.run(tmp_path, programs)
+    for operator in MIXED:
+        name = operator.split("::")[1]
+        found = [f for f in refusals(programs[name][0]) if f"calls {operator}." in f.message]
+        assert found and "different dim orders" in found[0].message and found[0].fix.startswith("Give the op's tensors one memory format"), name
+        assert ran[name]["outcome"] == "refused" and any("different dim orders" in c for c in ran[name]["checks"]), (name, ran[name])
+    (scalar,) = refusals(programs["scalar"][0])
+    assert "other [] contiguous" in scalar.message and ran["scalar"]["outcome"] == "refused"
+    assert any("different dim orders" in c for c in ran["scalar"]["checks"])
+    assert ran["fixed"]["outcome"] == "ran" and not refusals(programs["fixed"][0])
+
+
+class CircularConv(nn.Module):
+    def __init__(self, conv: type[nn.Module]) -> None:
+        super().__init__()
+        self.conv = conv(2, 3, 3, padding=1, padding_mode="circular")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def test_the_replay_never_blames_a_call_the_runtime_runs(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 47: a circular pad writes its result with _empty_dim_order.out, whose Python form
+    passes torch's empty.out a memory format, which torch refuses beside an out; ExecuTorch's
+    kernel takes it, and wins. Replayed, the call is clean, and the runtime runs it: the 2-D
+    program runs whole; the 3-D one past it, to the convolution that its kernel refuses (3-D or
+    4-D input), which check names before any run, at that instruction, with the fix of its cause."""
+    torch.manual_seed(0)
+    flat, deep = (torch.randn(1, 2, 6, 6),), (torch.randn(1, 2, 4, 6, 6),)
+    programs = {"conv2d": (written(CircularConv(nn.Conv2d).eval(), flat), flat), "conv3d": (written(CircularConv(nn.Conv3d).eval(), deep), deep)}
+    assert all(b"_empty_dim_order" in data for data, _ in programs.values())
+    ran = runtime.run(tmp_path, programs)
+    assert ran["conv2d"]["outcome"] == "ran" and not eg.check_pte(programs["conv2d"][0], replay=True).with_code("EG519")
+    (refused,) = eg.check_pte(programs["conv3d"][0], replay=True).with_code("EG519")
+    assert "calls aten::convolution.out" in refused.message and "input of rank 5" in refused.message and "XNNPACK declines Conv3d" in refused.fix
+    assert ran["conv3d"]["outcome"] == "refused" and any("Expect input tensor to be 3-D or 4-D, but got, 5" in c for c in ran["conv3d"]["checks"])
+
+
+def test_xnnpack_declines_a_3d_convolution_as_the_fix_says() -> None:
+    """The rank contract's fix says XNNPACK declines Conv3d: the real partitioner leaves it out."""
+    model, inputs = CircularConv(nn.Conv3d).eval(), (torch.randn(1, 2, 4, 6, 6),)
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+    left = [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+    assert any("convolution" in target for target in left)  # left on the portable kernel
+
+
+class Depthwise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, groups=4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def test_a_weight_exported_channels_last_names_its_memory_format(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 47: a depthwise weight [4, 1, 3, 3] in channels-last has strides that name another
+    permutation (its size-1 dimension); the portable convolution refuses it. EG516 says so with
+    the fix of that cause (export the parameters contiguous), not a re-export; the fix runs."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 4, 8, 8),)
+    channels_last = Depthwise().eval().to(memory_format=torch.channels_last)
+    contiguous = Depthwise().eval()
+    contiguous.load_state_dict(channels_last.state_dict())
+    programs = {"cl": (written(channels_last, inputs), inputs), "fixed": (written(contiguous.to(memory_format=torch.contiguous_format), inputs), inputs)}
+    ran = runtime.run(tmp_path, programs)
+    (finding,) = eg.check_pte(programs["cl"][0]).with_code("EG516")
+    assert "float32[4, 1, 3, 3]" in finding.message and "memory format" in finding.message
+    assert finding.fix is not None and "model.to(memory_format=torch.contiguous_format)" in finding.fix
+    assert ran["cl"]["outcome"] == "refused" and any("tensor_is_default_or_channels_last_dim_order(weight)" in c for c in ran["cl"]["checks"])
+    assert ran["fixed"]["outcome"] == "ran" and not eg.check_pte(programs["fixed"][0]).with_code("EG516")
+
+
+def test_no_delegate_is_advised_for_a_3d_convolution() -> None:
+    """EG520 advises XNNPACK for the compute left on portable kernels: a 2-D convolution, which it
+    takes, and not a 3-D one, which it declines (the test above)."""
+    assert eg.check_pte(written(nn.Conv2d(2, 3, 3).eval(), (torch.randn(1, 2, 6, 6),))).with_code("EG520")
+    assert not eg.check_pte(written(nn.Conv3d(2, 3, 3).eval(), (torch.randn(1, 2, 4, 6, 6),))).with_code("EG520")
+
+
+class Quantized(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.1, 0, -128, 127, torch.int8)
+        return torch.ops.quantized_decomposed.dequantize_per_tensor(q, 0.1, 0, -128, 127, torch.int8)
+
+
+def test_a_program_that_needs_the_quantized_kernels_names_their_library(runtime: Runtime, tmp_path: Path) -> None:
+    """A program of quantized_decomposed kernels fails to load in a runtime without ExecuTorch's
+    quantized kernel library (the child, which never imports it); EG521 against such a runtime
+    names the library and how to register it, and the runtime with it loads and runs the program."""
+    import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels (to_executorch needs their out variants)
+
+    inputs = (torch.randn(2, 4),)
+    data = written(Quantized(), inputs)
+    installed = eg.RuntimeInventory.installed()
+    without = eg.RuntimeInventory("a runtime without them", frozenset(k for k in installed.kernels if not k.startswith("quantized_decomposed::")))
+    found = eg.check_pte(data, against=without).with_code("EG521")
+    assert found and all("ExecuTorch's quantized kernel library provides it" in f.message for f in found)
+    assert all(f.fix is not None and "import executorch.kernels.quantized" in f.fix for f in found)
+    assert not eg.check_pte(data, against=installed).with_code("EG521")  # this process imported them
+    assert runtime.run(tmp_path, {"quantized": (data, inputs)})["quantized"]["outcome"] == "refused"
+    from executorch.runtime import Runtime as Loaded
+
+    (out,) = Loaded.get().load_program(data).load_method("forward").execute(list(inputs))
+    torch.testing.assert_close(out, Quantized()(*inputs))
