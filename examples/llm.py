@@ -143,8 +143,9 @@ class Decoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        # Each position attends to the cache slots up to its own.
-        mask = torch.arange(self.config.max_len).unsqueeze(0) <= input_pos.unsqueeze(1)
+        # Each position attends to the cache slots up to its own (made on the inputs' device, so
+        # that the decoder exports from an accelerator too).
+        mask = torch.arange(self.config.max_len, device=input_pos.device).unsqueeze(0) <= input_pos.unsqueeze(1)
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x, input_pos, cos, sin, mask)

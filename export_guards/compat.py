@@ -16,6 +16,7 @@ __all__ = [
     "RUNTIME_BUILT_FOR",
     "TESTED",
     "RuntimeMismatch",
+    "has_pre_decomposition_transform",
     "load_program",
     "runtime_mismatch",
     "say_once_if_untested",
@@ -71,6 +72,13 @@ def takes_keyword(function: Callable[..., Any], name: str) -> bool:
     except (TypeError, ValueError):  # a builtin without a signature: try the call
         return True
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def has_pre_decomposition_transform(partitioner_type: type) -> bool:
+    """Whether ``to_edge_transform_and_lower`` hands each partitioner the torch.export program
+    before decomposing it (``Partitioner.transform_for_pre_decomposition``, new in executorch
+    1.5): where it does not, a guarded partitioner's copy is made after decomposition."""
+    return hasattr(partitioner_type, "transform_for_pre_decomposition")
 
 
 def load_program(runtime: Any, program: Any, data_path: str | None = None) -> Any:

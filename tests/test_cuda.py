@@ -78,3 +78,29 @@ def test_cuda_model_with_the_copy_policy_runs_and_matches_eager() -> None:
     outputs = Runtime.get().load_program(guarded.to_pte()).load_method("forward").execute([x.cpu()])
     with torch.no_grad():
         torch.testing.assert_close(outputs[0], model(x).cpu(), rtol=1e-4, atol=1e-4)
+
+
+def attention_program(device: str) -> torch.export.ExportedProgram:
+    """4-D attention in float32, where decomposing it on CUDA picks a fused kernel
+    (``_scaled_dot_product_efficient_attention``) and on the CPU its flash path."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(16, 2, batch_first=True).eval().to(device)
+    x = torch.randn(1, 5, 16, device=device)
+    with torch.no_grad():
+        return torch.export.export(attention, (x, x, x), {"need_weights": False})
+
+
+def test_cuda_attention_copied_before_decomposition_is_the_cpu_export() -> None:
+    """The guarded partitioners handed the copy copy before ExecuTorch decomposes, so the
+    attention decomposes as on the CPU: the CPU export's bytes. A copy made after decomposing
+    could not undo the fused CUDA kernel (docs/placement.md)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    def lowered(program: torch.export.ExportedProgram) -> bytes:
+        partitioner = eg.guard_partitioners([XnnpackPartitioner()])
+        passes = eg.guard_passes(placement="copy", partitioner=partitioner)
+        edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioner)
+        return edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
+
+    assert lowered(attention_program("cuda")) == lowered(attention_program("cpu"))
+    assert eg.lower_with_guards(attention_program("cuda"), placement="copy").to_pte() == eg.lower_with_guards(attention_program("cpu")).to_pte()

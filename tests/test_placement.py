@@ -322,6 +322,18 @@ def test_bad_input_is_explained() -> None:
         eg.guard_constant_placement(export_cpu(), policy="move")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         eg.ConstantPlacementPass("cpu")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'error' or 'copy', not 'host'"):
+        eg.guard_partitioners([XnnpackPartitioner()], placement="host")  # type: ignore[arg-type]
+
+
+def test_guard_passes_hands_the_copy_to_the_partitioners_it_is_given() -> None:
+    """They copy before ExecuTorch decomposes, which only they are handed the program for."""
+    parts = eg.guard_partitioners({"forward": [XnnpackPartitioner(), XnnpackPartitioner()]})
+    assert {p.placement for p in parts["forward"]} == {"error"}
+    eg.guard_passes(partitioner=parts)
+    assert {p.placement for p in parts["forward"]} == {"error"}
+    eg.guard_passes(placement="copy", partitioner=parts)
+    assert {p.placement for p in parts["forward"]} == {"copy"}
 
 
 def test_report_renders_ruff_style_lines(trapdev: torch.device) -> None:

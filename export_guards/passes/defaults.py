@@ -85,7 +85,10 @@ def guard_passes(
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
     backend) needs the partitioners guarded, which check each constant once their
-    partitioner has decided; hand them here too and step 1 leaves device constants to them::
+    partitioner has decided; hand them here too and step 1 leaves device constants to them.
+    With ``placement="copy"`` this hands them the copy too (their ``placement``): they copy
+    before ``to_edge_transform_and_lower`` decomposes the program (executorch 1.5), so that
+    attention decomposes as on the CPU and the ``.pte`` is the CPU export's::
 
         partitioner = guard_partitioners([CudaPartitioner(specs)])
         to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)
@@ -117,6 +120,10 @@ def guard_passes(
                 "wrap them with guard_partitioners([...]) and pass the same list to "
                 "to_edge_transform_and_lower(partitioner=...)"
             )
+    if placement == "copy":
+        for parts in lists:  # the copy before decomposition is theirs: ExecuTorch hands them the program then
+            for part in parts:
+                part.placement = "copy"
     passes: list[PassType] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
     if fold:
         passes.append(FoldConstantsPass(max_growth=max_growth))

@@ -86,6 +86,20 @@ _RULES = (
         done=("constant copied to the host", "constants copied to the host"),
     ),
     Rule(
+        "EG104",
+        "device-decomposition-kept",
+        Severity.WARNING,
+        "The 'copy' policy copied a program that to_edge had already decomposed on the device: "
+        "scaled_dot_product_attention keeps the device's decomposition, which can differ from "
+        "the CPU's, so the program is not necessarily the CPU export's.",
+        "copy before to_edge: guard_constant_placement(program, policy='copy') on the torch.export "
+        "program, lower_with_guards(..., placement='copy'), a recipe, or "
+        "guard_passes(placement='copy', partitioner=guard_partitioners([...])), whose partitioners "
+        "copy before to_edge_transform_and_lower decomposes (executorch 1.5)",
+        "action",
+        done=("copy kept a device's decomposition", "copies kept a device's decomposition"),
+    ),
+    Rule(
         "EG201",
         "constant-folded",
         Severity.INFO,

@@ -114,6 +114,6 @@ class EmitPlacementPass(PassBase):
             return GuardGraphPassResult(graph_module, False)
         # The graph is twinned alone: to_executorch has made it non-functional (buffer
         # write-backs), which an ExportedProgram refuses. An earlier pass may have replaced it.
-        copies, graph = plan.copies(), host_graph(graph_module, plan.to_copy)
+        copies, graph = plan.copies() + plan.kept_decompositions(graph_module), host_graph(graph_module, plan.to_copy)
         program._state_dict, program._constants = host_constants(program)  # their setters refuse
         return GuardGraphPassResult(graph, True, copies)

@@ -18,7 +18,7 @@ from torch.export import ExportedProgram
 
 from export_guards.backends import device_backend_ids
 from export_guards.passes.placement.messages import placement_error
-from export_guards.passes.placement.plan import check_policy, plan_partition
+from export_guards.passes.placement.plan import check_policy, plan_partition, plan_placement
 from export_guards.settings import PlacementPolicy
 
 __all__ = ["DEVICE_BACKENDS", "GuardedPartitioner", "guard_partitioners"]
@@ -39,14 +39,24 @@ class GuardedPartitioner(Partitioner):
     ``emitter="copy"`` says that ``to_executorch`` will copy it
     (``ExecutorchBackendConfig(passes=emit_passes("copy"))``, which checks it then).
 
-    Everything else (``ops_to_not_decompose``, the pre-decomposition transform, the spec,
-    any other attribute) is the wrapped partitioner's own. The program is not modified.
+    With ``placement="copy"`` (which ``guard_passes(placement="copy", partitioner=...)``
+    hands it), its pre-decomposition transform, which ``to_edge_transform_and_lower`` calls
+    on the torch.export program before decomposing it (executorch 1.5), returns that
+    program's host twin: the graph is decomposed on the CPU, as the CPU export's is. A copy
+    made after decomposing keeps what the device chose (the kernel of
+    ``scaled_dot_product_attention``: docs/placement.md).
+
+    Everything else (``ops_to_not_decompose``, the wrapped partitioner's own pre-decomposition
+    transform, run after the copy, the spec, any other attribute) is the wrapped partitioner's
+    own. The program it is handed is not modified.
 
     Args:
         partitioner: the partitioner to guard.
         device_backends: the backend ids trusted to read device constants.
         last: whether no partitioner runs after this one on the same method.
         emitter: ``"error"``, or ``"copy"`` when ``to_executorch`` runs ``emit_passes("copy")``.
+        placement: ``"copy"`` to copy device constants to the host before decomposition;
+            ``"error"`` (the default) leaves them to the checks.
     """
 
     def __init__(
@@ -56,8 +66,10 @@ class GuardedPartitioner(Partitioner):
         *,
         last: bool = True,
         emitter: PlacementPolicy = "error",
+        placement: PlacementPolicy = "error",
     ) -> None:
         check_policy(emitter)
+        check_policy(placement)
         if isinstance(partitioner, GuardedPartitioner):
             partitioner = partitioner.partitioner
         if not isinstance(partitioner, Partitioner):
@@ -67,6 +79,7 @@ class GuardedPartitioner(Partitioner):
         self.device_backends = frozenset(device_backends)
         self.last = last
         self.emitter: PlacementPolicy = emitter
+        self.placement: PlacementPolicy = placement
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         result = self.partitioner.partition(exported_program)
@@ -83,6 +96,12 @@ class GuardedPartitioner(Partitioner):
         return self.partitioner.ops_to_not_decompose(ep)
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        if self.placement == "copy":
+            # Constants without data stop nothing here: the transform passes stop them, naming
+            # the method, as without this copy.
+            plan = plan_placement(None, exported_program, "copy")
+            if plan.to_copy and not plan.stops:
+                exported_program = plan.carried_out(exported_program).exported_program
         return self.partitioner.transform_for_pre_decomposition(exported_program)
 
     def __getattr__(self, name: str) -> Any:  # only for names this class does not have
@@ -98,17 +117,18 @@ class GuardedPartitioner(Partitioner):
 
 @overload
 def guard_partitioners(
-    partitioners: Sequence[Partitioner], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ...
+    partitioners: Sequence[Partitioner], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ..., placement: PlacementPolicy = ...
 ) -> list[GuardedPartitioner]: ...
 @overload
 def guard_partitioners(
-    partitioners: Mapping[str, Sequence[Partitioner]], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ...
+    partitioners: Mapping[str, Sequence[Partitioner]], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ..., placement: PlacementPolicy = ...
 ) -> dict[str, list[GuardedPartitioner]]: ...
 def guard_partitioners(
     partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
     *,
     device_backends: Iterable[str] = DEVICE_BACKENDS,
     emitter: PlacementPolicy = "error",
+    placement: PlacementPolicy = "error",
 ) -> list[GuardedPartitioner] | dict[str, list[GuardedPartitioner]]:
     """``partitioners`` (a list, or a dict of method name to list, as
     ``to_edge_transform_and_lower`` takes them), each wrapped in a :class:`GuardedPartitioner`;
@@ -128,19 +148,22 @@ def guard_partitioners(
             at emission (``to_executorch(ExecutorchBackendConfig(passes=emit_passes("copy")))``),
             as a backend that keeps some ops on the device wants; ``"error"`` (the default)
             stops them here.
+        placement: ``"copy"`` to copy the program's device constants to the host before
+            ``to_edge_transform_and_lower`` decomposes it, so that it decomposes as on the
+            CPU (``guard_passes(placement="copy", partitioner=...)`` sets it).
 
     Raises:
         TypeError: an element is not an ExecuTorch ``Partitioner``, or a backend id is not a string.
-        ValueError: ``emitter`` is not ``"error"`` or ``"copy"``.
+        ValueError: ``emitter`` or ``placement`` is not ``"error"`` or ``"copy"``.
     """
     trusted = (device_backends,) if isinstance(device_backends, str) else tuple(device_backends)
     if isinstance(device_backends, str) or not all(isinstance(b, str) for b in trusted):
         raise TypeError(f"device_backends must be backend id strings such as 'CudaBackend', not {device_backends!r}")
     if isinstance(partitioners, Mapping):
-        return {name: _guarded(list(parts), trusted, emitter) for name, parts in partitioners.items()}
-    return _guarded(list(partitioners), trusted, emitter)
+        return {name: _guarded(list(parts), trusted, emitter, placement) for name, parts in partitioners.items()}
+    return _guarded(list(partitioners), trusted, emitter, placement)
 
 
-def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...], emitter: PlacementPolicy) -> list[GuardedPartitioner]:
+def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...], emitter: PlacementPolicy, placement: PlacementPolicy) -> list[GuardedPartitioner]:
     last = len(partitioners) - 1
-    return [GuardedPartitioner(p, trusted, last=i == last, emitter=emitter) for i, p in enumerate(partitioners)]
+    return [GuardedPartitioner(p, trusted, last=i == last, emitter=emitter, placement=placement) for i, p in enumerate(partitioners)]

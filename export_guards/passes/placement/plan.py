@@ -24,10 +24,12 @@ from typing import Literal, final
 
 from executorch.exir.backend.partitioner import PartitionResult
 from torch.export import ExportedProgram
+from torch.fx import GraphModule
 
 from export_guards.analysis.programs import ProgramConstant, iter_constants
 from export_guards.analysis.source import node_site
 from export_guards.analysis.storage import Unreadable, describe, device_problem, first_user, unreadable_constants
+from export_guards.passes.placement.decomposed import kept_decompositions
 from export_guards.passes.placement.host_copy import host_twin
 from export_guards.passes.placement.messages import FIX_BACKEND, FIX_EMITTER, placement_error
 from export_guards.passes.result import GuardPassResult
@@ -117,10 +119,17 @@ class PlacementPlan:
             for c in self.to_copy
         )
 
+    def kept_decompositions(self, graph_module: GraphModule) -> Report:
+        """One ``EG104`` per attention that ``graph_module`` (of the program this plan copies)
+        had decomposed on the device before the copy: the copy cannot undo it."""
+        if not self.to_copy:
+            return Report()
+        return kept_decompositions(self.method, graph_module, self.to_copy[0].tensor.device)
+
     def carried_out(self, ep: ExportedProgram) -> GuardPassResult:
         """The plan carried out on ``ep``, the program it was made of: the same program when
-        nothing is to copy, else its host twin with the ``EG103`` copies as the report. ``ep``
-        is never modified.
+        nothing is to copy, else its host twin with the ``EG103`` copies (and an ``EG104`` per
+        attention decomposed on the device before) as the report. ``ep`` is never modified.
 
         Raises:
             ConstantPlacementError: some constant stops the export; the error names each one.
@@ -130,7 +139,7 @@ class PlacementPlan:
             raise placement_error(stops)
         if not self.to_copy:
             return GuardPassResult(ep, False)
-        return GuardPassResult(host_twin(ep, self.to_copy), True, self.copies())
+        return GuardPassResult(host_twin(ep, self.to_copy), True, self.copies() + self.kept_decompositions(ep.graph_module))
 
 
 def _findings(placed: Iterable[Placed]) -> Report:
