@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,12 +27,14 @@ _SHA256_KEY = re.compile(r"[0-9a-f]{64}")
 class PteContext:
     """A program file and its data files, as the ``pte`` rules see them, the runtime it is
     checked against, when one is given, and whether the kernel calls are replayed on torch's
-    meta tensors (EG519; loads torch)."""
+    meta tensors here (EG519; loads torch), or were ``replayed`` by another process (the
+    runtime's child: each call's verdict, by ``rules.kernels.replay_calls``'s call)."""
 
     pte: PteFile
     data_files: tuple[PtdFile, ...] = field(default=())
     runtime: RuntimeInventory | None = None
     replay: bool = False
+    replayed: Mapping[tuple[object, ...], object] | None = None
 
     @cached_property
     def named_data(self) -> dict[str, tuple[str, Region]]:
