@@ -412,6 +412,34 @@ def test_the_headers_are_executorchs(
             assert parsed_alike(headers.FlatTensorHeader, FlatTensorHeader, damaged[8 : 8 + FlatTensorHeader.EXPECTED_LENGTH]), ptd.name
 
 
+def test_the_named_data_read_ahead_of_the_reader_is_where_the_reader_finds_it(
+    written_programs: Mapping[str, Written], valid_program_bytes: Mapping[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's head start on EG523 (``reader/named_regions.py``, read before ExecuTorch's
+    reader is imported): each program's and data file's named data where ExecuTorch's reader
+    places it; on damaged ones (the regressions, bits flipped in the flatbuffer) no exception,
+    and each key the reader still finds in the same place."""
+    from export_guards.pte.reader.external import PtdFile
+    from export_guards.pte.reader.named_regions import named_data_regions
+
+    monkeypatch.setattr(pte_file, "PARSE_SECONDS", REGRESSION_PARSE_SECONDS)
+
+    def read(name: str, data: bytes) -> dict[str, tuple[int, int]]:
+        found = PtdFile(data, name).named_data if name.endswith(".ptd") else PteFile(data).named_data
+        return {key: (region.start, region.end) for key, region in found.items()}
+
+    files = corpus_bytes(written_programs, valid_program_bytes)
+    files.update((ptd.name, ptd.read_bytes()) for written in written_programs.values() for ptd in written.data_files)
+    assert sum(bool(read(name, data)) for name, data in files.items()) >= 3  # programs and .ptd files with named data
+    for name, data in files.items():
+        if not (REGRESSIONS / name).exists():  # as written: the same entries
+            assert named_data_regions(data) == read(name, data), name
+        for number in range(10):
+            damaged = mutate(data, "flip_program", random.Random(f"named data {name} {number}"), [])
+            ahead = named_data_regions(damaged)
+            assert all(ahead.get(key) == region for key, region in read(name, damaged).items()), name
+
+
 def test_the_dtypes_are_executorchs() -> None:
     """Each scalar type's torch dtype name and size, as ``executorch.exir.tensor`` maps it."""
     from executorch.exir.tensor import get_scalar_type

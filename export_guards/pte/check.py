@@ -11,6 +11,7 @@ from typing import Any
 
 from export_guards.compat import RuntimeMismatch, runtime_mismatch
 from export_guards.pte.context import PteContext
+from export_guards.pte.digests import ContentDigests
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
@@ -39,6 +40,7 @@ def check_pte(
     locate: Locate | None = None,
     rules: RuleSet | None = None,
     replay: bool = False,
+    digests: ContentDigests | None = None,
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
@@ -73,6 +75,9 @@ def check_pte(
             refuses together). Imports torch (seconds); with ``runtime``, always, in the
             runtime's child, which imports torch anyway: with ``runtime``, this process
             imports neither torch nor the runtime.
+        digests: the weights' hashes (EG523) where the caller started them already
+            (``ContentDigests.start``: the command starts them before it imports the rules);
+            those it lacks are started here.
 
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
@@ -100,7 +105,7 @@ def check_pte(
     ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
     with SmokeWorker() if runtime else contextlib.nullcontext() as worker:
         artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
-        context = PteContext(pte, ptds, against, replay=replay and not runtime)
+        context = PteContext(pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests())
         rules = rules or with_project_rules(PTE_RULES)
         if named_data_hash_mismatch.code in rules.rules and config.enabled(named_data_hash_mismatch.code):
             _ = context.content_digests  # hashing the weights starts now, beside the other rules
