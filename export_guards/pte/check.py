@@ -98,11 +98,11 @@ def check_pte(
         raise ValueError(
             f"the runtime smoke run loads one data file (executorch.runtime takes one data_path); {len(data_files)} were given"
         )
+    pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
+    ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
     # the runtime's child starts first, and imports the runtime (most of the run's cost) while
     # this process reads the program; it also answers what needs the runtime or torch (the
     # inventory, EG519's replay), so that this process loads neither
-    pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
-    ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
     with SmokeWorker() if runtime else contextlib.nullcontext() as worker:
         artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
         context = PteContext(pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests())
