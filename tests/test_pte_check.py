@@ -410,7 +410,7 @@ def test_a_rule_that_raises_is_reported_as_eg001(programs: dict[str, Written], m
     assert report.with_code("EG501")
 
 
-def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: dict[str, Written], tmp_path: Path) -> None:
+def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: dict[str, Written], tmp_path: Path, cli: Callable[..., Ran]) -> None:
     """Issue 47: XNNPACK names each weight by the SHA-256 of its bytes. 50 flipped bytes in one
     such segment load and run (the runtime does not check), but no longer match the key: an
     error naming the key, the segment and the delegate that reads it. The intact program is clean."""
@@ -426,6 +426,8 @@ def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: di
     (finding,) = check_pte(path).with_code("EG523")
     assert finding.severity is Severity.ERROR and finding.constant == key and finding.region == (region.start, region.size)
     assert f"({region.what} of {path}" in finding.message and "(XnnpackBackend) of method 'forward'" in finding.message
+    done = cli("check", path, "--format", "json", "--isolated")  # the command's hashing starts before its imports
+    assert [f["constant"] for f in json.loads(done.stdout)["findings"] if f["code"] == "EG523"] == [key]
 
 
 class Pad(torch.nn.Module):

@@ -190,6 +190,41 @@ def test_a_program_with_kernel_calls_is_checked_without_torch(written_programs: 
     assert {f["code"] for f in check_without_and_with_replay(path, cli)} == {"EG520"}
 
 
+def _out_reshaped_and_an_operator_no_runtime_has(program: wheel.Program) -> None:
+    """The first 4-d out tensor in another shape of as many elements (only the replay on meta
+    tensors sees it), and the last operator renamed to one that no runtime has a kernel for."""
+    plan = program.execution_plan[0]
+    call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, wheel.KernelCall) and len(plan.values[c.args[-1]].val.sizes) == 4)
+    sizes = plan.values[call.args[-1]].val.sizes
+    sizes[1], sizes[2] = sizes[2], sizes[1]
+    plan.operators[-1].name = "aten::add_nowhere"
+
+
+@pytest.mark.subprocess
+def test_the_runtime_run_leaves_torch_and_the_runtime_to_its_child(written_programs: Mapping[str, Written], tmp_path: Path) -> None:
+    """``check --runtime`` (issue 47): the command's own process loads neither torch nor the
+    runtime. Its child, which runs the program, answers what needs them: the runtime's kernels
+    (EG521 names the operator it lacks) and EG519's replay on meta tensors (an out tensor of
+    another shape, which only the replay sees, reported as this process's replay reports it).
+    A program that kills the runtime is a finding, and the command survives it."""
+    from pte_structure import edit_pte
+
+    path = tmp_path / "mutant.pte"
+    path.write_bytes(edit_pte(written_programs["portable"].pte.read_bytes(), _out_reshaped_and_an_operator_no_runtime_has))
+    done = python(CLI_CHILD, "check", str(path), "--runtime", "--format", "json", "--isolated")
+    assert done.returncode == 1 and heavy_of(done) == [], done.stderr[-2000:]
+    found = {(f["code"], f["message"]) for f in json.loads(done.stdout)["findings"]}
+    replayed = {(f.code, f.message) for f in check_pte(path, replay=True).with_code("EG519") if "resizes it to shape" in f.message}
+    assert replayed and replayed <= found
+    assert not [f for f in check_pte(path).with_code("EG519") if "resizes it to shape" in f.message]  # the replay's alone
+    assert any(code == "EG521" and "aten::add_nowhere.out, for which executorch.runtime" in message for code, message in found)
+    crash = REGRESSIONS / "runtime-sigsegv-portable-287-flip.pte"
+    done = python(CLI_CHILD, "check", str(crash), "--runtime", "--format", "json", "--isolated")
+    assert done.returncode == 1 and heavy_of(done) == [], done.stderr[-2000:]
+    (died,) = [f["message"] for f in json.loads(done.stdout)["findings"] if f["code"] == "EG511"]
+    assert "the runtime died with SIGSEGV during 'run forward'" in died
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(KERNEL_CALL_EXAMPLES))
@@ -375,6 +410,34 @@ def test_the_headers_are_executorchs(
     for ptd in written_programs["external"].data_files:
         for damaged in damaged_heads(ptd.read_bytes(), ptd.name):
             assert parsed_alike(headers.FlatTensorHeader, FlatTensorHeader, damaged[8 : 8 + FlatTensorHeader.EXPECTED_LENGTH]), ptd.name
+
+
+def test_the_named_data_read_ahead_of_the_reader_is_where_the_reader_finds_it(
+    written_programs: Mapping[str, Written], valid_program_bytes: Mapping[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's head start on EG523 (``reader/named_regions.py``, read before ExecuTorch's
+    reader is imported): each program's and data file's named data where ExecuTorch's reader
+    places it; on damaged ones (the regressions, bits flipped in the flatbuffer) no exception,
+    and each key the reader still finds in the same place."""
+    from export_guards.pte.reader.external import PtdFile
+    from export_guards.pte.reader.named_regions import named_data_regions
+
+    monkeypatch.setattr(pte_file, "PARSE_SECONDS", REGRESSION_PARSE_SECONDS)
+
+    def read(name: str, data: bytes) -> dict[str, tuple[int, int]]:
+        found = PtdFile(data, name).named_data if name.endswith(".ptd") else PteFile(data).named_data
+        return {key: (region.start, region.end) for key, region in found.items()}
+
+    files = corpus_bytes(written_programs, valid_program_bytes)
+    files.update((ptd.name, ptd.read_bytes()) for written in written_programs.values() for ptd in written.data_files)
+    assert sum(bool(read(name, data)) for name, data in files.items()) >= 3  # programs and .ptd files with named data
+    for name, data in files.items():
+        if not (REGRESSIONS / name).exists():  # as written: the same entries
+            assert named_data_regions(data) == read(name, data), name
+        for number in range(10):
+            damaged = mutate(data, "flip_program", random.Random(f"named data {name} {number}"), [])
+            ahead = named_data_regions(damaged)
+            assert all(ahead.get(key) == region for key, region in read(name, damaged).items()), name
 
 
 def test_the_dtypes_are_executorchs() -> None:

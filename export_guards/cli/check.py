@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import mmap
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,13 +17,16 @@ from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.compat import runtime_mismatch
+from export_guards.pte.digests import ContentDigests
 from export_guards.pte.reader.identity import file_kind_of
 from export_guards.ruleset import Stage
+from export_guards.ruleset.catalog import CATALOG
 from export_guards.targets import StepFailed, TargetError, check_target
 
 __all__ = ["run"]
 
 Program = tuple[Path, tuple[Path, ...]]  # a .pte, and the .ptd files it is checked with
+HASH_CHECK = CATALOG["EG523"].code  # named-data-hash-mismatch: its hashing starts before the imports
 
 
 def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
@@ -48,11 +54,14 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     steps = Stages(args)
     first = source or (programs[0][0] if programs else None)
     with outputs, quiet_libraries(args.verbose, load_torch=False), reported_if_failed(args, outputs, first, args.reproducible):
+        digests = _hashing(programs[0]) if programs and settings.enabled(HASH_CHECK) else None
         from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
 
         def check(program: Program) -> Checked:
             path, data = program
-            report = check_pte(path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay)
+            report = check_pte(
+                path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests
+            )
             ran = (f"program {path.stat().st_size:,} bytes",) + (("ran in executorch.runtime",) if args.runtime else ())
             return Checked(str(path), report, ran)
 
@@ -81,6 +90,22 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
     failed = bool(merged(checked).at_least(settings.fail_level))
     return exit_code(args, failed=failed, complete=delivered and baselined)
+
+
+def _hashing(program: Program) -> ContentDigests:
+    """The first program's weights (and its data files'), hashing from now on in background
+    threads, while the rules are imported: on a large program, the hashes (EG523) are what
+    the check waits for last. Each file is mapped again by the check; the rest are hashed as
+    they are checked."""
+    digests = ContentDigests()
+    with contextlib.ExitStack() as files:
+        mapped = []
+        for path in (program[0], *program[1]):
+            with contextlib.suppress(OSError, ValueError):  # empty or unreadable: the check says so
+                file = files.enter_context(open(path, "rb"))
+                mapped.append((os.fspath(path), mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)))
+        digests.start(mapped)
+    return digests
 
 
 def _each(check: Callable[[Program], Checked], programs: list[Program], jobs: int) -> list[Checked]:

@@ -7,16 +7,19 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from export_guards.compat import RuntimeMismatch, runtime_mismatch
 from export_guards.pte.context import PteContext
+from export_guards.pte.digests import ContentDigests
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES
 from export_guards.pte.rules.delegates import named_data_hash_mismatch
-from export_guards.pte.smoke import start_smoke_test
+from export_guards.pte.rules.kernels import kernel_call_inconsistent, replay_calls, verdicts
+from export_guards.pte.smoke import SmokeWorker
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
 from export_guards.settings import Settings
@@ -37,6 +40,7 @@ def check_pte(
     locate: Locate | None = None,
     rules: RuleSet | None = None,
     replay: bool = False,
+    digests: ContentDigests | None = None,
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
@@ -61,14 +65,19 @@ def check_pte(
             each method once on generated inputs (EG511); a crash is reported, never raised.
         runtime_timeout_s: how long that child may take.
         against: the runtime whose kernels and backends the program must find (EG521); with
-            ``runtime``, the installed ``executorch.runtime`` unless another is given.
+            ``runtime``, the installed ``executorch.runtime`` (as its child finds it) unless
+            another is given.
         locate: places a finding about an operator (``"aten::sort.values"``) on the user's
             line, where the caller has the program's graph (``GuardedExport.check_program``).
         rules: the rule set to run (default ``PTE_RULES`` and the installed project rules).
         replay: also replay each ATen call that writes a tensor on torch's meta tensors
             (EG519: out tensors of another shape than the kernel computes, inputs the operator
-            refuses together). Imports torch (seconds); with ``runtime``, always (the runtime
-            imports it anyway).
+            refuses together). Imports torch (seconds); with ``runtime``, always, in the
+            runtime's child, which imports torch anyway: with ``runtime``, this process
+            imports neither torch nor the runtime.
+        digests: the weights' hashes (EG523) where the caller started them already
+            (``ContentDigests.start``: the command starts them before it imports the rules);
+            those it lacks are started here.
 
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
@@ -91,21 +100,35 @@ def check_pte(
         )
     pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
     ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
-    artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
-    if runtime and against is None:
-        against = RuntimeInventory.installed()
-    context = PteContext(pte, ptds, against, replay=replay or runtime)
-    rules = rules or with_project_rules(PTE_RULES)
-    if named_data_hash_mismatch.code in rules.rules and config.enabled(named_data_hash_mismatch.code):
-        _ = context.content_digests  # hashing the weights starts now, beside the other rules
-    with _as_file(program) if runtime else contextlib.nullcontext("") as path:
-        # the runtime's child starts first (even for a program with structural errors: whether
-        # the runtime survives them is the question), and imports the runtime while the rules run
-        started = start_smoke_test(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name) if runtime else None
-        report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
-        if started is not None:
-            report += run(rules, "runtime", started.result(), config, name=pte.name, artifact=artifact)
+    # the runtime's child starts first, and imports the runtime (most of the run's cost) while
+    # this process reads the program; it also answers what needs the runtime or torch (the
+    # inventory, EG519's replay), so that this process loads neither
+    with SmokeWorker() if runtime else contextlib.nullcontext() as worker:
+        artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
+        context = PteContext(pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests())
+        rules = rules or with_project_rules(PTE_RULES)
+        if named_data_hash_mismatch.code in rules.rules and config.enabled(named_data_hash_mismatch.code):
+            _ = context.content_digests  # hashing the weights starts now, beside the other rules
+        with _as_file(program) if runtime else contextlib.nullcontext("") as path:
+            started = None
+            if worker is not None:  # even for a program with structural errors: whether the runtime survives them is the question
+                calls = replay_calls(context) if kernel_call_inconsistent.code in rules.rules and config.enabled(kernel_call_inconsistent.code) else []
+                started = worker.start(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name, inventory=against is None, replay=calls)
+                if against is None:
+                    context.runtime = _inventory(started.answer("inventory"))
+                if calls and (answered := started.answer("replayed")) is not None:
+                    context.replayed = verdicts(calls, answered)
+            report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
+            if started is not None:
+                report += run(rules, "runtime", started.result(), config, name=pte.name, artifact=artifact)
     return report
+
+
+def _inventory(answered: Any) -> RuntimeInventory | None:
+    """The child's runtime, as it answered (None: it died first, which its result reports)."""
+    if answered is None:
+        return None
+    return RuntimeInventory(answered["name"], frozenset(answered["kernels"]), frozenset(answered["backends"]))
 
 
 @contextlib.contextmanager

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from export_guards.pte.digests import ContentDigests, is_content_key
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.dataflow import Access, method_accesses
 from export_guards.pte.reader.external import PtdFile
@@ -19,19 +18,20 @@ from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payloa
 
 __all__ = ["PteContext"]
 
-_SHA256_KEY = re.compile(r"[0-9a-f]{64}")
-
 
 @dataclass
 class PteContext:
     """A program file and its data files, as the ``pte`` rules see them, the runtime it is
     checked against, when one is given, and whether the kernel calls are replayed on torch's
-    meta tensors (EG519; loads torch)."""
+    meta tensors here (EG519; loads torch), or were ``replayed`` by another process (the
+    runtime's child: each call's verdict, by ``rules.kernels.replay_calls``'s call)."""
 
     pte: PteFile
     data_files: tuple[PtdFile, ...] = field(default=())
     runtime: RuntimeInventory | None = None
     replay: bool = False
+    replayed: Mapping[tuple[object, ...], object] | None = None
+    digests: ContentDigests = field(default_factory=ContentDigests)
 
     @cached_property
     def named_data(self) -> dict[str, tuple[str, Region]]:
@@ -46,23 +46,17 @@ class PteContext:
     def content_digests(self) -> dict[str, Future[str]]:
         """The SHA-256 of each named-data entry whose key has the form of one (XNNPACK names its
         weights by their content's hash), by key: hashed in background threads from the first
-        call on (hashlib releases the GIL), straight from the mapped files, so that the other
-        rules run meanwhile (``check_pte`` starts it first). Entries outside their file are
-        left out (EG503's)."""
+        call on, straight from the mapped files, so that the other rules run meanwhile
+        (``check_pte`` starts it first; the command, before its imports, in ``digests``).
+        Entries outside their file are left out (EG503's)."""
         files = {self.pte.name: self.pte.data, **{ptd.name: ptd.data for ptd in self.data_files}}
         entries = {
-            key: (files[file], region)
+            key: (file, region)
             for key, (file, region) in self.named_data.items()
-            if _SHA256_KEY.fullmatch(key) and 0 <= region.start and region.end <= len(files[file])
+            if is_content_key(key) and 0 <= region.start and region.end <= len(files[file])
         }
-
-        def digest(data: object, start: int, end: int) -> str:
-            return hashlib.sha256(memoryview(data)[start:end]).hexdigest()  # type: ignore[arg-type]
-
-        pool = ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="eg-hash")
-        started = {key: pool.submit(digest, data, region.start, region.end) for key, (data, region) in entries.items()}
-        pool.shutdown(wait=False)  # the submitted hashes still run; the pool takes no more
-        return started
+        started = self.digests.hash((file, files[file], region.start, region.end) for file, region in entries.values())
+        return dict(zip(entries, started))
 
     @cached_property
     def named_data_layouts(self) -> dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]:

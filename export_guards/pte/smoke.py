@@ -9,16 +9,19 @@ child (the lint's example inputs, then the inputs at each dynamic dimension's bo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import final
+from typing import Any, final
 
 __all__ = ["MARKER", "SmokeInputs", "SmokeRun", "SmokeWorker", "StartedSmoke", "smoke_test", "start_smoke_test"]
 
@@ -111,27 +114,33 @@ def smoke_test(
 @final
 class StartedSmoke:
     """A smoke run under way in its child process: the caller works meanwhile (``check_pte``
-    runs the structural rules while the child imports the runtime), then asks for ``result``."""
+    runs the structural rules while the child imports the runtime), asks for what the child
+    answers before it loads the program (:meth:`answer`), then for the ``result``."""
 
-    def __init__(self, process: subprocess.Popen[str], name: str, timeout_s: float) -> None:
-        self._process, self._name = process, name
+    def __init__(self, process: subprocess.Popen[str], pipes: _Pipes, names: Sequence[str], timeout_s: float) -> None:
+        self._process, self._pipes, self._names = process, pipes, tuple(names)
         self._deadline = time.monotonic() + timeout_s
 
-    def result(self, job: str | None = None) -> SmokeRun:
-        """Hand the child ``job`` on stdin (a :class:`SmokeWorker`'s), wait for it (until its
-        time limit, counted from its start) and describe what happened."""
-        return self.results(job, [self._name])[0]
+    def answer(self, kind: str) -> Any:
+        """What the child answered as ``kind`` (its line ``{"inventory": ...}``), once it has:
+        ``None`` when it ended, or ran past its time limit, without answering."""
+        return self._pipes.answer(kind, self._deadline)
 
-    def results(self, job: str | None, names: Sequence[str]) -> tuple[SmokeRun, ...]:
-        """:meth:`result` of a job of several runs, named ``names``: one :class:`SmokeRun` for
-        each run the child started (the first always), in order."""
+    def result(self) -> SmokeRun:
+        """Wait for the child (until its time limit, counted from its start) and describe what
+        happened (to its first run: the only one but a :meth:`SmokeWorker.run_each`'s)."""
+        return self.results()[0]
+
+    def results(self) -> tuple[SmokeRun, ...]:
+        """:meth:`result` for each run the child started (the first always), in order."""
+        timed_out = False
         try:
-            stdout, stderr = self._process.communicate(job, timeout=max(0.0, self._deadline - time.monotonic()))
+            self._process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self._process.kill()
-            stdout, stderr = self._process.communicate()
-            return _described(names, 0, stdout or "", stderr or "", timed_out=True)
-        return _described(names, self._process.returncode, stdout, stderr)
+            self._process.wait()
+            timed_out = True
+        return _described(self._names, self._process.returncode, self._pipes.stdout(), self._pipes.stderr(), timed_out=timed_out)
 
 
 def start_smoke_test(
@@ -148,19 +157,54 @@ def start_smoke_test(
     given = ["--inputs", inputs, "--outputs", outputs or os.devnull] if inputs is not None else []
     command = [sys.executable, "-m", WORKER, *given, os.fspath(program), *data_files[:1]]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    return StartedSmoke(process, name or os.fspath(program), timeout_s)
+    return StartedSmoke(process, _Pipes(process), [name or os.fspath(program)], timeout_s)
 
 
 @final
 class SmokeWorker:
     """A smoke child started ahead of its program: it imports the runtime while the caller
-    works (the lint exports meanwhile), then ``run`` hands it one program. Use it as a context
-    manager: a worker never handed a program is stopped on exit."""
+    works (the lint exports meanwhile; ``check_pte`` reads the program), then ``start`` hands it
+    one program. Use it as a context manager: a worker never handed a program is stopped on
+    exit."""
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
             [sys.executable, "-m", WORKER, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        self._pipes = _Pipes(self._process)
+
+    def start(
+        self,
+        program: str | os.PathLike[str],
+        data_files: Sequence[str] = (),
+        timeout_s: float = 120.0,
+        *,
+        name: str | None = None,
+        runs: Sequence[SmokeInputs] = (),
+        inventory: bool = False,
+        replay: Sequence[object] = (),
+    ) -> StartedSmoke:
+        """Hand the child its program (once: it serves one). With ``inventory``, it first
+        answers ``"inventory"``: the kernels and backends of its runtime
+        (:meth:`RuntimeInventory.installed`'s fields); with ``replay`` (EG519's calls,
+        ``rules.kernels.replay_calls``), ``"replayed"``: the verdict of each, replayed on
+        torch's meta tensors. Then it loads and runs the program, as :func:`smoke_test`, or
+        ``forward`` on each of ``runs`` in turn (:meth:`run_each`), within ``timeout_s`` a run."""
+        job = {
+            "program": os.fspath(program),
+            "data": data_files[0] if data_files else None,
+            "runs": [{"inputs": r.inputs, "outputs": r.outputs} for r in runs],
+            "inventory": inventory,
+            "replay": list(replay),
+        }
+        names = [r.name for r in runs] or [name or os.fspath(program)]
+        started = StartedSmoke(self._process, self._pipes, names, timeout_s * len(names))
+        assert self._process.stdin is not None
+        with contextlib.suppress(OSError):  # the child died before it read its job: the result says how
+            self._process.stdin.write(json.dumps(job) + "\n")
+        with contextlib.suppress(OSError):
+            self._process.stdin.close()
+        return started
 
     def run(
         self,
@@ -174,10 +218,7 @@ class SmokeWorker:
     ) -> SmokeRun:
         """:func:`smoke_test` in this worker (once: it serves one program)."""
         runs = [SmokeInputs(inputs, outputs or os.devnull, name or os.fspath(program))] if inputs is not None else []
-        if runs:
-            return self.run_each(program, runs, data_files, timeout_s)[0]
-        job = {"program": os.fspath(program), "data": data_files[0] if data_files else None}
-        return StartedSmoke(self._process, name or os.fspath(program), timeout_s).result(json.dumps(job) + "\n")
+        return self.start(program, data_files, timeout_s, name=name, runs=runs).result()
 
     def run_each(self, program: str | os.PathLike[str], runs: Sequence[SmokeInputs], data_files: Sequence[str] = (), timeout_s: float = 120.0) -> tuple[SmokeRun, ...]:
         """Load ``program`` once in this worker and run ``forward`` on each of ``runs`` in turn,
@@ -185,9 +226,7 @@ class SmokeWorker:
         ``timeout_s`` a run; a crash ends the runs after it. One :class:`SmokeRun` for each run
         started (the first always), in order: a failure, a crash or a time-out is the run's
         where it happened."""
-        job = {"program": os.fspath(program), "data": data_files[0] if data_files else None, "runs": [{"inputs": r.inputs, "outputs": r.outputs} for r in runs]}
-        started = StartedSmoke(self._process, runs[0].name, timeout_s * len(runs))
-        return started.results(json.dumps(job) + "\n", [r.name for r in runs])
+        return self.start(program, data_files, timeout_s, runs=runs).results()
 
     def __enter__(self) -> SmokeWorker:
         return self
@@ -195,10 +234,72 @@ class SmokeWorker:
     def __exit__(self, *exc: object) -> None:
         if self._process.poll() is None:  # never handed a program (or still running after an error)
             self._process.kill()
-            self._process.communicate()
+            self._process.wait()
+        self._pipes.close()
+
+
+@final
+class _Pipes:
+    """The child's output, read as it comes by two threads (a pipe left unread fills, and the
+    child blocks on it): stdout by line, for the answers it gives before its run; stderr whole."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._process = process
+        self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._seen: list[str] = []
+        self._ended = False
+        self._stderr: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read_lines, daemon=True, name="export-guards smoke stdout"),
+            threading.Thread(target=self._read_stderr, daemon=True, name="export-guards smoke stderr"),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_lines(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _read_stderr(self) -> None:
+        assert self._process.stderr is not None
+        self._stderr.append(self._process.stderr.read())
+
+    def answer(self, kind: str, deadline: float) -> Any:
+        while not self._ended:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if line is None:
+                self._ended = True
+                break
+            self._seen.append(line)
+            if line.startswith(f'{{"{kind}"'):
+                return json.loads(line)[kind]
+        return None
+
+    def stdout(self) -> str:
+        """Everything the child printed (call once it has ended)."""
+        self._readers[0].join()
+        while not self._ended:
+            line = self._lines.get()
+            self._ended = line is None
+            self._seen += [line] if line is not None else []
+        return "".join(self._seen)
+
+    def stderr(self) -> str:
+        self._readers[1].join()
+        return "".join(self._stderr)
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.join()
         for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
             if stream is not None and not stream.closed:
-                stream.close()
+                with contextlib.suppress(OSError):  # a job the dead child never read
+                    stream.close()
 
 
 def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, *, timed_out: bool = False) -> tuple[SmokeRun, ...]:

@@ -8,8 +8,11 @@ it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash ha
 With ``--inputs IN --outputs OUT`` it runs ``forward`` once on the inputs ``IN`` holds (a list
 saved with ``torch.save``: the lint's example inputs) and saves the outputs to ``OUT``, for the
 parent to compare with eager. With ``--serve`` it imports the runtime, then reads its job from
-stdin as one JSON line (``{"program", "data", "runs": [{"inputs", "outputs"}, ...]}``): the lint
-starts it ahead, so that the import overlaps the export. Each run after the first (the inputs at
+stdin as one JSON line (``{"program", "data", "runs": [{"inputs", "outputs"}, ...], "inventory", "replay"}``):
+the lint starts it ahead, so that the import overlaps the export, and so does ``check
+--runtime``, which also asks it, before the run, for its runtime's kernels and backends and for
+EG519's replay (one JSON line each: ``{"inventory": ...}``, ``{"replayed": [...]}``), so that the
+parent loads neither the runtime nor torch. Each run after the first (the inputs at
 a dynamic dimension's bounds) is on the program loaded afresh, its lines marked with the run's
 number (``"set"``) and its log after a marker line (``MARKER``), so that the parent tells the
 runs apart in one child.
@@ -28,6 +31,7 @@ from executorch.exir.tensor import get_scalar_type
 from executorch.runtime import Runtime
 
 from export_guards.compat import load_program
+from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.smoke import MARKER
 
@@ -111,10 +115,27 @@ def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
     return dense.permute(dim_order).contiguous().permute([dim_order.index(d) for d in range(dense.dim())])
 
 
+def _answer(inventory: bool, replay: list[object]) -> None:
+    """What the parent asked of this process, which has the runtime and torch loaded, before it
+    runs the program: its runtime's kernels and backends (EG521), and EG519's calls replayed
+    on meta tensors (``check --runtime`` leaves torch to this process)."""
+    if inventory:
+        found = RuntimeInventory.installed()
+        print(json.dumps({"inventory": {"name": found.name, "kernels": sorted(found.kernels), "backends": sorted(found.backends or ())}}), flush=True)
+    if replay:
+        from export_guards.pte.rules.kernels import replayed
+
+        print(json.dumps({"step": "replay kernel calls"}), flush=True)  # a crash here is the replay's, not the run's
+        print(json.dumps({"replayed": replayed(replay)}), flush=True)
+
+
 def _main(argv: list[str]) -> int:
     if argv == ["--serve"]:
         job = json.loads(sys.stdin.readline() or "null")
-        return smoke(job["program"], job.get("data"), [(run["inputs"], run["outputs"]) for run in job.get("runs", ())]) if job else 0
+        if not job:
+            return 0
+        _answer(job.get("inventory", False), job.get("replay", []))
+        return smoke(job["program"], job.get("data"), [(run["inputs"], run["outputs"]) for run in job.get("runs", ())])
     options, positional = {}, argv
     while positional and positional[0].startswith("--"):
         options[positional[0]] = positional[1]

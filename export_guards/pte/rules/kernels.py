@@ -8,7 +8,8 @@ holds what the kernels check beyond torch's meta kernels (batch norm's parameter
 dim orders of copies). These read the operator table (``reader/schemas.py``): no torch.
 
 With the replay (``check_pte(replay=True)``, ``export-guards check --replay``; always with the
-runtime run and in the guarded export's check of its program, which load torch anyway), each
+runtime run, whose child replays the calls this process finds (it loads torch anyway:
+:func:`replay_calls`, :func:`replayed`), and in the guarded export's check of its program), each
 such call is also replayed on meta
 tensors (dtype and shape only, no data) built from the program's values. Where the operator's
 own shape and dtype rules decide the result, an ``out`` tensor of another shape than
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from export_guards.pte.context import PteContext
@@ -66,17 +67,26 @@ class _Unsupported(Exception):
     """An argument this replay cannot build (a device, a layout): the call is left alone."""
 
 
+ReplayCall = tuple[str, str, tuple[object, ...], tuple[int, ...], tuple[tuple[int, ...] | None, ...]]
+"""One distinct call to replay: operator name and overload, the arguments' descriptions, the
+written arguments' positions, the shapes ExecuTorch's kernel resizes them to where torch's meta
+kernel does not say (``_replay_signature``'s arguments)."""
+Verdict = str | tuple[int, tuple[int, ...]] | None
+"""What a replay found: ``_replay_signature``'s answer."""
+
+
 @rule("EG519")
 def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:
         return
+    replay = _replay_here if context.replay else context.replayed.get if context.replayed is not None else None
     for plan in program.execution_plan:
         for c, chain in enumerate(plan.chains):
             for i, instruction in enumerate(chain.instructions):
                 call = instruction.instr_args
                 if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
-                    problem = _replay(plan, call, replay=context.replay)
+                    problem = _replay(plan, call, replay=replay)
                     if not problem:
                         continue
                     operator = spelled(plan.operators[call.op_index].name, plan.operators[call.op_index].overload)
@@ -96,7 +106,46 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                         yield Hit(f"{where} {problem}", method=plan.name, subjects=subjects)
 
 
-def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: bool) -> str | Refused | None:
+def replay_calls(context: PteContext) -> list[ReplayCall]:
+    """The distinct calls of the program that EG519 replays on meta tensors, found without
+    torch: what a process that has torch (``check --runtime``'s child) replays for this one
+    (:func:`replayed`), whose verdicts come back as ``PteContext.replayed``."""
+    program = context.pte.program
+    calls: dict[ReplayCall, None] = {}
+    for plan in program.execution_plan if program is not None else ():
+        for chain in plan.chains:
+            for instruction in chain.instructions:
+                call = instruction.instr_args
+                if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
+                    found = _replayable(plan, call)
+                    if found is not None and not _mixed_dtypes(found[0][0], *found[1:]):
+                        calls[found[0]] = None
+    return list(calls)
+
+
+def replayed(calls: Iterable[Sequence[object]]) -> list[object]:
+    """Each call of :func:`replay_calls` (as JSON gives it back: lists for tuples) replayed on
+    meta tensors, its verdict as JSON carries it. Imports torch."""
+    return [_replay_signature(*_tupled(call)) for call in calls]  # type: ignore[arg-type]
+
+
+def verdicts(calls: Sequence[ReplayCall], answered: Sequence[object]) -> dict[ReplayCall, Verdict]:
+    """:func:`replayed`'s answer, back from JSON, by call."""
+    return dict(zip(calls, (_tupled(a) for a in answered), strict=True))  # type: ignore[arg-type]
+
+
+def _tupled(value: object) -> object:
+    return tuple(_tupled(item) for item in value) if isinstance(value, (list, tuple)) else value
+
+
+def _replay_here(call: ReplayCall) -> Verdict:
+    return _replay_signature(*call)
+
+
+def _replayable(plan: ExecutionPlan, call: KernelCall) -> tuple[ReplayCall, tuple[Argument, ...], tuple[object, ...]] | None:
+    """The call as a replay takes it, with its schema's arguments and their descriptions; None
+    for a call no replay or contract reaches (no schema, nothing written, an argument it cannot
+    build)."""
     operator = plan.operators[call.op_index]
     schema = operator_schema(operator.name, operator.overload)
     if schema is None or not schema.replayable:
@@ -104,20 +153,28 @@ def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: bool) -> str | Ref
     arguments = schema.arguments
     if len(call.args) < len(arguments) or not all(0 <= i < len(plan.values) for i in call.args):
         return None  # EG512's
-    written = [k for k, a in enumerate(arguments) if a.written]
+    written = tuple(k for k, a in enumerate(arguments) if a.written)
     if not written:
         return None
     try:
         signature = tuple(_describe(plan, call.args[k], a.type) for k, a in enumerate(arguments))
     except _Unsupported:
         return None
-    mixed = _mixed_dtypes(operator.name, arguments, signature)
+    fixed = tuple(OUT_SHAPES.get((operator.name, arguments[k].name)) for k in written)
+    return (operator.name, operator.overload, signature, written, fixed), arguments, signature
+
+
+def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCall], Verdict] | None) -> str | Refused | None:
+    found = _replayable(plan, call)
+    if found is None:
+        return None
+    key, arguments, signature = found
+    mixed = _mixed_dtypes(key[0], arguments, signature)
     if mixed:
         return mixed
-    if replay:
+    if replay is not None:
         # Models repeat their blocks: one replay per distinct call.
-        fixed = tuple(OUT_SHAPES.get((operator.name, arguments[k].name)) for k in written)
-        verdict = _replay_signature(operator.name, operator.overload, signature, tuple(written), fixed)
+        verdict = replay(key)
         if isinstance(verdict, str):
             return f"with tensors it refuses: {verdict}"
         if verdict is not None:
@@ -127,7 +184,7 @@ def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: bool) -> str | Ref
                 f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
                 f"resizes it to shape {list(computed)}: the kernel rejects the call or writes past the tensor"
             )
-    return refusal(plan, operator.name, {a.name: call.args[k] for k, a in enumerate(arguments)})
+    return refusal(plan, key[0], {a.name: call.args[k] for k, a in enumerate(arguments)})
 
 
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
