@@ -161,14 +161,23 @@ class Ran:
 
 
 @pytest.fixture
-def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Ran]:
+def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Callable[..., Ran]:
     """Run ``export-guards ARGS`` in this process, from ``cwd`` (default tests/): for what the
     process does not matter to. Signals, start-up without torch and the console script itself
-    are tested in subprocesses."""
+    are tested in subprocesses.
+
+    ``lint`` leaves out its run of the written program (``--no-run``) unless the test is marked
+    ``runs_program``: each run starts a child that imports ExecuTorch's runtime (seconds of CPU),
+    and the tests so marked are the ones about the run."""
     from export_guards.cli import main
+
+    runs = request.node.get_closest_marker("runs_program") is not None
 
     def invoke(*args: object, cwd: Path = TESTS) -> Ran:
         from export_guards.compat import runtime_mismatch
+
+        if args[:1] == ("lint",) and not runs and "--no-run" not in args:
+            args = (*args, "--no-run")
 
         if "--runtime" in map(str, args) and (mismatch := runtime_mismatch()) is not None:
             pytest.skip(mismatch)  # the command would say it in one line (tests/test_compat.py)

@@ -253,6 +253,7 @@ def noisy():
 """
 
 
+@pytest.mark.runs_program
 def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli: Callable[..., Ran], tmp_path: Path) -> None:
     """Issue 36: no delegate takes sort, and executorch.runtime has no kernel for it. The lint
     checks the program it writes against that runtime, as `check --runtime` does: an error on
@@ -280,6 +281,7 @@ def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli
     assert missing_list.returncode == 2 and "--kernels" in missing_list.stderr
 
 
+@pytest.mark.runs_program
 def test_a_clean_lint_means_the_program_runs_and_matches_eager(cli: Callable[..., Ran], tmp_path: Path) -> None:
     """Issue 47: the lint runs what it writes on the example inputs, in executorch.runtime, in a
     child process. A negative pad (XNNPACK declines it, the portable kernel refuses it at run
@@ -464,6 +466,7 @@ def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran
     assert "raises() raised KeyError: 'linear'" in done.stderr and 'return weights["linear"]' in done.stderr
 
 
+@pytest.mark.runs_program
 @pytest.mark.slow  # three exports, one program run
 def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Callable[..., Ran], tmp_path: Path) -> None:
     """``strict`` from the factory reaches torch.export: TorchDynamo traces the model only in a
@@ -484,6 +487,7 @@ def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Cal
     assert ran.returncode == 1 and "EG522" in ran.stdout and not (tmp_path / "ran.pte").exists(), ran.stdout
 
 
+@pytest.mark.runs_program
 def test_the_lint_runs_a_dynamic_program_at_its_bounds(cli: Callable[..., Ran]) -> None:
     """A program right at its example length only gets the finding at each bound where it goes
     wrong, naming the shape (tests/test_llm.py: a clean one says where it ran)."""

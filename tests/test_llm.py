@@ -199,6 +199,7 @@ def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_re
         assert not result.report.at_least(Severity.WARNING)
 
 
+@pytest.mark.runs_program
 def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], tmp_path: Path) -> None:
     pte = tmp_path / "decoder.pte"
     ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)

@@ -4,6 +4,8 @@ computes), and the rule's fix applied to it clears both the finding and the cost
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
@@ -11,6 +13,7 @@ from executorch.runtime import Runtime
 from torch import nn
 
 import export_guards as eg
+from export_guards.pte.smoke import SmokeRun, smoke_test
 
 pytestmark = [pytest.mark.slow]  # each claim is proved in a real export and run
 
@@ -230,15 +233,25 @@ def test_eg309_an_input_written_in_place_comes_first_among_the_methods_outputs(m
         torch.testing.assert_close(got, expected)
 
 
-def test_eg310_the_stated_shape_and_dim_order_are_what_the_runtime_takes() -> None:
+def _run_in_a_child(pte: bytes, inputs: list[torch.Tensor], folder: Path) -> tuple[SmokeRun, list[torch.Tensor]]:
+    """``forward`` of ``pte`` on ``inputs`` in executorch.runtime, in a child process: a call
+    the runtime refuses may also crash it (a wrong shape has, now and then)."""
+    (folder / "program.pte").write_bytes(pte)
+    torch.save(inputs, folder / "inputs.pt")
+    ran = smoke_test(folder / "program.pte", inputs=str(folder / "inputs.pt"), outputs=str(folder / "outputs.pt"))
+    done = "ran forward" in ran.steps and (folder / "outputs.pt").is_file()
+    return ran, torch.load(folder / "outputs.pt", weights_only=True) if done else []
+
+
+def test_eg310_the_stated_shape_and_dim_order_are_what_the_runtime_takes(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model, x = nn.Conv2d(3, 4, 3).eval(), torch.randn(1, 3, 8, 8)
     (finding,) = eg.lint(torch.export.export(model, (x,))).with_code("EG310")
     assert "input: float32[1, 3, 8, 8] (contiguous)" in finding.message
-    method = Runtime.get().load_program(to_edge_transform_and_lower(torch.export.export(model, (x,))).to_executorch().buffer).load_method("forward")
-    with pytest.raises(RuntimeError):  # another shape: refused
-        method.execute([torch.randn(2, 3, 8, 8)])
-    (wrong,) = method.execute([x.to(memory_format=torch.channels_last)])  # another dim order: read as this one
+    pte = to_edge_transform_and_lower(torch.export.export(model, (x,))).to_executorch().buffer
+    refused, _ = _run_in_a_child(pte, [torch.randn(2, 3, 8, 8)], tmp_path)  # another shape: refused
+    assert "ran forward" not in refused.steps and (refused.failure or refused.signal), refused
+    _, (wrong,) = _run_in_a_child(pte, [x.to(memory_format=torch.channels_last)], tmp_path)  # another dim order: read as this one
     assert not torch.allclose(wrong, model(x), atol=1e-4)
     channels_last = x.to(memory_format=torch.channels_last)
     (finding,) = eg.lint(torch.export.export(model, (channels_last,))).with_code("EG310")
