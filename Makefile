@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm operator-table same-outcome clean
+.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-known-wrong delegate-numerics operator-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -128,6 +128,16 @@ bench-check-hash: $(INSTALLED)
 
 bench-check-runtime: $(INSTALLED)
 	$(PY) benchmarks/check_runtime_cost.py
+
+# The pass list with and without its known-wrong pass, side by side, on programs without such a
+# pattern (issue 52: at most 1.02x, the same bytes).
+bench-known-wrong: $(INSTALLED)
+	$(PY) benchmarks/known_wrong_cost.py
+
+# Every quantization configuration documented for XNNPACK, stock / portable / guarded against
+# eager: where the known-wrong table (export_guards/analysis/known_wrong.py) comes from.
+delegate-numerics: $(INSTALLED)
+	$(PY) benchmarks/delegate_numerics.py
 
 # The operator table that `check` reads instead of torch (export_guards/pte/reader/operator_schemas.json),
 # from the live registry of the pinned torch and ExecuTorch: after a change of constraints.txt.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         fold_constants as fold_constants,
         fold_non_core_constants as fold_non_core_constants,
     )
+    from export_guards.passes.known_wrong import KnownWrongDelegationPass as KnownWrongDelegationPass
     from export_guards.passes.lint import LintPass as LintPass
     from export_guards.passes.module_fold import fold_parametrizations as fold_parametrizations
     from export_guards.passes.placement import (
@@ -90,6 +91,7 @@ _EXPORTS = {
     "Exportable": "export_guards.targets",
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.passes.fold",
+    "KnownWrongDelegationPass": "export_guards.passes.known_wrong",
     "GuardError": "export_guards.errors",
     "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",

@@ -29,6 +29,7 @@ from export_guards.errors import ConstantPlacementError, GuardError, LoweringFai
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
+from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
@@ -426,7 +427,8 @@ def lower_with_guards(
     2. With the fold on, constant-only computations that use ops outside core ATen (which
        ``to_edge`` rejects: ``orthogonal``'s matrix exponential, say), or quantize weights,
        are folded on the torch.export program first (:func:`fold_non_core_constants`).
-    3. ``to_edge_transform_and_lower`` with the fold pass and the backend's partitioner
+    3. ``to_edge_transform_and_lower`` with the fold pass, the pass that keeps what the
+       backend computes wrong off it (:class:`KnownWrongDelegationPass`, EG405), and the backend's partitioner
        (guarded: :func:`guard_partitioners`), recording the partitioner's reason for each
        node it leaves out.
     4. The program-stage lint (EG1xx-EG3xx), the partitioned-stage lint (EG4xx; for
@@ -465,7 +467,8 @@ def lower_with_guards(
         program, fold_plan = folded, fold_plan if folded is program else None
         ledger.put(None, "fold before to_edge", early)
     ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
-    passes = ledger.recorded(None, [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else [])
+    fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
+    passes = ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(backend.backend_ids)])
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)

@@ -65,8 +65,10 @@ def max_error(pte: bytes, done: Exported) -> float:
 
 
 def is_stock_or_better(done: Exported, variant: str) -> None:
-    """The same bytes or fewer, the same delegation or more, outputs as close to eager as
-    stock's, and no finding above info."""
+    """The same bytes or fewer, the same delegation or more (but where XNNPACK computes a linear
+    wrong: EG405), outputs as close to eager as stock's, and no finding above info."""
+    if variant == "int8wo":
+        return keeps_the_weight_only_linears_off_xnnpack(done)
     assert len(done.pte) <= len(done.stock)
     summary = done.guarded.delegation
     assert summary is not None and summary.count(*COMPUTE)[0] >= done.stock_delegation.count(*COMPUTE)[0]
@@ -77,6 +79,18 @@ def is_stock_or_better(done: Exported, variant: str) -> None:
     if variant in ("fp32", "lora"):
         assert guarded_error < 1e-4
     assert not done.guarded.report.at_least(Severity.WARNING), str(done.guarded.report)
+
+
+def keeps_the_weight_only_linears_off_xnnpack(done: Exported) -> None:
+    """XNNPACK reads a weight-only linear's int8 weight as its float one (executorch #8830): stock
+    is far from eager, the guarded program as close as float kernels are, each of the 14
+    projections kept off XNNPACK (EG405, on the user's line) and its weight kept int8."""
+    assert max_error(done.stock, done) > 1.0
+    assert max_error(done.pte, done) < 1e-3
+    kept = done.guarded.report.with_code("EG405")
+    assert len(kept) == 14 and all(f.location is not None and "llm.py" in f.location.file for f in kept)
+    assert {f.code for f in done.guarded.report.at_least(Severity.WARNING)} == {"EG405"}
+    assert len(done.pte) < len(done.stock) * 1.05  # the weights stay int8: no float copy of them
 
 
 def is_stock_byte_for_byte(done: Exported) -> None:
@@ -137,7 +151,7 @@ def folds_the_lora_merges_so_xnnpack_takes_every_projection(done: Exported) -> N
 CLAIMS: dict[str, tuple[Callable[[Exported], None], ...]] = {
     "fp32": (is_stock_byte_for_byte, states_the_tied_embedding_stored_twice, counts_the_ops_left_on_the_runtime_kernels),
     "8da4w": (is_stock_byte_for_byte, leaves_torchao_weights_to_to_edge, the_pass_list_gives_stock_bytes),
-    "int8wo": (is_stock_byte_for_byte,),
+    "int8wo": (),
     "pt2e": (is_stock_byte_for_byte,),
     "lora": (folds_the_lora_merges_so_xnnpack_takes_every_projection,),
 }

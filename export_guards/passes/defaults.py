@@ -12,6 +12,7 @@ from torch.export import ExportedProgram
 
 from export_guards.errors import GuardError
 from export_guards.passes.fold import FoldConstantsPass
+from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner
 from export_guards.settings import DEFAULT_MAX_GROWTH, PlacementPolicy
 
@@ -81,6 +82,10 @@ def guard_passes(
     2. ``FoldConstantsPass(max_growth=max_growth)`` unless ``fold=False``: weights computed
        from constants only (spectral norm, weight norm, parametrizations, user code) become
        static parameters that delegates such as XNNPACK take.
+    3. ``KnownWrongDelegationPass``: what a delegate of this ExecuTorch is known to compute
+       wrong (a weight-only quantized linear on XNNPACK) is left to the runtime's kernels,
+       which compute it right (one ``EG405`` each). With guarded partitioners, only their
+       backends' patterns apply; without, every backend's (the partitioners are not known).
 
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
@@ -127,4 +132,13 @@ def guard_passes(
     passes: list[PassType] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
     if fold:
         passes.append(FoldConstantsPass(max_growth=max_growth))
+    passes.append(KnownWrongDelegationPass(_backend_ids(lists)))
     return GuardPasses(passes)
+
+
+def _backend_ids(lists: list[Sequence[Partitioner]]) -> list[str] | None:
+    """The backend ids the partitioners delegate to; ``None`` when not all say (or none are given)."""
+    specs = [getattr(part, "delegation_spec", None) for parts in lists for part in parts]
+    if not specs or any(spec is None for spec in specs):
+        return None
+    return [spec.backend_id for spec in specs]

@@ -291,6 +291,20 @@ _RULES = (
         "partitioned",
     ),
     Rule(
+        "EG405",
+        "delegate-computes-wrong",
+        Severity.WARNING,
+        "A guard kept an op off a delegate that computes it wrong in the installed ExecuTorch "
+        "(a known, reported bug): the op runs on the runtime's portable kernels, which compute "
+        "it right, and more slowly than a delegate would.",
+        "Nothing to do for correct numbers. For the delegate's speed, use a form it computes "
+        "right (for a weight-only quantized linear on XNNPACK: torchao's "
+        "Int8DynamicActivationIntxWeightConfig, 8da4w or 8da8w), or upgrade ExecuTorch once the "
+        "report named is fixed.",
+        "action",
+        done=("op kept off a delegate that computes it wrong", "ops kept off a delegate that computes them wrong"),
+    ),
+    Rule(
         "EG501",
         "pte-header",
         Severity.ERROR,

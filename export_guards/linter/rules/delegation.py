@@ -22,7 +22,7 @@ from export_guards.ruleset import Hit, rule
 # EG211 or EG212 before lowering. The hit names its op by origin as its subject, so the report keeps
 # only the cause where the lint before lowering reported it (the fold off); otherwise (that
 # rule ignored, or what the fold could not fix) this finding names the cause itself.
-_WEIGHT_RULES = ("EG210", "EG211", "EG212")
+_WEIGHT_RULES = ("EG210", "EG211", "EG212", "EG405")  # EG405: a guard kept it off on purpose
 _FOLD_THE_QUANTIZE = (
     "Store the weight as int8: keep export-guards' fold on (it folds the quantize of a constant), "
     "or convert with convert_pt2e(prepared) (fold_quantize=True, the default)."

@@ -1,0 +1,147 @@
+"""What a delegate of the installed ExecuTorch is known to compute wrong, found in a graph.
+
+Each entry of ``KNOWN_WRONG`` was derived by running the delegate against eager on the
+quantization configurations ExecuTorch and torchao document for it
+(``benchmarks/delegate_numerics.py``), names the upstream report, and says in which ExecuTorch
+releases it holds: an entry stops applying from its ``fixed_in`` release, and its test fails on a
+release that computes it right until ``fixed_in`` says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from typing import final
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+from torch.fx.passes.utils.source_matcher_utils import SourcePartition, get_source_partitions
+
+from export_guards.analysis.ops import aten_name
+
+__all__ = ["KNOWN_WRONG", "LINEAR_SOURCES", "KnownWrong", "WrongDelegation", "executorch_release", "known_wrong_in"]
+
+LINEAR_SOURCES: tuple[object, ...] = (torch.nn.Linear, torch.nn.functional.linear)
+"""What XNNPACK's partitioner groups a decomposed linear's nodes by (their source partition)."""
+
+# Ops that pass their first input's values through unchanged (only the layout differs): a walk
+# from a matmul's argument through these still reaches the tensor that the matmul reads.
+_LAYOUT_OPS = frozenset(
+    {"view_copy", "view", "permute_copy", "permute", "t_copy", "t", "transpose_copy", "transpose",
+     "squeeze_copy", "unsqueeze_copy", "reshape", "clone", "alias_copy", "expand_copy"}
+)  # fmt: skip
+_TO_COPY = frozenset({"_to_copy", "_to_dim_order_copy"})
+
+
+@final
+@dataclass(frozen=True)
+class KnownWrong:
+    """One pattern that a delegate computes wrong.
+
+    Attributes:
+        name: a stable name (``"xnnpack-linear-weight-math"``).
+        backend_ids: the delegates that compute it wrong (``DelegationSpec.backend_id``).
+        summary: what goes wrong, in one clause.
+        report: the upstream report.
+        fixed_in: the first ExecuTorch release that computes it right, ``None`` while none does.
+        find: the matches in an edge program, before partitioning.
+    """
+
+    name: str
+    backend_ids: tuple[str, ...]
+    summary: str
+    report: str
+    fixed_in: tuple[int, int, int] | None
+    find: Callable[[ExportedProgram], Iterator[WrongDelegation]]
+
+    def applies(self, release: tuple[int, int, int] | None = None) -> bool:
+        """Whether ExecuTorch ``release`` (the installed one by default) computes it wrong."""
+        release = release or executorch_release()
+        return self.fixed_in is None or release < self.fixed_in
+
+
+@final
+@dataclass(frozen=True)
+class WrongDelegation:
+    """Where a graph holds a pattern of ``entry``.
+
+    Attributes:
+        entry: the pattern.
+        node: the op that the delegate would compute wrong (a matmul).
+        path: the nodes the delegate would read past, from the op's argument back to the
+            tensor it takes instead (the weight's dequantization).
+    """
+
+    entry: KnownWrong
+    node: Node
+    path: tuple[Node, ...]
+
+
+def executorch_release() -> tuple[int, int, int]:
+    """The installed ExecuTorch's release, as numbers (``(1, 5, 1)``)."""
+    found = re.match(r"(\d+)\.(\d+)\.(\d+)", metadata.version("executorch"))
+    return (int(found[1]), int(found[2]), int(found[3])) if found else (0, 0, 0)
+
+
+def known_wrong_in(program: ExportedProgram, backend_ids: tuple[str, ...] | None = None) -> list[WrongDelegation]:
+    """Every pattern in ``program`` (an edge program, before partitioning) that a delegate of
+    ``backend_ids`` (every delegate when ``None``: the partitioners are not known) computes wrong
+    in the installed ExecuTorch."""
+    return [
+        match
+        for entry in KNOWN_WRONG
+        if entry.applies() and (backend_ids is None or set(entry.backend_ids) & set(backend_ids))
+        for match in entry.find(program)
+    ]
+
+
+def _linear_weight_math(program: ExportedProgram) -> Iterator[WrongDelegation]:
+    """XNNPACK's partitioner matches a decomposed linear (``mm`` / ``addmm``) by its source
+    partition and takes, for each argument, the tensor reached by walking first inputs back to
+    the partition's edge. Any computation on that walk is skipped: a weight-only quantized
+    linear's dequantization (``to(float32)``, torchao's ``dequantize_affine``) is dropped and the
+    integer weight is read as the float one."""
+    partitions = get_source_partitions(program.graph, list(LINEAR_SOURCES))
+    for partition in (p for found in partitions.values() for p in found):
+        for node in partition.nodes:
+            if node.op == "call_function" and aten_name(node.target) in ("mm", "addmm"):
+                for argument in node.all_input_nodes:
+                    path = tuple(_walk(argument, partition))
+                    if any(not _passes_values(step) for step in path):
+                        yield WrongDelegation(XNNPACK_LINEAR_WEIGHT_MATH, node, path)
+
+
+def _walk(argument: Node, partition: SourcePartition) -> Iterator[Node]:
+    """The nodes XNNPACK's walk passes from ``argument`` to the partition's edge."""
+    while argument.all_input_nodes and argument not in partition.input_nodes:
+        yield argument
+        argument = argument.all_input_nodes[0]
+
+
+def _passes_values(node: Node) -> bool:
+    """Whether ``node`` gives its first input's values unchanged (a view, or a copy of the
+    same dtype)."""
+    name = aten_name(node.target) if node.op == "call_function" else None
+    if name in _LAYOUT_OPS:
+        return True
+    if name in _TO_COPY:
+        source, result = node.all_input_nodes[0].meta.get("val"), node.meta.get("val")
+        return isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor) and source.dtype == result.dtype
+    return False
+
+
+XNNPACK_LINEAR_WEIGHT_MATH = KnownWrong(
+    name="xnnpack-linear-weight-math",
+    backend_ids=("XnnpackBackend",),
+    summary="it reads a weight-only quantized linear's integer weight as its float weight, "
+    "skipping the dequantization (torchao Int8WeightOnlyConfig, IntxWeightOnlyConfig)",
+    report="https://github.com/pytorch/executorch/issues/8830",
+    fixed_in=None,
+    find=_linear_weight_math,
+)
+
+KNOWN_WRONG: tuple[KnownWrong, ...] = (XNNPACK_LINEAR_WEIGHT_MATH,)
+"""Every pattern known to be computed wrong, by the delegate that does."""

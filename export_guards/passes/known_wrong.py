@@ -1,0 +1,166 @@
+"""Keep what a delegate is known to compute wrong away from it, so the program computes it right.
+
+``analysis.known_wrong`` finds each pattern; this pass rewrites the graph so that the delegate's
+partitioner no longer takes it and the runtime's own kernels, which compute it right, run it.
+For XNNPACK's decomposed linear whose weight is dequantized in the graph (weight-only
+quantization), the dequantization leaves the linear's source partition, which is what XNNPACK
+matches: the partitioner then sees a weight that is computed, not static, and leaves the linear
+to the portable kernels. torchao's ``dequantize_affine``, which has no portable kernel, becomes
+the core ATen ops it is defined by. The weight stays quantized in the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.pass_base import ExportedProgramPassBase
+from torch._guards import detect_fake_mode
+from torch.export import ExportedProgram
+from torch.fx import Graph, GraphModule, Node
+
+from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, executorch_release, known_wrong_in
+from export_guards.analysis.ops import aten_name
+from export_guards.analysis.source import node_origin, node_site
+from export_guards.passes.result import GuardPassResult
+from export_guards.report import Finding, Report
+from export_guards.ruleset import CATALOG, Hit, finding
+
+__all__ = ["KnownWrongDelegationPass"]
+
+# What a node made by the rewrite keeps of the node it replaces: the user's line and module,
+# not the source partition that a partitioner matches.
+_KEPT_META = ("stack_trace", "nn_module_stack", "from_node", "debug_handle")
+
+
+class KnownWrongDelegationPass(ExportedProgramPassBase):
+    """Rewrite each pattern that a delegate of this ExecuTorch computes wrong
+    (:data:`export_guards.analysis.known_wrong.KNOWN_WRONG`) so that the runtime's kernels run it,
+    with one ``EG405`` warning per op kept off, naming the op, the user's line and the upstream
+    report. A program without such a pattern is returned as it is.
+
+    Runs in ``to_edge_transform_and_lower(transform_passes=...)``, before the partitioners, on an
+    edge program; ``guard_passes()`` includes it. The input program is never modified.
+
+    Args:
+        backend_ids: the delegates of this lowering (``("XnnpackBackend",)``); ``None``, when
+            the partitioners are not known, applies the patterns of every delegate.
+    """
+
+    changes_input = False
+    """The input program is never modified."""
+
+    def __init__(self, backend_ids: Sequence[str] | None = None) -> None:
+        self.backend_ids = tuple(backend_ids) if backend_ids is not None else None
+
+    def call(self, exported_program: ExportedProgram) -> GuardPassResult:
+        matches = known_wrong_in(exported_program, self.backend_ids)
+        if not matches:
+            return GuardPassResult(exported_program, False)
+        module, copied = _copied(exported_program.graph_module)
+        for original in dict.fromkeys(step for match in matches for step in match.path):
+            _detach(copied[original])
+        report = Report.of([_kept_off(match) for match in matches])
+        return GuardPassResult(exported_program._update(module, exported_program.graph_signature), True, report)
+
+
+def _copied(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
+    """A copy of ``module``'s graph (each node's metadata a copy of its own), and each original
+    node's copy."""
+    graph = Graph()
+    copies: dict[Node, Node] = {}
+    output = graph.graph_copy(module.graph, copies)
+    graph.output(output)
+    for node, copy in copies.items():
+        copy.name = node.name  # graph_copy renames some placeholders ("input"); the signature names them
+    return GraphModule(module, graph), copies
+
+
+def _detach(node: Node) -> None:
+    """Take ``node`` out of its linear's source partition (torch's ``get_source_partitions``
+    reads ``source_fn_stack``, else ``torch_fn``, else the innermost ``nn_module_stack``
+    entry); a ``dequantize_affine`` becomes the core ATen ops that compute it."""
+    sources = [entry for entry in node.meta.get("source_fn_stack") or () if not _is_linear(entry[1])]
+    node.meta.pop("source_fn_stack", None)
+    if sources:
+        node.meta["source_fn_stack"] = sources
+    modules = dict(node.meta.get("nn_module_stack") or {})
+    while modules and _is_linear(next(reversed(modules.values()))[1]):
+        modules.popitem()
+    node.meta["nn_module_stack"] = modules
+    if "linear" in str(node.meta.get("torch_fn", ("", ""))[1]).lower():
+        del node.meta["torch_fn"]
+    if aten_name(node.target) == "dequantize_affine":
+        _decompose_dequantize(node)
+
+
+def _is_linear(source: object) -> bool:
+    """Whether a source (a module class, its dotted name, or a function) is a linear."""
+    if isinstance(source, str):
+        return source in {f"{s.__module__}.{s.__qualname__}" for s in LINEAR_SOURCES}
+    return source in LINEAR_SOURCES or (isinstance(source, type) and issubclass(source, torch.nn.Linear))
+
+
+def _decompose_dequantize(node: Node) -> None:
+    """``torchao.dequantize_affine`` as torchao defines it: ``(q - zero_point) * scale`` per
+    block, in the output dtype."""
+    quantized, block_size, scale, zero_point, *_ = node.args
+    out_dtype = node.kwargs.get("output_dtype", node.args[7] if len(node.args) > 7 else torch.float32)
+    shape = list(quantized.meta["val"].shape)
+    blocked, per_block = _block_shapes(block_size, shape)
+    graph = node.graph
+    with graph.inserting_before(node):
+        value = _call(graph, exir_ops.edge.aten.view_copy.default, (quantized, blocked), node)
+        value = _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), node, dtype=out_dtype)
+        if zero_point is not None:
+            zero = _call(graph, exir_ops.edge.aten.view_copy.default, (zero_point, per_block), node)
+            zero = _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (zero,), node, dtype=out_dtype)
+            value = _call(graph, exir_ops.edge.aten.sub.Tensor, (value, zero), node)
+        value = _call(graph, exir_ops.edge.aten.mul.Tensor, (value, _call(graph, exir_ops.edge.aten.view_copy.default, (scale, per_block), node)), node)
+        value = _call(graph, exir_ops.edge.aten.view_copy.default, (value, shape), node)
+        if value.meta["val"].dtype != out_dtype:
+            value = _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), node, dtype=out_dtype)
+    node.replace_all_uses_with(value)
+    graph.erase_node(node)
+
+
+def _block_shapes(block_size: Sequence[int], shape: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The quantized tensor's shape with each block in a dimension of its own, and the shape
+    of its scale and zero point against it (torchao's ``_get_reduction_params``)."""
+    blocked, per_block = [], []
+    for size, block in zip(shape, block_size, strict=True):
+        if 1 < block != size:
+            blocked += [size // block, block]
+            per_block += [size // block, 1]
+        else:
+            blocked.append(size)
+            per_block.append(1 if block != 1 else size)
+    return blocked, per_block
+
+
+def _call(graph: Graph, op: object, args: tuple[object, ...], like: Node, **kwargs: object) -> Node:
+    """A new call of ``op`` before ``like``, its value computed on fake tensors, with ``like``'s
+    user line and module."""
+    if "dtype" in kwargs:
+        rank = args[0].meta["val"].dim()  # type: ignore[union-attr]
+        kwargs["dim_order"] = list(range(rank))
+    node = graph.call_function(op, args, kwargs)  # type: ignore[arg-type]
+    values = [a.meta["val"] if isinstance(a, Node) else a for a in args]
+    with detect_fake_mode(values) or torch._subclasses.FakeTensorMode():
+        node.meta["val"] = op(*values, **kwargs)  # type: ignore[operator]
+    node.meta.update({key: like.meta[key] for key in _KEPT_META if key in like.meta})
+    return node
+
+
+def _kept_off(match: WrongDelegation) -> Finding:
+    """The EG405 finding for one op kept off its delegate."""
+    entry = match.entry
+    release = ".".join(map(str, executorch_release()))
+    backends = ", ".join(b.removesuffix("Backend") for b in entry.backend_ids)
+    op = aten_name(match.node.target)
+    message = (
+        f"kept '{op}' off {backends}, which computes it wrong in executorch {release}: {entry.summary} "
+        f"({entry.report}); it runs on the runtime's portable kernels, which compute it right"
+    )
+    return finding(CATALOG["EG405"], Hit(message, match.node, subjects=(node_origin(match.node),)), locate=node_site)

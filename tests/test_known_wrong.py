@@ -1,0 +1,165 @@
+"""What a delegate of the installed ExecuTorch computes wrong never ships from a guarded path:
+each known-wrong entry proved by running stock (wrong, on the releases the entry names) and every
+guarded flow (right) against eager; a program without the pattern is left as it is."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.export import export as export_recipe
+from torch.export import ExportedProgram
+
+import export_guards as eg
+from export_guards.analysis.known_wrong import XNNPACK_LINEAR_WEIGHT_MATH, known_wrong_in
+from export_guards.passes.known_wrong import KnownWrongDelegationPass
+from export_guards.recipes import recipe_named
+from export_guards.testing.compare import run_pte
+from quantized_cases import CASES
+
+pytestmark = [pytest.mark.slow]  # quantized models lowered stock and guarded, and run
+
+WRONG = 1e-2
+"""Past this, relative to eager's largest value, a program is wrong (not rounding)."""
+
+WEIGHT_ONLY = ["torchao-int8wo", "torchao-intx8wo-channel", "torchao-intx4wo-group32", "torchao-int8wo-3d"]
+"""The cases XNNPACK computes wrong (benchmarks/delegate_numerics.py): torchao's weight-only linears."""
+
+RIGHT = ["torchao-8da4w-group32", "torchao-8da8w-channel", "pt2e-static-channel-linear", "pt2e-dynamic-channel-linear"]
+"""Quantized linears XNNPACK computes right: the guards leave them as stock lowers them."""
+
+
+def relative_error(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], pte: bytes) -> float:
+    with torch.no_grad():
+        expected = model(*inputs)
+    (actual,) = run_pte(pte, inputs)
+    return float((actual - expected).abs().max() / expected.abs().max())
+
+
+class Seen(ExportedProgramPassBase):
+    """A transform pass that keeps the program it is handed: the one the partitioners see
+    (XNNPACK keeps a dynamically quantized linear whole, where to_edge alone decomposes it)."""
+
+    program: ExportedProgram
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        self.program = exported_program
+        return ExportedProgramPassResult(exported_program, False)
+
+
+def as_partitioned(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
+    seen = Seen()
+    to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=[seen], partitioner=[XnnpackPartitioner()])
+    return seen.program
+
+
+def stock(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
+    return to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+
+GUARDED_FLOWS: dict[str, Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], tuple[bytes, eg.Report]]] = {}
+
+
+def flow(function: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], tuple[bytes, eg.Report]]) -> None:
+    GUARDED_FLOWS[function.__name__] = function
+
+
+@flow
+def pass_list(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+    """guard_passes() beside the user's own, unguarded partitioner."""
+    passes = eg.guard_passes()
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=passes, partitioner=[XnnpackPartitioner()])
+    ran = KnownWrongDelegationPass()(as_partitioned(model, inputs))
+    return edge.to_executorch().buffer, ran.report
+
+
+@flow
+def guarded_partitioners(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+    partitioner = eg.guard_partitioners([XnnpackPartitioner()])
+    passes = eg.guard_passes(partitioner=partitioner)
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=passes, partitioner=partitioner)
+    ran = KnownWrongDelegationPass(("XnnpackBackend",))(as_partitioned(model, inputs))
+    return edge.to_executorch().buffer, ran.report
+
+
+@flow
+def lower_with_guards(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+    guarded = eg.lower_with_guards(torch.export.export(model, inputs))
+    return guarded.to_pte(), guarded.report
+
+
+@flow
+def recipe(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+    session = export_recipe(model, [inputs], eg.guard_recipe(recipe_named("xnnpack_fp32")))
+    return session.get_pte_buffer(), eg.recipe_report(session)
+
+
+@pytest.mark.parametrize("case", WEIGHT_ONLY)
+def test_a_weight_only_linear_is_wrong_on_stock_xnnpack_and_right_in_every_guarded_flow(case: str) -> None:
+    model, inputs = CASES[case]()
+    # Keyed to the releases: when a release computes it right, this fails until the entry's
+    # fixed_in says so, and the entry then stops applying.
+    assert (relative_error(model, inputs, stock(model, inputs)) > WRONG) == XNNPACK_LINEAR_WEIGHT_MATH.applies()
+    for name, guarded in GUARDED_FLOWS.items():
+        pte, report = guarded(model, inputs)
+        assert relative_error(model, inputs, pte) < 1e-4, name
+        kept = report.with_code("EG405")
+        assert len(kept) == 2, (name, str(report))  # the MLP's two linears
+        assert all(XNNPACK_LINEAR_WEIGHT_MATH.report in f.message and f.severity is eg.Severity.WARNING for f in kept)
+        lines = sorted(f.location.code for f in kept if f.location is not None)
+        assert lines == ["return self.down(torch.relu(self.up(x)))"] * 2, name  # the user's line
+
+
+@pytest.mark.parametrize("case", RIGHT)
+def test_a_quantized_linear_xnnpack_computes_right_is_left_as_stock_lowers_it(case: str) -> None:
+    model, inputs = CASES[case]()
+    edge = as_partitioned(model, inputs)
+    assert not known_wrong_in(edge)
+    result = KnownWrongDelegationPass()(edge)
+    assert result.exported_program is edge and not result.modified and not result.report.findings
+    pte, report = GUARDED_FLOWS["pass_list"](model, inputs)
+    assert pte == stock(model, inputs) and not report.with_code("EG405")
+
+
+def test_the_pass_leaves_its_input_program_as_it_was() -> None:
+    model, inputs = CASES["torchao-intx4wo-group32"]()
+    edge = as_partitioned(model, inputs)
+    before = [(n.name, str(n.target), dict(n.meta.get("nn_module_stack") or {})) for n in edge.graph.nodes]
+    result = KnownWrongDelegationPass()(edge)
+    assert result.modified and result.exported_program is not edge
+    assert [(n.name, str(n.target), dict(n.meta.get("nn_module_stack") or {})) for n in edge.graph.nodes] == before
+    assert known_wrong_in(edge) and not known_wrong_in(result.exported_program)
+    # torchao's dequantize_affine, which no portable kernel runs, became core ATen ops
+    assert not [n for n in result.exported_program.graph.nodes if "dequantize_affine" in str(n.target)]
+
+
+def test_other_backends_patterns_do_not_apply() -> None:
+    model, inputs = CASES["torchao-int8wo"]()
+    edge = as_partitioned(model, inputs)
+    assert known_wrong_in(edge, ("XnnpackBackend",)) and not known_wrong_in(edge, ("CudaBackend",))
+    assert KnownWrongDelegationPass(("CudaBackend",))(edge).exported_program is edge
+
+
+@pytest.mark.runs_program
+def test_the_lint_keeps_a_weight_only_linear_off_xnnpack_and_its_program_matches_eager(cli: Callable[..., object], tmp_path: Path) -> None:
+    factory = tmp_path / "weight_only.py"
+    factory.write_text(
+        "import torch\n"
+        "from torchao.quantization import Int8WeightOnlyConfig, quantize_\n\n"
+        "def model():\n"
+        "    torch.manual_seed(0)\n"
+        "    net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16)).eval()\n"
+        "    quantize_(net, Int8WeightOnlyConfig())\n"
+        "    return net, (torch.randn(2, 64),)\n"
+    )
+    pte = tmp_path / "weight_only.pte"
+    ran = cli("lint", f"{factory}:model", "--pte", pte, "--output-format", "json")
+    codes = [f["code"] for f in json.loads(ran.stdout)["findings"]]  # type: ignore[attr-defined]
+    assert "EG405" in codes and "EG522" not in codes, ran.stdout
+    assert pte.stat().st_size > 0
