@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     from export_guards.errors import (
         ConstantPlacementError as ConstantPlacementError,
         GuardError as GuardError,
+        KnownWrongDelegationError as KnownWrongDelegationError,
         LintError as LintError,
         LoweringFailed as LoweringFailed,
     )
@@ -92,6 +93,7 @@ _EXPORTS = {
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.passes.fold",
     "KnownWrongDelegationPass": "export_guards.passes.known_wrong",
+    "KnownWrongDelegationError": "export_guards.errors",
     "GuardError": "export_guards.errors",
     "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",

@@ -6,7 +6,7 @@ from executorch.exir.error import InternalError
 
 from export_guards.report import Report, SourceLocation
 
-__all__ = ["ConstantPlacementError", "GuardError", "LintError", "LoweringFailed"]
+__all__ = ["ConstantPlacementError", "GuardError", "KnownWrongDelegationError", "LintError", "LoweringFailed"]
 
 
 class GuardError(InternalError):
@@ -19,6 +19,11 @@ class GuardError(InternalError):
 
 class ConstantPlacementError(GuardError):
     """Constants that the emitter or a delegate would read from host memory are not there."""
+
+
+class KnownWrongDelegationError(GuardError):
+    """A partitioner took an op that its delegate is known to compute wrong, and no guard pass
+    kept it off (``guard_passes()`` does: EG405)."""
 
 
 class LintError(GuardError):

@@ -163,3 +163,15 @@ def test_the_lint_keeps_a_weight_only_linear_off_xnnpack_and_its_program_matches
     codes = [f["code"] for f in json.loads(ran.stdout)["findings"]]  # type: ignore[attr-defined]
     assert "EG405" in codes and "EG522" not in codes, ran.stdout
     assert pte.stat().st_size > 0
+
+
+def test_guarded_partitioners_without_the_guard_passes_stop_before_writing() -> None:
+    """The guarded partitioner cannot change the graph (ExecuTorch checks), so where no guard
+    pass kept the linear off it stops, naming the op and the pass list that fixes it."""
+    model, inputs = CASES["torchao-int8wo"]()
+    partitioner = eg.guard_partitioners([XnnpackPartitioner()])
+    with pytest.raises(eg.KnownWrongDelegationError) as stopped:
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=partitioner)
+    refused = stopped.value.report.with_code("EG405")
+    assert len(refused) == 2 and all(f.severity is eg.Severity.ERROR and "guard_passes(partitioner=partitioner)" in f.fix for f in refused)
+    assert str(stopped.value).startswith("the partitioner gave 'mm' to Xnnpack, which computes it wrong")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch._guards import detect_fake_mode
@@ -23,11 +24,12 @@ from torch.fx import Graph, GraphModule, Node
 from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, executorch_release, known_wrong_in
 from export_guards.analysis.ops import aten_name
 from export_guards.analysis.source import node_origin, node_site
+from export_guards.errors import KnownWrongDelegationError
 from export_guards.passes.result import GuardPassResult
-from export_guards.report import Finding, Report
+from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["KnownWrongDelegationPass"]
+__all__ = ["KnownWrongDelegationPass", "refuse_known_wrong"]
 
 # What a node made by the rewrite keeps of the node it replaces: the user's line and module,
 # not the source partition that a partitioner matches.
@@ -153,14 +155,40 @@ def _call(graph: Graph, op: object, args: tuple[object, ...], like: Node, **kwar
     return node
 
 
+def refuse_known_wrong(result: PartitionResult) -> None:
+    """Raise :class:`~export_guards.KnownWrongDelegationError` if a partitioner tagged an op
+    into a delegate that computes it wrong (no guard pass kept it off before partitioning)."""
+    backend_of = {tag: spec.backend_id for tag, spec in result.partition_tags.items()}
+    taken = [
+        match
+        for match in known_wrong_in(result.tagged_exported_program, tuple(set(backend_of.values())))
+        if backend_of.get(match.node.meta.get("delegation_tag", "")) in match.entry.backend_ids
+    ]
+    if taken:
+        findings = [_finding(match, kept=False) for match in taken]
+        raise KnownWrongDelegationError(f"{findings[0].message} (and {len(findings) - 1} more)" if len(findings) > 1 else findings[0].message, Report.of(findings))
+
+
 def _kept_off(match: WrongDelegation) -> Finding:
-    """The EG405 finding for one op kept off its delegate."""
+    return _finding(match, kept=True)
+
+
+def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
+    """The EG405 finding for one op: kept off its delegate (a warning), or taken by it when no
+    guard pass ran (an error, whose fix is the guard pass)."""
     entry = match.entry
     release = ".".join(map(str, executorch_release()))
     backends = ", ".join(b.removesuffix("Backend") for b in entry.backend_ids)
     op = aten_name(match.node.target)
-    message = (
-        f"kept '{op}' off {backends}, which computes it wrong in executorch {release}: {entry.summary} "
-        f"({entry.report}); it runs on the runtime's portable kernels, which compute it right"
-    )
-    return finding(CATALOG["EG405"], Hit(message, match.node, subjects=(node_origin(match.node),)), locate=node_site)
+    wrong = f"which computes it wrong in executorch {release}: {entry.summary} ({entry.report})"
+    if kept:
+        message = f"kept '{op}' off {backends}, {wrong}; it runs on the runtime's portable kernels, which compute it right"
+        hit = Hit(message, match.node, subjects=(node_origin(match.node),))
+    else:
+        message = f"the partitioner gave '{op}' to {backends}, {wrong}"
+        fix = (
+            "Run the guard passes before the partitioners, which keep it off: "
+            "to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)"
+        )
+        hit = Hit(message, match.node, fix=fix, severity=Severity.ERROR, subjects=(node_origin(match.node),))
+    return finding(CATALOG["EG405"], hit, locate=node_site)

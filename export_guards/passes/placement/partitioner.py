@@ -17,6 +17,7 @@ from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
 from export_guards.backends import device_backend_ids
+from export_guards.passes.known_wrong import refuse_known_wrong
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.plan import check_policy, plan_partition, plan_placement
 from export_guards.settings import PlacementPolicy
@@ -45,6 +46,10 @@ class GuardedPartitioner(Partitioner):
     program's host twin: the graph is decomposed on the CPU, as the CPU export's is. A copy
     made after decomposing keeps what the device chose (the kernel of
     ``scaled_dot_product_attention``: docs/placement.md).
+
+    An op it tags into a delegate that is known to compute it wrong (EG405), which
+    ``guard_passes(partitioner=...)`` keeps off before partitioning, raises
+    :class:`~export_guards.KnownWrongDelegationError` when no guard pass ran.
 
     Everything else (``ops_to_not_decompose``, the wrapped partitioner's own pre-decomposition
     transform, run after the copy, the spec, any other attribute) is the wrapped partitioner's
@@ -86,6 +91,7 @@ class GuardedPartitioner(Partitioner):
         stops = plan_partition(result, self.device_backends, emitter=self.emitter if self.last else None).stops
         if stops:
             raise placement_error(stops)
+        refuse_known_wrong(result)
         return result
 
     @property
