@@ -136,8 +136,8 @@ def _passes_values(node: Node) -> bool:
 XNNPACK_LINEAR_WEIGHT_MATH = KnownWrong(
     name="xnnpack-linear-weight-math",
     backend_ids=("XnnpackBackend",),
-    summary="it reads a weight-only quantized linear's integer weight as its float weight, "
-    "skipping the dequantization (torchao Int8WeightOnlyConfig, IntxWeightOnlyConfig)",
+    summary="a weight-only quantized linear's integer weight is read as the float one (torchao's "
+    "Int8WeightOnlyConfig, IntxWeightOnlyConfig)",
     report="https://github.com/pytorch/executorch/issues/8830",
     fixed_in=None,
     find=_linear_weight_math,

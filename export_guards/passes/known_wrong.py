@@ -180,12 +180,12 @@ def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
     release = ".".join(map(str, executorch_release()))
     backends = ", ".join(b.removesuffix("Backend") for b in entry.backend_ids)
     op = aten_name(match.node.target)
-    wrong = f"which computes it wrong in executorch {release}: {entry.summary} ({entry.report})"
+    wrong = f"{backends} in executorch {release} computes it wrong: {entry.summary} ({entry.report})"
     if kept:
-        message = f"kept '{op}' off {backends}, {wrong}; it runs on the runtime's portable kernels, which compute it right"
+        message = f"kept '{op}' off {backends}, which the portable kernels run right, more slowly; {wrong}"
         hit = Hit(message, match.node, subjects=(node_origin(match.node),))
     else:
-        message = f"the partitioner gave '{op}' to {backends}, {wrong}"
+        message = f"the partitioner gave '{op}' to {backends}; {wrong}"
         fix = (
             "Run the guard passes before the partitioners, which keep it off: "
             "to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)"

@@ -300,7 +300,7 @@ _RULES = (
         "Nothing to do for correct numbers. For the delegate's speed, use a form it computes "
         "right (for a weight-only quantized linear on XNNPACK: torchao's "
         "Int8DynamicActivationIntxWeightConfig, 8da4w or 8da8w), or upgrade ExecuTorch once the "
-        "report named is fixed.",
+        "report named is fixed; to accept the portable kernels, ignore EG405.",
         "action",
         done=("op kept off a delegate that computes it wrong", "ops kept off a delegate that computes them wrong"),
     ),
