@@ -26,7 +26,7 @@ from pathlib import Path
 TOLERANCE = 1e-2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from quantized_cases import CASES  # noqa: E402  (tests/quantized_cases.py)
+from quantized_cases import CASES, as_partitioned  # noqa: E402  (tests/quantized_cases.py)
 
 
 def _run(pte: bytes, inputs: tuple) -> object:
@@ -41,7 +41,7 @@ def _case(name: str) -> dict[str, object]:
 
     import export_guards as eg
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge, to_edge_transform_and_lower
+    from executorch.exir import to_edge_transform_and_lower
 
     from export_guards.analysis.known_wrong import known_wrong_in
 
@@ -55,8 +55,7 @@ def _case(name: str) -> dict[str, object]:
         "portable": lambda ep: to_edge_transform_and_lower(ep).to_executorch().buffer,
         "guarded": lambda ep: eg.lower_with_guards(ep).to_pte(),
     }
-    edge = to_edge(torch.export.export(model, inputs)).exported_program()
-    row["known"] = sorted({match.entry.name for match in known_wrong_in(edge)})
+    row["known"] = sorted({match.entry.name for match in known_wrong_in(as_partitioned(model, inputs))})
     for way, write in ways.items():
         try:
             out = _run(write(torch.export.export(model, inputs)), inputs)

@@ -7,7 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch import nn
+from torch.export import ExportedProgram
 
 Case = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
@@ -124,3 +128,21 @@ CASES: dict[str, Case] = {
     },
 }
 """Every case, by name."""
+
+
+class Seen(ExportedProgramPassBase):
+    """A transform pass that keeps the program it is handed: the one the partitioners see
+    (XNNPACK keeps a dynamically quantized linear whole, where to_edge alone decomposes it)."""
+
+    program: ExportedProgram
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        self.program = exported_program
+        return ExportedProgramPassResult(exported_program, False)
+
+
+def as_partitioned(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
+    """The edge program that XNNPACK's partitioner is handed for ``model``."""
+    seen = Seen()
+    to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=[seen], partitioner=[XnnpackPartitioner()])
+    return seen.program

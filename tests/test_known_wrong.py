@@ -12,16 +12,14 @@ import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.export import export as export_recipe
-from torch.export import ExportedProgram
 
 import export_guards as eg
 from export_guards.analysis.known_wrong import XNNPACK_LINEAR_WEIGHT_MATH, known_wrong_in
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.recipes import recipe_named
 from export_guards.testing.compare import run_pte
-from quantized_cases import CASES
+from quantized_cases import CASES, as_partitioned
 
 pytestmark = [pytest.mark.slow]  # quantized models lowered stock and guarded, and run
 
@@ -40,23 +38,6 @@ def relative_error(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], pte
         expected = model(*inputs)
     (actual,) = run_pte(pte, inputs)
     return float((actual - expected).abs().max() / expected.abs().max())
-
-
-class Seen(ExportedProgramPassBase):
-    """A transform pass that keeps the program it is handed: the one the partitioners see
-    (XNNPACK keeps a dynamically quantized linear whole, where to_edge alone decomposes it)."""
-
-    program: ExportedProgram
-
-    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        self.program = exported_program
-        return ExportedProgramPassResult(exported_program, False)
-
-
-def as_partitioned(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
-    seen = Seen()
-    to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=[seen], partitioner=[XnnpackPartitioner()])
-    return seen.program
 
 
 def stock(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
