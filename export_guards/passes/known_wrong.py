@@ -81,8 +81,8 @@ def _copied(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
 
 def _detach(node: Node) -> None:
     """Take ``node`` out of its linear's source partition (torch's ``get_source_partitions``
-    reads ``source_fn_stack``, else ``torch_fn``, else the innermost ``nn_module_stack``
-    entry); a ``dequantize_affine`` becomes the core ATen ops that compute it."""
+    reads ``source_fn_stack``, else the innermost ``nn_module_stack`` entry's module); a
+    ``dequantize_affine`` becomes the core ATen ops that compute it."""
     sources = [entry for entry in node.meta.get("source_fn_stack") or () if not _is_linear(entry[1])]
     node.meta.pop("source_fn_stack", None)
     if sources:
@@ -91,8 +91,6 @@ def _detach(node: Node) -> None:
     while modules and _is_linear(next(reversed(modules.values()))[1]):
         modules.popitem()
     node.meta["nn_module_stack"] = modules
-    if "linear" in str(node.meta.get("torch_fn", ("", ""))[1]).lower():
-        del node.meta["torch_fn"]
     if aten_name(node.target) == "dequantize_affine":
         _decompose_dequantize(node)
 
@@ -112,17 +110,14 @@ def _decompose_dequantize(node: Node) -> None:
     shape = list(quantized.meta["val"].shape)
     blocked, per_block = _block_shapes(block_size, shape)
     graph = node.graph
+    view, sub, mul = (exir_ops.edge.aten.view_copy.default, exir_ops.edge.aten.sub.Tensor, exir_ops.edge.aten.mul.Tensor)
     with graph.inserting_before(node):
-        value = _call(graph, exir_ops.edge.aten.view_copy.default, (quantized, blocked), node)
-        value = _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), node, dtype=out_dtype)
+        value = _to(graph, _call(graph, view, (quantized, blocked), node), out_dtype, node)
         if zero_point is not None:
-            zero = _call(graph, exir_ops.edge.aten.view_copy.default, (zero_point, per_block), node)
-            zero = _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (zero,), node, dtype=out_dtype)
-            value = _call(graph, exir_ops.edge.aten.sub.Tensor, (value, zero), node)
-        value = _call(graph, exir_ops.edge.aten.mul.Tensor, (value, _call(graph, exir_ops.edge.aten.view_copy.default, (scale, per_block), node)), node)
-        value = _call(graph, exir_ops.edge.aten.view_copy.default, (value, shape), node)
-        if value.meta["val"].dtype != out_dtype:
-            value = _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), node, dtype=out_dtype)
+            zero = _to(graph, _call(graph, view, (zero_point, per_block), node), out_dtype, node)
+            value = _call(graph, sub, (value, zero), node)
+        value = _call(graph, mul, (value, _call(graph, view, (scale, per_block), node)), node)
+        value = _to(graph, _call(graph, view, (value, shape), node), out_dtype, node)
     node.replace_all_uses_with(value)
     graph.erase_node(node)
 
@@ -141,12 +136,17 @@ def _block_shapes(block_size: Sequence[int], shape: Sequence[int]) -> tuple[list
     return blocked, per_block
 
 
+def _to(graph: Graph, value: Node, dtype: torch.dtype, like: Node) -> Node:
+    """``value`` in ``dtype`` (itself if it is already), as the edge dialect converts."""
+    if value.meta["val"].dtype == dtype:
+        return value
+    order = list(range(value.meta["val"].dim()))
+    return _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), like, dtype=dtype, dim_order=order)
+
+
 def _call(graph: Graph, op: object, args: tuple[object, ...], like: Node, **kwargs: object) -> Node:
     """A new call of ``op`` before ``like``, its value computed on fake tensors, with ``like``'s
     user line and module."""
-    if "dtype" in kwargs:
-        rank = args[0].meta["val"].dim()  # type: ignore[union-attr]
-        kwargs["dim_order"] = list(range(rank))
     node = graph.call_function(op, args, kwargs)  # type: ignore[arg-type]
     values = [a.meta["val"] if isinstance(a, Node) else a for a in args]
     with detect_fake_mode(values) or torch._subclasses.FakeTensorMode():
