@@ -54,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
         help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
         "loads torch, seconds (always on with --runtime)",
     )  # fmt: skip
+    checking.add_argument(
+        "--inputs", type=Path, metavar="FILE",
+        help="with --runtime and one program: run forward on these inputs (a list saved with torch.save) instead of made-up ones",
+    )  # fmt: skip
     _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
     _export_options(checking, " (with --reproducible)")

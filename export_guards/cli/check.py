@@ -41,6 +41,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
     programs = programs_to_check(args)
+    _inputs_fit(args, programs)
     against = kernels_from(args)
     try:
         source = check_target(args.reproducible) if args.reproducible is not None else None
@@ -60,9 +61,10 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         def check(program: Program) -> Checked:
             path, data = program
             report = check_pte(
-                path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests
+                path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests, inputs=args.inputs
             )
-            ran = (f"program {path.stat().st_size:,} bytes",) + (("ran in executorch.runtime",) if args.runtime else ())
+            on = f": forward on the inputs in {args.inputs}" if args.inputs is not None else " on inputs it made up (--inputs FILE runs real ones)"
+            ran = (f"program {path.stat().st_size:,} bytes",) + ((f"ran in executorch.runtime{on}",) if args.runtime else ())
             return Checked(str(path), report, ran)
 
         checked: list[Checked] = []
@@ -90,6 +92,17 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
     failed = bool(merged(checked).at_least(settings.fail_level))
     return exit_code(args, failed=failed, complete=delivered and baselined)
+
+
+def _inputs_fit(args: argparse.Namespace, programs: Sequence[Program]) -> None:
+    """``--inputs`` goes with ``--runtime`` and one program, and names a file: else a usage error."""
+    if args.inputs is None:
+        return
+    if not args.runtime:
+        raise UsageError("--inputs are what --runtime runs the program on: add --runtime")
+    if len(programs) != 1:
+        raise UsageError(f"--inputs goes with one program ({len(programs)} were given): check each with its own inputs")
+    _readable_file(args.inputs, "--inputs")
 
 
 def _hashing(program: Program) -> ContentDigests:

@@ -48,6 +48,10 @@ class SmokeRun:
         log: every log line of the runtime's.
         mismatches: each output that differs from eager beyond its dtype's tolerance, described
             (the lint's run on its example inputs; the comparison is the caller's).
+        made_up: the inputs the child made up for the method it ran last (``#0 float32[1, 8]
+            random, #1 int64[1] zeros``), once that method loaded; ``None`` for inputs given.
+        made_up_indices: whether some of those were integers, whose values a program may read
+            as indices or positions (made-up ones may be out of its range).
     """
 
     program: str
@@ -58,6 +62,8 @@ class SmokeRun:
     stderr: str = field(default="", repr=False)
     log: tuple[str, ...] = field(default=(), repr=False)
     mismatches: tuple[str, ...] = ()
+    made_up: str | None = None
+    made_up_indices: bool = False
 
     @property
     def last_step(self) -> str:
@@ -307,7 +313,7 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
     the first always; a death, a time-out or an exit code is the last started run's."""
     lines: dict[int, list[str]] = {}
     for line in stdout.splitlines():
-        if line.startswith(('{"step"', '{"failure"')):  # the child's own lines, not the runtime's chatter
+        if line.startswith(('{"step"', '{"failure"', '{"made_up"')):  # the child's own lines, not the runtime's chatter
             lines.setdefault(int(json.loads(line).get("set", 0)), []).append(line)
     logs: dict[int, list[str]] = {}
     current = 0
@@ -322,6 +328,7 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
     for run, name in enumerate(names[: last + 1]):
         said = "\n".join(lines.get(run, ()))
         failure = next((json.loads(line)["failure"] for line in lines.get(run, ()) if line.startswith('{"failure"')), None)
+        made_up = [json.loads(line)["made_up"] for line in lines.get(run, ()) if line.startswith('{"made_up"')][-1:]
         if run == last and failure is None and returncode > 0:
             failure = f"the smoke run exited with {returncode}"
         log = tuple(logs.get(run, ()))
@@ -334,6 +341,8 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
                 timed_out=timed_out and run == last,
                 stderr="\n".join(_telling(log)),
                 log=log,
+                made_up=made_up[0]["inputs"] if made_up else None,
+                made_up_indices=bool(made_up and made_up[0]["indices"]),
             )
         )
     return tuple(described)

@@ -26,7 +26,8 @@ import sys
 from collections.abc import Sequence
 
 import torch
-from executorch.exir.schema import Bool, Double, Int, Tensor
+import torch.utils._pytree as pytree
+from executorch.exir.schema import Bool, Double, Int, Null, Tensor
 from executorch.exir.tensor import get_scalar_type
 from executorch.runtime import Runtime
 
@@ -35,7 +36,7 @@ from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.smoke import MARKER
 
-__all__ = ["in_dim_order", "smoke"]
+__all__ = ["in_dim_order", "made_up", "smoke"]
 
 
 def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = ()) -> int:
@@ -58,7 +59,10 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         for name in names:
             say({"step": f"run {name}"}, 0)
             try:
-                loaded.load_method(name).execute(_inputs(program, name, loaded))
+                method = loaded.load_method(name)  # its operators and delegates: whatever the inputs
+                made = _inputs(program, name, loaded)
+                say({"made_up": {"inputs": made_up(made), "indices": any(_holds_indices(value) for value in made)}}, 0)
+                method.execute(made)
             except Exception as error:
                 say({"failure": f"run {name}: {type(error).__name__}: {error}"}, 0)
                 return 0
@@ -70,7 +74,9 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         say({"step": "run forward"}, run)
         try:
             fresh = loaded if run == 0 else load_program(Runtime.get(), program, data_file)
-            results = fresh.load_method("forward").execute(torch.load(inputs, weights_only=True))
+            # flat, as the runtime takes them (a None kept in its place: the program holds one there)
+            given = pytree.tree_leaves(list(torch.load(inputs, weights_only=True)))
+            results = fresh.load_method("forward").execute(given)
         except Exception as error:
             say({"failure": f"run forward: {type(error).__name__}: {error}"}, run)
             continue
@@ -81,10 +87,14 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
 
 def _inputs(program: str, method: str, loaded: object) -> list[object]:
     """Inputs of the right shapes and dtypes: from the program's own values (non-tensor inputs
-    included), or from the runtime's method metadata when the program cannot be parsed."""
+    included, a ``None`` where the program holds one), or from the runtime's method metadata
+    when the program cannot be parsed. Floats are random; integers are zeros, an index into any
+    dimension (of size 1 or more) and a position from which ``arange(n)`` stays within ``n``
+    slots, which ones or random values are not (a cache written at ``position + arange(n)``);
+    booleans are ``True`` (a mask that lets every position through)."""
 
     def tensor(dtype: torch.dtype, shape: list[int], dim_order: list[int] | None = None) -> torch.Tensor:
-        dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
+        dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
         return in_dim_order(dense, dim_order) if dim_order else dense
 
     parsed = PteFile(open_bytes(program)).program
@@ -104,7 +114,28 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
             inputs.append(value.double_val)
         elif isinstance(value, Bool):
             inputs.append(value.bool_val)
+        elif isinstance(value, Null):
+            inputs.append(None)  # an optional input given as None at export (transformers' inputs_embeds)
     return inputs
+
+
+def made_up(inputs: Sequence[object]) -> str:
+    """The inputs the check made up, for a person: ``#0 float32[1, 32, 8] random, #1 int64[1]
+    zeros, #2 None``."""
+    said = []
+    for index, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            fill = "random" if value.dtype.is_floating_point else "true" if value.dtype == torch.bool else "zeros"
+            said.append(f"#{index} {str(value.dtype).removeprefix('torch.')}{list(value.shape)} {fill}")
+        else:
+            said.append(f"#{index} {value!r}")
+    return ", ".join(said) or "none"
+
+
+def _holds_indices(value: object) -> bool:
+    """Whether ``value``'s made-up values may be read as indices or positions: an integer
+    tensor (a float's values change what a kernel computes, never whether it accepts them)."""
+    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex and value.dtype != torch.bool
 
 
 def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
