@@ -3,7 +3,10 @@ method once on generated inputs.
 
 ``python -m export_guards.workers.runtime_smoke program.pte [data.ptd]`` prints one JSON line per
 step (``{"step": "run forward"}``) and one for an exception (``{"failure": "..."}``), flushed as
-it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash happened.
+it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash happened. Once a
+method has loaded, it says which inputs it made up for it (``{"made_up": {"inputs": "#0
+float32[1, 8] random, #1 int64[1] zeros", "indices": true}}``): a failure on made-up integers
+may be theirs, not the program's (``pte/rules/runtime.py``).
 
 With ``--inputs IN --outputs OUT`` it runs ``forward`` once on the inputs ``IN`` holds (a list
 saved with ``torch.save``: the lint's example inputs) and saves the outputs to ``OUT``, for the
