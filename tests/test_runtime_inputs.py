@@ -69,17 +69,26 @@ def test_inputs_go_with_runtime_and_one_program(cli: Callable[..., Any], tmp_pat
     assert missing.returncode == 2 and "no such file" in missing.stderr and "(--inputs)" in missing.stderr
     typo = cli("check", REGRESSION, "--runtime", "--input", inputs)
     assert typo.returncode == 2 and "did you mean --inputs?" in typo.stderr
+    mine = tmp_path / "notes.txt"
+    mine.write_text("the user's own")
+    kept = cli("lint", f"{MODELS}:cache_at_position", "--save-inputs", mine)  # refused before any export
+    assert kept.returncode == 2 and "is not a file of inputs saved with torch.save" in kept.stderr and mine.read_text() == "the user's own"
+    several = cli("lint", f"{MODELS}:clean", f"{MODELS}:gated", "--save-inputs", inputs)
+    assert several.returncode == 2 and "--save-inputs writes one target's inputs" in several.stderr
 
 
 @pytest.mark.slow
 def test_check_runtime_keeps_a_made_up_cache_position_in_range(cli: Callable[..., Any], tmp_path: Path) -> None:
     """At the upper bound the 32 new entries fill the 32 slots: a position of 1 (ones, as the
     check made up before) writes past the last slot; zeros fit, as the author's position 0 does."""
-    out = tmp_path / "cache.pte"
-    assert cli("lint", f"{MODELS}:cache_at_position", "--pte", out, "--isolated").returncode == 0
+    out, inputs = tmp_path / "cache.pte", tmp_path / "cache.inputs.pt"
+    linted = cli("lint", f"{MODELS}:cache_at_position", "--pte", out, "--save-inputs", inputs, "--isolated")
+    assert linted.returncode == 0 and f"wrote the example inputs to {inputs}" in linted.stderr, linted.stderr[-2000:]
     checked = cli("check", out, "--runtime", "--isolated")
     assert checked.returncode == 0 and "EG511" not in checked.stdout, checked.stdout
     assert "ran in executorch.runtime on inputs it made up (--inputs FILE runs real ones)" in checked.stdout
+    real = cli("check", out, "--runtime", "--inputs", inputs, "--isolated")  # the factory's: a position of 0 and 4 tokens
+    assert real.returncode == 0 and f"ran in executorch.runtime: forward on the inputs in {inputs}" in real.stdout, real.stdout
 
 
 def test_the_bounds_keep_an_input_given_as_none() -> None:

@@ -36,6 +36,11 @@ def parser() -> argparse.ArgumentParser:
     _export_options(linting)
     linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
     linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
+    linting.add_argument(
+        "--save-inputs", type=Path, metavar="PATH",
+        help="write the factory's example inputs here (torch.save), as `check --runtime --inputs PATH` runs them, when nothing "
+        "at or above the fail level was found (one target)",
+    )  # fmt: skip
     _kernels_option(linting, " (default: the installed executorch.runtime's)")
     linting.add_argument(
         "--no-run", dest="run", action="store_false",

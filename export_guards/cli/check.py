@@ -41,7 +41,6 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
     settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
     programs = programs_to_check(args)
-    _inputs_fit(args, programs)
     against = kernels_from(args)
     try:
         source = check_target(args.reproducible) if args.reproducible is not None else None
@@ -63,9 +62,7 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
             report = check_pte(
                 path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests, inputs=args.inputs
             )
-            on = f": forward on the inputs in {args.inputs}" if args.inputs is not None else " on inputs it made up (--inputs FILE runs real ones)"
-            ran = (f"program {path.stat().st_size:,} bytes",) + ((f"ran in executorch.runtime{on}",) if args.runtime else ())
-            return Checked(str(path), report, ran)
+            return Checked(str(path), report, (f"program {path.stat().st_size:,} bytes", *_ran(args)))
 
         checked: list[Checked] = []
         if programs:
@@ -92,6 +89,13 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
     failed = bool(merged(checked).at_least(settings.fail_level))
     return exit_code(args, failed=failed, complete=delivered and baselined)
+
+
+def _ran(args: argparse.Namespace) -> tuple[str, ...]:
+    """What the summary says of the run: on which inputs (made-up ones say so)."""
+    if not args.runtime:
+        return ()
+    return (f"ran in executorch.runtime: forward on the inputs in {args.inputs}" if args.inputs is not None else "ran in executorch.runtime on inputs it made up (--inputs FILE runs real ones)",)
 
 
 def _inputs_fit(args: argparse.Namespace, programs: Sequence[Program]) -> None:
@@ -140,7 +144,8 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
 
     Raises:
         UsageError: a missing or unreadable file, a ``.ptd`` given as a program, a ``.pte`` as
-            ``--data``, a folder without programs, or ``--data`` with several programs.
+            ``--data``, a folder without programs, ``--data`` with several programs, or
+            ``--inputs`` without ``--runtime`` or with several programs.
     """
     programs: list[Program] = []
     for given in args.programs:
@@ -168,6 +173,7 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
     for program, data in programs:
         if args.runtime and len(data) > 1:
             raise UsageError(f"--runtime loads one data file (executorch.runtime takes one data_path); {len(data)} were given for {program}")
+    _inputs_fit(args, programs)
     return programs
 
 

@@ -20,9 +20,10 @@ from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
 REAL_INPUTS = (
-    "Run it on real inputs: save them with torch.save(list(example_inputs), 'inputs.pt') and run "
-    "`export-guards check --runtime --inputs inputs.pt PROGRAM` (`export-guards lint` runs the written program on the factory's "
-    "example inputs, and at each dynamic dimension's bounds); where it also fails there, fix what the runtime's reason names."
+    "Run it on real inputs: `export-guards check --runtime --inputs inputs.pt PROGRAM`, where inputs.pt is a list of forward's "
+    "inputs saved with torch.save (`export-guards lint TARGET --pte PROGRAM --save-inputs inputs.pt` writes the factory's; the "
+    "lint itself runs the program on them, and at each dynamic dimension's bounds); where it also fails there, fix what the "
+    "runtime's reason names."
 )
 
 
