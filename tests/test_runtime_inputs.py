@@ -58,6 +58,27 @@ def test_a_failure_on_made_up_integers_is_a_warning_and_real_inputs_decide(behin
     assert failed.severity is Severity.ERROR and f"failed in {behind} on the inputs in {wrong}" in failed.message, failed
 
 
+class _Bucketed(nn.Module):
+    """Reads a table at a float scaled to an index: right for the inputs in [0, 0.01) it is
+    given, out of range at most random ones, in range at zeros."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(10.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.table[(x.abs() * 1000).long()]
+
+
+@pytest.mark.subprocess
+def test_a_failure_on_made_up_floats_that_zeros_do_not_repeat_is_a_warning() -> None:
+    torch.manual_seed(0)
+    program = torch.export.export(_Bucketed().eval(), (torch.rand(16) / 100,))
+    (made_up,) = check_pte(to_edge_transform_and_lower(program).to_executorch().buffer, runtime=True).with_code("EG511")
+    assert made_up.severity is Severity.WARNING and "#0 float32[16] random" in made_up.message, made_up
+    assert "it ran with zeros for the made-up floats, so their values failed, not the program" in made_up.message
+
+
 def test_inputs_go_with_runtime_and_one_program(cli: Callable[..., Any], tmp_path: Path) -> None:
     inputs = tmp_path / "inputs.pt"
     inputs.write_bytes(b"not read before the run")

@@ -33,7 +33,6 @@ __all__ = ["OutputKind", "Outputs"]
 _EXAMPLE_NAME = {"program": "model.pte", "report": "report.txt", "inputs": "inputs.pt"}  # a file to name, where a folder was
 
 
-
 @final
 @dataclass(frozen=True)
 class _Claim:

@@ -63,7 +63,7 @@ def check_pte(
         data_files: the external data files (``.ptd``) the program is run with (one, with ``runtime``).
         config: which rules run and their severities (default: all).
         runtime: also load the program in ``executorch.runtime`` in a child process and run
-            each method once on generated inputs (EG511); a crash is reported, never raised.
+            each method once on inputs it makes up (EG511); a crash is reported, never raised.
         runtime_timeout_s: how long that child may take.
         inputs: with ``runtime``, the inputs to run ``forward`` on instead of made-up ones (a
             file that ``torch.save`` wrote: the list of the method's inputs, ``None`` in the
@@ -87,7 +87,7 @@ def check_pte(
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
             with a message naming it. A malformed file is never an exception: it is a finding.
-        ValueError: ``runtime`` with more than one data file.
+        ValueError: ``runtime`` with more than one data file, or ``inputs`` without ``runtime``.
         RuntimeMismatch: ``runtime``, and executorch's runtime cannot run with the installed
             torch (it was built for a newer one): the one line says which it needs.
     """
@@ -99,6 +99,8 @@ def check_pte(
     data_files = tuple(data_files)
     if runtime and (mismatch := runtime_mismatch()) is not None:
         raise RuntimeMismatch(mismatch)
+    if inputs is not None and not runtime:
+        raise ValueError("inputs are what the runtime run takes: pass runtime=True with them")
     if runtime and len(data_files) > 1:
         raise ValueError(
             f"the runtime smoke run loads one data file (executorch.runtime takes one data_path); {len(data_files)} were given"

@@ -52,6 +52,8 @@ class SmokeRun:
             random, #1 int64[1] zeros``), once that method loaded; ``None`` for inputs given.
         made_up_indices: whether some of those were integers, whose values a program may read
             as indices or positions (made-up ones may be out of its range).
+        made_up_values_failed: whether, after a failure on made-up floats alone, the method ran
+            on the same inputs with zeros for them: the values made up failed, not the program.
     """
 
     program: str
@@ -64,6 +66,7 @@ class SmokeRun:
     mismatches: tuple[str, ...] = ()
     made_up: str | None = None
     made_up_indices: bool = False
+    made_up_values_failed: bool = False
 
     @property
     def last_step(self) -> str:
@@ -343,6 +346,7 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
                 log=log,
                 made_up=made_up[0]["inputs"] if made_up else None,
                 made_up_indices=bool(made_up and made_up[0]["indices"]),
+                made_up_values_failed=bool(made_up and made_up[0].get("zeros_ran")),
             )
         )
     return tuple(described)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -60,16 +61,8 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         return 0
     if not runs:
         for name in names:
-            say({"step": f"run {name}"}, 0)
-            try:
-                method = loaded.load_method(name)  # its operators and delegates: whatever the inputs
-                made = _inputs(program, name, loaded)
-                say({"made_up": {"inputs": made_up(made), "indices": any(_holds_indices(value) for value in made)}}, 0)
-                method.execute(made)
-            except Exception as error:
-                say({"failure": f"run {name}: {type(error).__name__}: {error}"}, 0)
+            if not _ran_on_made_up_inputs(program, loaded, name, lambda line: say(line, 0)):
                 return 0
-            say({"step": f"ran {name}"}, 0)
         return 0
     for run, (inputs, outputs) in enumerate(runs):
         if run:
@@ -86,6 +79,38 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         say({"step": "ran forward"}, run)
         torch.save(list(results), outputs)
     return 0
+
+
+def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[dict[str, object]], None]) -> bool:
+    """Run method ``name`` once on inputs made up for it, saying which (once it has loaded:
+    its operators and delegates, whatever the inputs) and whether they hold integers; whether it
+    ran. After a failure on floats alone, it runs once more with zeros for them, and says
+    whether that ran (``"zeros_ran"``): then the values made up, not the program, may be at fault."""
+    say({"step": f"run {name}"})
+    made: list[object] | None = None
+    try:
+        method = loaded.load_method(name)
+        made = _inputs(program, name, loaded)
+        said = {"inputs": made_up(made), "indices": any(_holds_indices(value) for value in made)}
+        say({"made_up": said})
+        method.execute(made)
+    except Exception as error:
+        say({"failure": f"run {name}: {type(error).__name__}: {error}"})
+        if made is not None and not said["indices"]:
+            zeros = [torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in made]
+            say({"made_up": {**said, "zeros_ran": _runs(loaded, name, zeros)}})
+        return False
+    say({"step": f"ran {name}"})
+    return True
+
+
+def _runs(loaded: Any, name: str, inputs: list[object]) -> bool:
+    """Whether method ``name``, loaded afresh, runs on ``inputs``."""
+    try:
+        loaded.load_method(name).execute(inputs)
+    except Exception:
+        return False
+    return True
 
 
 def _inputs(program: str, method: str, loaded: object) -> list[object]:
