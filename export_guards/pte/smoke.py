@@ -1,5 +1,6 @@
 """The runtime smoke check: load a ``.pte`` in ``executorch.runtime`` in a child process and run
-each method once on generated inputs. A crash there is a finding, never the checker's death.
+each method once on inputs the child makes up (or ``forward`` on inputs given). A crash there
+is a finding, never the checker's death.
 
 The child is ``export_guards.workers.runtime_smoke``: it prints one JSON line per step, so that
 the parent knows where a crash happened. A :class:`SmokeWorker` runs several input sets in one

@@ -1,5 +1,5 @@
 """The runtime child of the smoke check: load a ``.pte`` in ``executorch.runtime`` and run each
-method once on generated inputs.
+method once on inputs it makes up (or ``forward`` on inputs given).
 
 ``python -m export_guards.workers.runtime_smoke program.pte [data.ptd]`` prints one JSON line per
 step (``{"step": "run forward"}``) and one for an exception (``{"failure": "..."}``), flushed as
@@ -44,7 +44,7 @@ __all__ = ["in_dim_order", "made_up", "smoke"]
 
 
 def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = ()) -> int:
-    """Load ``program`` (with ``data_file``) and run each method once on generated inputs,
+    """Load ``program`` (with ``data_file``) and run each method once on made-up inputs,
     reporting each step; with ``runs`` (``(inputs, outputs)`` files), run ``forward`` on each
     run's inputs instead and save its outputs, the program loaded afresh for each run after the
     first, so that no run sees the state (mutable buffers) another left."""
@@ -87,7 +87,8 @@ def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[
     ran. After a failure on floats alone, it runs once more with zeros for them, and says
     whether that ran (``"zeros_ran"``): then the values made up, not the program, may be at fault."""
     say({"step": f"run {name}"})
-    made: list[object] | None = None
+    made: list[object] = []
+    said: dict[str, object] | None = None  # once the method has loaded and its inputs are made
     try:
         method = loaded.load_method(name)
         made = _inputs(program, name, loaded)
@@ -96,7 +97,7 @@ def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[
         method.execute(made)
     except Exception as error:
         say({"failure": f"run {name}: {type(error).__name__}: {error}"})
-        if made is not None and not said["indices"]:
+        if said is not None and not said["indices"]:
             zeros = [torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in made]
             say({"made_up": {**said, "zeros_ran": _runs(loaded, name, zeros)}})
         return False
