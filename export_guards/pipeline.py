@@ -22,7 +22,7 @@ from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.outputs import output_mismatches
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.programs import mutated_constants
-from export_guards.analysis.shape_bounds import inputs_at_bounds
+from export_guards.analysis.shape_bounds import shape_bounds
 from export_guards.analysis.source import location_named_in, operator_sites
 from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
@@ -160,10 +160,11 @@ class GuardedExport:
         inputs = _on_host(list(example_inputs))
         on_host = all(t.device.type == "cpu" for t in [*pytree.tree_leaves(list(example_inputs)), *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor))
         reference = model if on_host and settings.recipe is None else self.program.module()
-        bounds = inputs_at_bounds(self.program, inputs) if at_bounds else []
+        made = shape_bounds(self.program, inputs) if at_bounds else None
+        bounds = made.inputs if made is not None else []
         state = _state_of(reference, self.program) if bounds else {}
         runs: list[tuple[str, list[object], object, frozenset[int]]] = []
-        skipped: list[str] = []
+        skipped: list[str] = list(made.not_made) if made is not None else []
         for label, given in [("", inputs), *((b.label, b.inputs) for b in bounds)]:
             try:
                 expected, unsteady = _eager(reference, given, state)

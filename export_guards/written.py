@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Literal
 
@@ -15,9 +16,10 @@ from export_guards.render import is_report
 
 __all__ = ["WHAT", "OutputKind", "is_kind", "write_atomically"]
 
-OutputKind = Literal["program", "report"]
-"""What a written file is: an ExecuTorch program, or an export-guards report."""
-WHAT = {"program": "an ExecuTorch program", "report": "an export-guards report"}
+OutputKind = Literal["program", "report", "inputs"]
+"""What a written file is: an ExecuTorch program, an export-guards report, or a program's inputs
+(a list that ``torch.save`` wrote, for ``check --runtime --inputs``)."""
+WHAT = {"program": "an ExecuTorch program", "report": "an export-guards report", "inputs": "a file of inputs saved with torch.save"}
 """Each kind, as a message names it."""
 _LARGEST_REPORT = 64 << 20  # a larger file is not read whole to decide whether it is a report
 
@@ -49,9 +51,21 @@ def is_kind(path: Path, kind: OutputKind) -> bool:
     """Whether the file at ``path`` is an artifact of the tool's kind for that output."""
     if kind == "program":
         return file_kind_of(path) == "program"
+    if kind == "inputs":
+        return _saved_by_torch(path)
     try:
         if path.stat().st_size > _LARGEST_REPORT:
             return False
         return is_report(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _saved_by_torch(path: Path) -> bool:
+    """Whether ``path`` is a file ``torch.save`` wrote (a zip archive with its pickle), told
+    without torch."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
         return False

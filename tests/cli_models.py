@@ -211,3 +211,57 @@ def dynamic_wrong_at_bounds():
     """Matches eager at its example length (6); differs at the least (1), fails at the most (64)."""
     torch.manual_seed(0)
     return _PaddedToEight(), (torch.randn(1, 6),), ({1: torch.export.Dim("length", min=1, max=64)},)
+
+
+class _CacheAtPosition(nn.Module):
+    """A static cache of 32 slots written at ``cache_position[0] + arange(n)``, as transformers'
+    static cache is: right for every position from which the ``n`` new entries fit."""
+
+    def __init__(self, slots: int = 32, width: int = 8) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+        self.register_buffer("cache", torch.zeros(1, slots, width))
+
+    def forward(self, x, cache_position):
+        self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)
+        return self.cache.sum(1)
+
+
+def cache_at_position():
+    """A sequence of 1 to 32 tokens written into the 32 slots: at the upper bound, only position 0 fits."""
+    torch.manual_seed(0)
+    seq = torch.export.Dim("seq", min=1, max=32)
+    return _CacheAtPosition().eval().requires_grad_(False), (torch.randn(1, 4, 8), torch.tensor([0])), ({1: seq}, None)
+
+
+class _OptionalEmbeds(nn.Module):
+    """transformers' decoder signature: ``inputs_embeds`` is ``None`` unless given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, input_ids, inputs_embeds=None, cache_position=None):
+        if inputs_embeds is None:
+            inputs_embeds = self.embed(input_ids)
+        return self.proj(inputs_embeds) + cache_position.unsqueeze(-1).to(inputs_embeds.dtype)
+
+
+def optional_embeds(given=False):
+    """With ``inputs_embeds=None`` in the example (or, ``given``, without the argument at all)."""
+    torch.manual_seed(0)
+    seq = torch.export.Dim("seq", min=1, max=32)
+    ids, positions = torch.randint(0, 16, (1, 4)), torch.arange(4)
+    if given:
+        return _WithoutEmbeds(_OptionalEmbeds().eval()), (ids, positions), ({1: seq}, {0: seq})
+    return _OptionalEmbeds().eval(), (ids, None, positions), ({1: seq}, None, {0: seq})
+
+
+class _WithoutEmbeds(nn.Module):
+    def __init__(self, decoder: nn.Module) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, input_ids, cache_position):
+        return self.decoder(input_ids, None, cache_position)

@@ -295,6 +295,7 @@ def test_runtime_smoke_check_names_the_failing_kernel() -> None:
     assert "run forward: RuntimeError" in finding.message
     assert "Check failed (tensor_is_default_dim_order(input))" in finding.message
     assert "kernel aten::native_group_norm.out" in finding.message
+    assert finding.severity.value == "error"  # a layout the kernel refuses whatever the values: zeros fail alike
 
 
 @pytest.mark.subprocess

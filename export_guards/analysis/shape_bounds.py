@@ -17,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-__all__ = ["UNBOUNDED_FACTOR", "BoundInputs", "inputs_at_bounds"]
+__all__ = ["UNBOUNDED_FACTOR", "BoundInputs", "ShapeBounds", "inputs_at_bounds", "shape_bounds"]
 
 UNBOUNDED_FACTOR = 2
 """A dimension whose range has no upper bound (``int_oo``) runs at this many times its example
@@ -38,7 +38,27 @@ class BoundInputs:
     inputs: list[Any]
 
 
+@final
+@dataclass(frozen=True)
+class ShapeBounds:
+    """The inputs at each bound of a program's dynamic dimensions, and the bounds left out.
+
+    Attributes:
+        inputs: one :class:`BoundInputs` for each bound that inputs could be made for.
+        not_made: each bound (or every bound) no inputs could be made for, and why, for a
+            person (``length=64 (the upper bound): a size derived from it cannot be told``).
+    """
+
+    inputs: list[BoundInputs]
+    not_made: list[str]
+
+
 def inputs_at_bounds(program: ExportedProgram, example_inputs: Sequence[object]) -> list[BoundInputs]:
+    """:func:`shape_bounds`'s inputs: the example inputs at each bound that they could be made for."""
+    return shape_bounds(program, example_inputs).inputs
+
+
+def shape_bounds(program: ExportedProgram, example_inputs: Sequence[object]) -> ShapeBounds:
     """For each symbolic size of ``program``'s inputs, ``example_inputs`` at its lower and at
     its upper bound (twice the example's size where the range has none: ``UNBOUNDED_FACTOR``);
     the dimensions that share the size move together, and one derived from it (``2 * length``)
@@ -47,16 +67,19 @@ def inputs_at_bounds(program: ExportedProgram, example_inputs: Sequence[object])
     A tensor is cropped along a dimension that shrinks and tiled along one that grows, so that
     its values stay ones the model was given (token ids in range); an integer tensor that
     counts along it (positions: ``0, 1, 2, ...``) goes on counting instead. Empty when the
-    program is static, or its inputs cannot be paired with ``example_inputs``."""
+    program is static; ``not_made`` says why where a bound has none (the inputs cannot be paired
+    with ``example_inputs``, a size cannot be told). An input given as ``None`` (an optional
+    argument: transformers' ``inputs_embeds``) stays ``None`` at every bound, as in the example."""
     leaves, spec = pytree.tree_flatten(list(example_inputs))
-    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
-    exported = [placeholders[name].meta.get("val") for name in program.graph_signature.user_inputs if name in placeholders]
+    exported = _exported_inputs(program)
     if len(exported) != len(leaves):
-        return []
+        said = f"every bound: the example's {len(leaves)} inputs (flattened) do not pair with the program's {len(exported)} inputs"
+        return ShapeBounds([], [said] if program.range_constraints else [])
     sizes = _symbolic_sizes(exported, leaves)
     example = {expr: value for (_, _, expr), value in sizes.items() if isinstance(expr, sympy.Symbol)}
     names = _dim_names(exported, program.graph_signature.user_inputs)
     found: list[BoundInputs] = []
+    not_made: list[str] = []
     for symbol in sorted(example, key=str):
         bounds = program.range_constraints.get(symbol)
         if bounds is None:
@@ -67,10 +90,21 @@ def inputs_at_bounds(program: ExportedProgram, example_inputs: Sequence[object])
         for value, which in ((lower, "the lower bound"), (upper, said if unbounded else "the upper bound")):
             if value == example[symbol]:
                 continue
+            label = f"{names.get(symbol, str(symbol))}={value} ({which})"
             moved = _moved(leaves, sizes, {**example, symbol: value})
-            if moved is not None:
-                found.append(BoundInputs(f"{names.get(symbol, str(symbol))}={value} ({which})", pytree.tree_unflatten(moved, spec)))
-    return found
+            if moved is None:
+                not_made.append(f"{label}: a size that depends on it cannot be told from the example, or the example's is 0")
+            else:
+                found.append(BoundInputs(label, pytree.tree_unflatten(moved, spec)))
+    return ShapeBounds(found, not_made)
+
+
+def _exported_inputs(program: ExportedProgram) -> list[object]:
+    """The program's user inputs in the order of the call's flattened arguments: a tensor's
+    fake value, or the constant torch.export kept in its place (``None`` for an input given as
+    ``None``, which ``user_inputs`` lists by value, not by name)."""
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    return [placeholders[name].meta.get("val") if isinstance(name, str) and name in placeholders else name for name in program.graph_signature.user_inputs]
 
 
 def _symbolic_sizes(exported: Sequence[object], leaves: Sequence[object]) -> dict[tuple[int, int, Any], int]:

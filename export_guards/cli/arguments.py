@@ -36,6 +36,11 @@ def parser() -> argparse.ArgumentParser:
     _export_options(linting)
     linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
     linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
+    linting.add_argument(
+        "--save-inputs", type=Path, metavar="PATH",
+        help="write the factory's example inputs here (torch.save), as `check --runtime --inputs PATH` runs them, when nothing "
+        "at or above the fail level was found (one target)",
+    )  # fmt: skip
     _kernels_option(linting, " (default: the installed executorch.runtime's)")
     linting.add_argument(
         "--no-run", dest="run", action="store_false",
@@ -53,6 +58,10 @@ def parser() -> argparse.ArgumentParser:
         "--replay", action="store_true",
         help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
         "loads torch, seconds (always on with --runtime)",
+    )  # fmt: skip
+    checking.add_argument(
+        "--inputs", type=Path, metavar="FILE",
+        help="with --runtime and one program: run forward on these inputs (a list saved with torch.save) instead of made-up ones",
     )  # fmt: skip
     _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
     checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")

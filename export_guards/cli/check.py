@@ -60,10 +60,9 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         def check(program: Program) -> Checked:
             path, data = program
             report = check_pte(
-                path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests
+                path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests, inputs=args.inputs
             )
-            ran = (f"program {path.stat().st_size:,} bytes",) + (("ran in executorch.runtime",) if args.runtime else ())
-            return Checked(str(path), report, ran)
+            return Checked(str(path), report, (f"program {path.stat().st_size:,} bytes", *_ran(args)))
 
         checked: list[Checked] = []
         if programs:
@@ -90,6 +89,24 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
         delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
     failed = bool(merged(checked).at_least(settings.fail_level))
     return exit_code(args, failed=failed, complete=delivered and baselined)
+
+
+def _ran(args: argparse.Namespace) -> tuple[str, ...]:
+    """What the summary says of the run: on which inputs (made-up ones say so)."""
+    if not args.runtime:
+        return ()
+    return (f"ran in executorch.runtime: forward on the inputs in {args.inputs}" if args.inputs is not None else "ran in executorch.runtime on inputs it made up (--inputs FILE runs real ones)",)
+
+
+def _inputs_fit(args: argparse.Namespace, programs: Sequence[Program]) -> None:
+    """``--inputs`` goes with ``--runtime`` and one program, and names a file: else a usage error."""
+    if args.inputs is None:
+        return
+    if not args.runtime:
+        raise UsageError("--inputs are what --runtime runs the program on: add --runtime")
+    if len(programs) != 1:
+        raise UsageError(f"--inputs goes with one program ({len(programs)} were given): check each with its own inputs")
+    _readable_file(args.inputs, "--inputs")
 
 
 def _hashing(program: Program) -> ContentDigests:
@@ -127,7 +144,8 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
 
     Raises:
         UsageError: a missing or unreadable file, a ``.ptd`` given as a program, a ``.pte`` as
-            ``--data``, a folder without programs, or ``--data`` with several programs.
+            ``--data``, a folder without programs, ``--data`` with several programs, or
+            ``--inputs`` without ``--runtime`` or with several programs.
     """
     programs: list[Program] = []
     for given in args.programs:
@@ -155,6 +173,7 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
     for program, data in programs:
         if args.runtime and len(data) > 1:
             raise UsageError(f"--runtime loads one data file (executorch.runtime takes one data_path); {len(data)} were given for {program}")
+    _inputs_fit(args, programs)
     return programs
 
 

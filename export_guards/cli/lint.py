@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,14 +53,18 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     several = len(args.targets) > 1
     if several and (args.pte or args.output):
         raise UsageError(f"--pte writes one program: give one target with it ({len(args.targets)} were given)")
+    if several and args.save_inputs:
+        raise UsageError(f"--save-inputs writes one target's inputs: give one target with it ({len(args.targets)} were given)")
     outputs = Outputs(inputs=sources, force=args.force, interrupts=interrupts)
     pte_path = outputs.claim(_pte_path(args), "program", "--pte" if args.output is None else "--output")
+    inputs_path = outputs.claim(args.save_inputs, "inputs", "--save-inputs")
     outputs.claim(args.report_file, "report", "--report-file")
     outputs.claim(args.write_baseline, "report", "--write-baseline")
     baseline = baseline_from(args)
     steps = Stages(args)
     checked: list[Checked] = []
     programs: list[bytes | None] = []
+    saved: list[bytes | None] = []
     stopped = False
     with outputs, quiet_libraries(args.verbose):
         for target, source in zip(args.targets, sources, strict=True):
@@ -66,24 +72,22 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
             # Several: it is that target's report, and the others are linted all the same.
             with contextlib.nullcontext() if several else reported_if_failed(args, outputs, source, target):
                 try:
-                    one, program = _lint(args, target, arguments, settings, against, steps)
+                    one, program, inputs = _lint(args, target, arguments, settings, against, steps)
                 except StepFailed as failed:
                     if not several:
                         raise
                     said_failed(args, failed, interrupts)
-                    one, program, stopped = Checked(target, with_factory_location(failed.report, target)), None, True
+                    one, program, inputs, stopped = Checked(target, with_factory_location(failed.report, target)), None, None, True
             checked.append(one)
             programs.append(program)
+            saved.append(inputs)
         root = project_root(sources[0])
         checked, baselined = against_baseline(args, checked, baseline, outputs, root=root)
         failing = merged(checked).at_least(settings.fail_level)
-        written = True
         if pte_path is not None and programs[0] is not None and failing:
             progress(args, f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}", ongoing=False)
-        elif pte_path is not None and programs[0] is not None:
-            written = outputs.write(pte_path, programs[0])
-            if written:
-                progress(args, f"wrote {pte_path}", ongoing=False)
+        kept = [(pte_path, programs[0], str(pte_path)), (inputs_path, saved[0], f"the example inputs to {inputs_path}")]
+        written = True if failing else _written(args, outputs, kept)  # nothing is kept when something fails
         delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
     if stopped:
         return EXIT_ERROR
@@ -91,11 +95,25 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     return exit_code(args, failed=bool(failing) or unlowered, complete=written and delivered and baselined)
 
 
+def _written(args: argparse.Namespace, outputs: Outputs, files: Sequence[tuple[Path | None, bytes | None, str]]) -> bool:
+    """Write each file asked for (a path) that the run made (its bytes), saying so (as
+    ``wrote {what}``); whether every write succeeded."""
+    written = True
+    for path, data, what in files:
+        if path is not None and data is not None:
+            done = outputs.write(path, data)
+            written = written and done
+            if done:
+                progress(args, f"wrote {what}", ongoing=False)
+    return written
+
+
 def _lint(
     args: argparse.Namespace, target: str, arguments: dict[str, object], settings: Settings, against: RuntimeInventory | None, steps: Stages
-) -> tuple[Checked, bytes | None]:
-    """Export, lint, write and check one target: its report, and its program (``None`` when a
-    constant the host cannot read stopped the export before lowering)."""
+) -> tuple[Checked, bytes | None, bytes | None]:
+    """Export, lint, write and check one target: its report, its program (``None`` when a
+    constant the host cannot read stopped the export before lowering), and its example inputs
+    saved with ``torch.save`` (with ``--save-inputs``; else ``None``)."""
     fold = "on" if settings.fold else "off"
     runs = args.run and against is None  # a program for another runtime (--kernels) is not judged by this one's run
     progress(args, f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
@@ -115,6 +133,7 @@ def _lint(
         except TargetError as error:
             raise UsageError(str(error)) from None
         model, inputs = made.model, made.inputs
+        saved = _saved(inputs) if args.save_inputs is not None else None  # as given, before the export runs the model
         result = export_in_steps(
             model, inputs, config=settings, source=target_file(target), each_step=steps, dynamic_shapes=made.dynamic_shapes, strict=made.strict
         )
@@ -147,7 +166,19 @@ def _lint(
         if runs:
             at = " and ".join(shape.partition(" (")[0] for shape in done.shapes[1:])
             ran += ("ran in executorch.runtime and matched eager" + (f" on the example inputs and at the dynamic bounds {at}" if at else ""),)
-    return Checked(target, with_factory_location(found, target), ran), program
+    return Checked(target, with_factory_location(found, target), ran), program, saved
+
+
+def _saved(inputs: Sequence[object]) -> bytes:
+    """``inputs`` as ``check --runtime --inputs`` takes them: flattened (a ``None`` kept in its
+    place, as the program holds it), on the host, in a file that ``torch.save`` writes."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(list(inputs))]
+    buffer = io.BytesIO()
+    torch.save(flat, buffer)
+    return buffer.getvalue()
 
 
 def _pte_path(args: argparse.Namespace) -> Path | None:

@@ -30,6 +30,7 @@ from export_guards.written import WHAT, OutputKind, is_kind, write_atomically
 
 __all__ = ["OutputKind", "Outputs"]
 
+_EXAMPLE_NAME = {"program": "model.pte", "report": "report.txt", "inputs": "inputs.pt"}  # a file to name, where a folder was
 
 
 @final
@@ -76,7 +77,7 @@ class Outputs:
             if _same_file(path, other.path):
                 raise UsageError(f"{option} {path} is also {other.option}: give each its own file")
         if path.is_dir():
-            raise UsageError(f"{option} {path} is a folder: name a file (such as {path / ('model.pte' if kind == 'program' else 'report.txt')})")
+            raise UsageError(f"{option} {path} is a folder: name a file (such as {path / _EXAMPLE_NAME[kind]})")
         if path.exists() and not path.is_file():
             raise UsageError(f"{option} {path} is not a regular file: name a file")
         if path.exists() and not self._force and not is_kind(path, kind):

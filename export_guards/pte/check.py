@@ -19,7 +19,7 @@ from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twic
 from export_guards.pte.rules import PTE_RULES
 from export_guards.pte.rules.delegates import named_data_hash_mismatch
 from export_guards.pte.rules.kernels import kernel_call_inconsistent, replay_calls, verdicts
-from export_guards.pte.smoke import SmokeWorker
+from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
 from export_guards.settings import Settings
@@ -41,6 +41,7 @@ def check_pte(
     rules: RuleSet | None = None,
     replay: bool = False,
     digests: ContentDigests | None = None,
+    inputs: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Check a written ExecuTorch program without running it (unless ``runtime``).
 
@@ -62,8 +63,12 @@ def check_pte(
         data_files: the external data files (``.ptd``) the program is run with (one, with ``runtime``).
         config: which rules run and their severities (default: all).
         runtime: also load the program in ``executorch.runtime`` in a child process and run
-            each method once on generated inputs (EG511); a crash is reported, never raised.
+            each method once on inputs it makes up (EG511); a crash is reported, never raised.
         runtime_timeout_s: how long that child may take.
+        inputs: with ``runtime``, the inputs to run ``forward`` on instead of made-up ones (a
+            file that ``torch.save`` wrote: the list of the method's inputs, ``None`` in the
+            place of an input given as ``None``). A failure on made-up inputs that may be their
+            fault (integers out of the program's range) is a warning; on these, an error.
         against: the runtime whose kernels and backends the program must find (EG521); with
             ``runtime``, the installed ``executorch.runtime`` (as its child finds it) unless
             another is given.
@@ -82,7 +87,7 @@ def check_pte(
     Raises:
         OSError: ``program`` or a data file is not a readable file (missing, a directory),
             with a message naming it. A malformed file is never an exception: it is a finding.
-        ValueError: ``runtime`` with more than one data file.
+        ValueError: ``runtime`` with more than one data file, or ``inputs`` without ``runtime``.
         RuntimeMismatch: ``runtime``, and executorch's runtime cannot run with the installed
             torch (it was built for a newer one): the one line says which it needs.
     """
@@ -94,6 +99,8 @@ def check_pte(
     data_files = tuple(data_files)
     if runtime and (mismatch := runtime_mismatch()) is not None:
         raise RuntimeMismatch(mismatch)
+    if inputs is not None and not runtime:
+        raise ValueError("inputs are what the runtime run takes: pass runtime=True with them")
     if runtime and len(data_files) > 1:
         raise ValueError(
             f"the runtime smoke run loads one data file (executorch.runtime takes one data_path); {len(data_files)} were given"
@@ -113,7 +120,8 @@ def check_pte(
             started = None
             if worker is not None:  # even for a program with structural errors: whether the runtime survives them is the question
                 calls = replay_calls(context) if kernel_call_inconsistent.code in rules.rules and config.enabled(kernel_call_inconsistent.code) else []
-                started = worker.start(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name, inventory=against is None, replay=calls)
+                runs = [SmokeInputs(os.fspath(inputs), os.devnull, f"{pte.name} on the inputs in {os.fspath(inputs)}")] if inputs is not None else []
+                started = worker.start(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name, runs=runs, inventory=against is None, replay=calls)
                 if against is None:
                     context.runtime = _inventory(started.answer("inventory"))
                 if calls and (answered := started.answer("replayed")) is not None:

@@ -1,5 +1,6 @@
 """The runtime smoke check: load a ``.pte`` in ``executorch.runtime`` in a child process and run
-each method once on generated inputs. A crash there is a finding, never the checker's death.
+each method once on inputs the child makes up (or ``forward`` on inputs given). A crash there
+is a finding, never the checker's death.
 
 The child is ``export_guards.workers.runtime_smoke``: it prints one JSON line per step, so that
 the parent knows where a crash happened. A :class:`SmokeWorker` runs several input sets in one
@@ -48,6 +49,12 @@ class SmokeRun:
         log: every log line of the runtime's.
         mismatches: each output that differs from eager beyond its dtype's tolerance, described
             (the lint's run on its example inputs; the comparison is the caller's).
+        made_up: the inputs the child made up for the method it ran last (``#0 float32[1, 8]
+            random, #1 int64[1] zeros``), once that method loaded; ``None`` for inputs given.
+        made_up_indices: whether some of those were integers, whose values a program may read
+            as indices or positions (made-up ones may be out of its range).
+        made_up_values_failed: whether, after a failure on made-up floats alone, the method ran
+            on the same inputs with zeros for them: the values made up failed, not the program.
     """
 
     program: str
@@ -58,6 +65,9 @@ class SmokeRun:
     stderr: str = field(default="", repr=False)
     log: tuple[str, ...] = field(default=(), repr=False)
     mismatches: tuple[str, ...] = ()
+    made_up: str | None = None
+    made_up_indices: bool = False
+    made_up_values_failed: bool = False
 
     @property
     def last_step(self) -> str:
@@ -307,7 +317,7 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
     the first always; a death, a time-out or an exit code is the last started run's."""
     lines: dict[int, list[str]] = {}
     for line in stdout.splitlines():
-        if line.startswith(('{"step"', '{"failure"')):  # the child's own lines, not the runtime's chatter
+        if line.startswith(('{"step"', '{"failure"', '{"made_up"')):  # the child's own lines, not the runtime's chatter
             lines.setdefault(int(json.loads(line).get("set", 0)), []).append(line)
     logs: dict[int, list[str]] = {}
     current = 0
@@ -322,6 +332,7 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
     for run, name in enumerate(names[: last + 1]):
         said = "\n".join(lines.get(run, ()))
         failure = next((json.loads(line)["failure"] for line in lines.get(run, ()) if line.startswith('{"failure"')), None)
+        made_up = [json.loads(line)["made_up"] for line in lines.get(run, ()) if line.startswith('{"made_up"')][-1:]
         if run == last and failure is None and returncode > 0:
             failure = f"the smoke run exited with {returncode}"
         log = tuple(logs.get(run, ()))
@@ -334,6 +345,9 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
                 timed_out=timed_out and run == last,
                 stderr="\n".join(_telling(log)),
                 log=log,
+                made_up=made_up[0]["inputs"] if made_up else None,
+                made_up_indices=bool(made_up and made_up[0]["indices"]),
+                made_up_values_failed=bool(made_up and made_up[0].get("zeros_ran")),
             )
         )
     return tuple(described)

@@ -39,6 +39,9 @@ class ExportCheck:
     export: GuardedExport
     pte: bytes
     comparisons: list[list[OutputError]] = field(default_factory=list)  # per input set, then per step; per output
+    skipped: list[str] = field(default_factory=list)
+    """Each dynamic dimension's bound that did not run, and why (``length=64 (the upper bound):
+    eager raised IndexError: ...``): eager refused the inputs made for it, or none could be made."""
 
     @property
     def report(self) -> Report:
@@ -84,7 +87,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     import torch
 
     with libraries_kept_quiet():
-        from export_guards.analysis.shape_bounds import inputs_at_bounds
+        from export_guards.analysis.shape_bounds import shape_bounds
         from export_guards.render import render_text
         from export_guards.targets import StepFailed
         from export_guards.compat import RuntimeMismatch
@@ -136,16 +139,18 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
                 pte,
             )
         state = mutable_buffers(result.program)
-        at_bounds = [(f"inputs at {bound.label}", [bound.inputs]) for bound in inputs_at_bounds(result.program, inputs)]
+        made = shape_bounds(result.program, inputs)
+        at_bounds = [(f"inputs at {bound.label}", [bound.inputs]) for bound in made.inputs]
         bounds = {label for label, _ in at_bounds}
         runs += at_bounds
-        comparisons = []
+        comparisons, skipped = [], list(made.not_made)
         for run, sequence in runs:
             eager_model, method = copy.deepcopy(pristine), None  # both from the state before any call
             for index, inputs in enumerate(sequence):
                 label = f"step #{index}" if run == "steps" else run
                 eager = _ran(lambda: _eager(eager_model, inputs)) if run in bounds else _eager(eager_model, inputs)
                 if isinstance(eager, Exception):  # inputs made for a bound that the model does not take: no reference there
+                    skipped.append(_not_run(label, eager))
                     continue
                 method = method or _ran(lambda: LoadedMethod(pte))
                 actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
@@ -165,7 +170,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
                         result,
                         pte,
                     )
-        return ExportCheck(result, pte, comparisons)
+        return ExportCheck(result, pte, comparisons, skipped)
 
     return check
 
@@ -183,6 +188,13 @@ _AT_BOUND = (
     "torch.export traced for the example's size, such as a branch it could not see, or a kernel that fails "
     "there). The inputs are the example's, cropped or tiled to this size."
 )
+
+
+def _not_run(label: str, error: Exception) -> str:
+    """Why the inputs at a bound did not run: eager refused them (``length=64 (the upper bound):
+    eager raised IndexError: ...``)."""
+    lines = str(error).strip().splitlines()
+    return f"{label.removeprefix('inputs at ')}: eager raised {type(error).__name__}: {lines[0] if lines else '(no message)'}"
 
 
 def _eager(model: torch.nn.Module, inputs: Sequence[object]) -> object:

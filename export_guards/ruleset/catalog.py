@@ -399,7 +399,8 @@ _RULES = (
         Severity.ERROR,
         "Loading the program in executorch.runtime, or running a method once, crashed, hung or "
         "failed (export-guards lint runs forward on the example inputs, and at each dynamic "
-        "dimension's bounds for a dynamic export; check --runtime on generated ones). A kernel that refused its call is named, with the runtime's reason and "
+        "dimension's bounds for a dynamic export; check --runtime on made-up ones, or on --inputs: a failure on "
+        "made-up integers, which may index past what the program holds, is a warning). A kernel that refused its call is named, with the runtime's reason and "
         "the line of the model that made the op, where the lint knows it.",
         "Where a kernel refused its call, change what the runtime's reason names at that line "
         "(an argument the kernel does not take, a rank, a layout), or lower that op into a "

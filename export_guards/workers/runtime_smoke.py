@@ -1,9 +1,12 @@
 """The runtime child of the smoke check: load a ``.pte`` in ``executorch.runtime`` and run each
-method once on generated inputs.
+method once on inputs it makes up (or ``forward`` on inputs given).
 
 ``python -m export_guards.workers.runtime_smoke program.pte [data.ptd]`` prints one JSON line per
 step (``{"step": "run forward"}``) and one for an exception (``{"failure": "..."}``), flushed as
-it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash happened.
+it goes, so that the parent (``export_guards.pte.smoke``) knows where a crash happened. Once a
+method has loaded, it says which inputs it made up for it (``{"made_up": {"inputs": "#0
+float32[1, 8] random, #1 int64[1] zeros", "indices": true}}``): a failure on made-up integers
+may be theirs, not the program's (``pte/rules/runtime.py``).
 
 With ``--inputs IN --outputs OUT`` it runs ``forward`` once on the inputs ``IN`` holds (a list
 saved with ``torch.save``: the lint's example inputs) and saves the outputs to ``OUT``, for the
@@ -23,10 +26,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
-from executorch.exir.schema import Bool, Double, Int, Tensor
+import torch.utils._pytree as pytree
+from executorch.exir.schema import Bool, Double, Int, Null, Tensor
 from executorch.exir.tensor import get_scalar_type
 from executorch.runtime import Runtime
 
@@ -35,11 +40,11 @@ from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.smoke import MARKER
 
-__all__ = ["in_dim_order", "smoke"]
+__all__ = ["in_dim_order", "made_up", "smoke"]
 
 
 def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = ()) -> int:
-    """Load ``program`` (with ``data_file``) and run each method once on generated inputs,
+    """Load ``program`` (with ``data_file``) and run each method once on made-up inputs,
     reporting each step; with ``runs`` (``(inputs, outputs)`` files), run ``forward`` on each
     run's inputs instead and save its outputs, the program loaded afresh for each run after the
     first, so that no run sees the state (mutable buffers) another left."""
@@ -56,13 +61,8 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         return 0
     if not runs:
         for name in names:
-            say({"step": f"run {name}"}, 0)
-            try:
-                loaded.load_method(name).execute(_inputs(program, name, loaded))
-            except Exception as error:
-                say({"failure": f"run {name}: {type(error).__name__}: {error}"}, 0)
+            if not _ran_on_made_up_inputs(program, loaded, name, lambda line: say(line, 0)):
                 return 0
-            say({"step": f"ran {name}"}, 0)
         return 0
     for run, (inputs, outputs) in enumerate(runs):
         if run:
@@ -70,7 +70,9 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         say({"step": "run forward"}, run)
         try:
             fresh = loaded if run == 0 else load_program(Runtime.get(), program, data_file)
-            results = fresh.load_method("forward").execute(torch.load(inputs, weights_only=True))
+            # flat, as the runtime takes them (a None kept in its place: the program holds one there)
+            given = pytree.tree_leaves(list(torch.load(inputs, weights_only=True)))
+            results = fresh.load_method("forward").execute(given)
         except Exception as error:
             say({"failure": f"run forward: {type(error).__name__}: {error}"}, run)
             continue
@@ -79,12 +81,49 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
     return 0
 
 
+def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[dict[str, object]], None]) -> bool:
+    """Run method ``name`` once on inputs made up for it, saying which (once it has loaded:
+    its operators and delegates, whatever the inputs) and whether they hold integers; whether it
+    ran. After a failure on floats alone, it runs once more with zeros for them, and says
+    whether that ran (``"zeros_ran"``): then the values made up, not the program, may be at fault."""
+    say({"step": f"run {name}"})
+    made: list[object] = []
+    said: dict[str, object] | None = None  # once the method has loaded and its inputs are made
+    try:
+        method = loaded.load_method(name)
+        made = _inputs(program, name, loaded)
+        said = {"inputs": made_up(made), "indices": any(_holds_indices(value) for value in made)}
+        say({"made_up": said})
+        method.execute(made)
+    except Exception as error:
+        say({"failure": f"run {name}: {type(error).__name__}: {error}"})
+        if said is not None and not said["indices"]:
+            zeros = [torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in made]
+            say({"made_up": {**said, "zeros_ran": _runs(loaded, name, zeros)}})
+        return False
+    say({"step": f"ran {name}"})
+    return True
+
+
+def _runs(loaded: Any, name: str, inputs: list[object]) -> bool:
+    """Whether method ``name``, loaded afresh, runs on ``inputs``."""
+    try:
+        loaded.load_method(name).execute(inputs)
+    except Exception:
+        return False
+    return True
+
+
 def _inputs(program: str, method: str, loaded: object) -> list[object]:
     """Inputs of the right shapes and dtypes: from the program's own values (non-tensor inputs
-    included), or from the runtime's method metadata when the program cannot be parsed."""
+    included, a ``None`` where the program holds one), or from the runtime's method metadata
+    when the program cannot be parsed. Floats are random; integers are zeros, an index into any
+    dimension (of size 1 or more) and a position from which ``arange(n)`` stays within ``n``
+    slots, which ones or random values are not (a cache written at ``position + arange(n)``);
+    booleans are ``True`` (a mask that lets every position through)."""
 
     def tensor(dtype: torch.dtype, shape: list[int], dim_order: list[int] | None = None) -> torch.Tensor:
-        dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype)
+        dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
         return in_dim_order(dense, dim_order) if dim_order else dense
 
     parsed = PteFile(open_bytes(program)).program
@@ -104,7 +143,28 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
             inputs.append(value.double_val)
         elif isinstance(value, Bool):
             inputs.append(value.bool_val)
+        elif isinstance(value, Null):
+            inputs.append(None)  # an optional input given as None at export (transformers' inputs_embeds)
     return inputs
+
+
+def made_up(inputs: Sequence[object]) -> str:
+    """The inputs the check made up, for a person: ``#0 float32[1, 32, 8] random, #1 int64[1]
+    zeros, #2 None``."""
+    said = []
+    for index, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            fill = "random" if value.dtype.is_floating_point else "true" if value.dtype == torch.bool else "zeros"
+            said.append(f"#{index} {str(value.dtype).removeprefix('torch.')}{list(value.shape)} {fill}")
+        else:
+            said.append(f"#{index} {value!r}")
+    return ", ".join(said) or "none"
+
+
+def _holds_indices(value: object) -> bool:
+    """Whether ``value``'s made-up values may be read as indices or positions: an integer
+    tensor (a float's values change what a kernel computes, never whether it accepts them)."""
+    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex and value.dtype != torch.bool
 
 
 def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
