@@ -25,7 +25,7 @@ from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.shape_bounds import inputs_at_bounds
 from export_guards.analysis.source import location_named_in, operator_sites
 from export_guards.backends import backend_named
-from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
+from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
@@ -82,13 +82,19 @@ class GuardedExport:
         Raises:
             ConstantPlacementError: the export stopped before lowering (a constant that a host
                 reader would read is not in host memory); ``report`` says why.
+            SharedMemoryError: the program has control flow, and two of its values alive at
+                once share planned bytes, which the guards could not separate (EG518).
         """
         if self.edge is None:  # only the placement guard stops an export before lowering
             raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
-        if self.pte is not None:
-            return self.pte
-        with buffer_warning_answered():
-            return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+        if self.pte is None:
+            with buffer_warning_answered():
+                pte = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+        else:
+            pte = self.pte
+        if _has_control_flow(self.edge):
+            refuse_shared_memory(pte)
+        return pte
 
     def check_program(self, pte: bytes, *, against: RuntimeInventory | None = None, config: Settings | None = None) -> Report:
         """``pte``, this export's written program (:meth:`to_pte`), checked as ``export-guards
@@ -215,6 +221,34 @@ class ProgramRuns:
     report: Report
     shapes: tuple[str, ...]
     skipped: tuple[str, ...] = ()
+
+
+def _has_control_flow(edge: EdgeProgramManager) -> bool:
+    """Whether some method calls ``torch.cond`` (in a branch too): the programs whose memory
+    plan the guards' copies must have separated (a program without one is not read again)."""
+    return any(
+        node.target is torch.ops.higher_order.cond
+        for name in edge.methods
+        for module in edge.exported_program(name).graph_module.modules()
+        if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+    )
+
+
+def refuse_shared_memory(pte: bytes) -> None:
+    """Stop before a program is written whose values alive at once share planned bytes.
+
+    Raises:
+        SharedMemoryError: naming both values of each pair and the operators that write them.
+    """
+    errors = check_pte(pte, config=Settings(select=("EG518",))).errors
+    if errors:
+        raise SharedMemoryError(
+            "the program would compute wrong values: " + "; ".join(f.message for f in errors)
+            + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
+            "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
+            Report.of(errors),
+        )
 
 
 def _on_host(inputs: list[object]) -> list[object]:

@@ -82,6 +82,11 @@ def guard_passes(
        from constants only (spectral norm, weight norm, parametrizations, user code) become
        static parameters that delegates such as XNNPACK take.
 
+    A ``torch.cond`` result that outlives its branch's memory (EG518) gets its own bytes at
+    emission, from :func:`~export_guards.emit_passes` (``to_executorch(ExecutorchBackendConfig(
+    passes=emit_passes()))``), not here: a copy made before partitioning is taken into a
+    delegate, or moved after the next ``cond``, by the partitioner.
+
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
     backend) needs the partitioners guarded, which check each constant once their
