@@ -34,6 +34,7 @@ from export_guards.passes.placement import emit_passes, guard_partitioners, plan
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
+from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
@@ -241,7 +242,7 @@ def refuse_shared_memory(pte: bytes) -> None:
     Raises:
         SharedMemoryError: naming both values of each pair and the operators that write them.
     """
-    errors = check_pte(pte, config=Settings(select=("EG518",))).errors
+    errors = check_pte(pte, rules=RuleSet.of(arena_overlap)).errors
     if errors:
         raise SharedMemoryError(
             "the program would compute wrong values: " + "; ".join(f.message for f in errors)
