@@ -23,7 +23,7 @@ from export_guards.analysis.outputs import output_mismatches
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.shape_bounds import inputs_at_bounds
-from export_guards.analysis.source import location_named_in, operator_sites
+from export_guards.analysis.source import location_named_in, node_location, operator_sites
 from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
@@ -93,8 +93,9 @@ class GuardedExport:
                 pte = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
         else:
             pte = self.pte
-        if _has_control_flow(self.edge):
-            refuse_shared_memory(pte)
+        calls = _control_flow_calls(self.edge)
+        if calls:
+            refuse_shared_memory(pte, calls)
         return pte
 
     def check_program(self, pte: bytes, *, against: RuntimeInventory | None = None, config: Settings | None = None) -> Report:
@@ -224,32 +225,37 @@ class ProgramRuns:
     skipped: tuple[str, ...] = ()
 
 
-def _has_control_flow(edge: EdgeProgramManager) -> bool:
-    """Whether some method calls ``torch.cond`` (in a branch too): the programs whose memory
+def _control_flow_calls(edge: EdgeProgramManager) -> list[torch.fx.Node]:
+    """Every ``torch.cond`` call of every method (in a branch too): the programs whose memory
     plan the guards' copies must have separated (a program without one is not read again)."""
-    return any(
-        node.target is torch.ops.higher_order.cond
+    return [
+        node
         for name in edge.methods
         for module in edge.exported_program(name).graph_module.modules()
         if isinstance(module, torch.fx.GraphModule)
         for node in module.graph.nodes
-    )
+        if node.target is torch.ops.higher_order.cond
+    ]
 
 
-def refuse_shared_memory(pte: bytes) -> None:
-    """Stop before a program is written whose values alive at once share planned bytes.
+def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> None:
+    """Stop before a program is written whose values alive at once share planned bytes;
+    ``calls``, the program's ``torch.cond`` calls, place the error on the user's lines.
 
     Raises:
         SharedMemoryError: naming both values of each pair and the operators that write them.
     """
     errors = check_pte(pte, rules=RuleSet.of(arena_overlap)).errors
-    if errors:
-        raise SharedMemoryError(
-            "the program would compute wrong values: " + "; ".join(f.message for f in errors)
-            + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
-            "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
-            Report.of(errors),
-        )
+    if not errors:
+        return
+    lines = sorted({str(site) for site in map(node_location, calls) if site is not None})
+    where = f" (the model's torch.cond calls: {', '.join(lines)})" if lines else ""
+    raise SharedMemoryError(
+        "the program would compute wrong values: " + "; ".join(f.message for f in errors) + where
+        + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
+        "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
+        Report.of(errors),
+    )
 
 
 def _on_host(inputs: list[object]) -> list[object]:
