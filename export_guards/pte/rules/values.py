@@ -149,7 +149,8 @@ def arena_overlap(context: PteContext) -> Iterator[Hit]:
 
 
 def _overlap_hits(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]) -> Iterator[Hit]:
-    """The overlaps of one straight run of instructions (``at``: each one's chain index)."""
+    """The overlaps of a method run straight through (``at``: each instruction's chain index,
+    its position; -1 and the count are before the first and after the last)."""
     for a, b, first, last, warning in _live_overlaps(plan, accesses, at):
         if warning:
             yield Hit(
@@ -163,7 +164,7 @@ def _overlap_hits(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]
         yield Hit(
             f"tensor values {a} ({_writer(plan, accesses, at, a)}) and {b} ({_writer(plan, accesses, at, b)}) of method "
             f"'{plan.name}' share bytes of arena {plan.values[a].val.allocation_info.memory_id} while both are alive "
-            f"(instructions {at[first]} to {_instruction(at, last)}): one overwrites the other",
+            f"(instructions {first} to {last}): one overwrites the other",
             method=plan.name,
         )
 
@@ -179,7 +180,7 @@ def _branch_overlap_hits(plan: ExecutionPlan, accesses: list[Access], path: Sequ
         what = " and ".join(_branch_value(plan, accesses, path, v, moved_into) for v in (a, b))
         yield seen, Hit(
             f"{what} of method '{plan.name}' share bytes of arena {plan.values[a].val.allocation_info.memory_id} "
-            f"while both are alive (instructions {path[first]} to {_instruction(path, last)}, when the branches of its "
+            f"while both are alive (instructions {_instruction(path, first)} to {_instruction(path, last)}, when the branches of its "
             f"control flow run instructions {_runs(path)}): one overwrites the other. A MoveCall moves a branch's "
             f"output tensor, not its bytes, and the memory plan lets later code reuse the bytes of a branch's outputs",
             method=plan.name,
@@ -188,9 +189,9 @@ def _branch_overlap_hits(plan: ExecutionPlan, accesses: list[Access], path: Sequ
 
 
 _CONTROL_FLOW_FIX = (
-    "Export with the guards (export-guards lint, lower_with_guards, guard_passes() or a guarded recipe), which give "
-    "each control-flow output bytes of its own; or copy each torch.cond result in the model, right where it is "
-    "made: out = torch.cond(...).clone()."
+    "Export with the guards (export-guards lint, lower_with_guards, a guarded recipe, or "
+    "to_executorch(ExecutorchBackendConfig(passes=emit_passes()))), which give each control-flow output bytes of its "
+    "own; or copy each torch.cond result in the model, right where it is made: out = torch.cond(...).clone()."
 )
 
 
@@ -222,7 +223,10 @@ def _live_overlaps(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int
 
 
 def _instruction(at: Sequence[int], position: int) -> int | str:
-    """The chain index at a position; past the last instruction, the method's return."""
+    """The chain index at a position; before the first instruction, the method's inputs; past
+    the last, the method's return."""
+    if position < 0:
+        return "the method's inputs"
     return at[position] if position < len(at) else "the method's return"
 
 
