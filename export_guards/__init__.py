@@ -26,8 +26,10 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         KnownWrongDelegationError as KnownWrongDelegationError,
         LintError as LintError,
         LoweringFailed as LoweringFailed,
+        SharedMemoryError as SharedMemoryError,
     )
     from export_guards.linter import LintConfig as LintConfig, lint as lint
+    from export_guards.passes.control_flow import ControlFlowOutputsPass as ControlFlowOutputsPass
     from export_guards.passes.defaults import GuardPasses as GuardPasses, guard_passes as guard_passes
     from export_guards.passes.initial_values import keep_initial_values as keep_initial_values
     from export_guards.passes.fold import (
@@ -85,6 +87,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
 _EXPORTS = {
     "ConstantPlacementError": "export_guards.errors",
     "ConstantPlacementPass": "export_guards.passes.placement",
+    "ControlFlowOutputsPass": "export_guards.passes.control_flow",
     "DEVICE_BACKENDS": "export_guards.passes.placement",
     "EmitPlacementPass": "export_guards.passes.placement",
     "DelegationSummary": "export_guards.analysis.delegation",
@@ -104,6 +107,7 @@ _EXPORTS = {
     "LintError": "export_guards.errors",
     "LintPass": "export_guards.passes.lint",
     "LoweringFailed": "export_guards.errors",
+    "SharedMemoryError": "export_guards.errors",
     "PlacementPolicy": "export_guards.settings",
     "RULES": "export_guards.ruleset",
     "Report": "export_guards.report",

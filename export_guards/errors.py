@@ -6,7 +6,7 @@ from executorch.exir.error import InternalError
 
 from export_guards.report import Report, SourceLocation
 
-__all__ = ["ConstantPlacementError", "GuardError", "KnownWrongDelegationError", "LintError", "LoweringFailed"]
+__all__ = ["ConstantPlacementError", "GuardError", "KnownWrongDelegationError", "LintError", "LoweringFailed", "SharedMemoryError"]
 
 
 class GuardError(InternalError):
@@ -38,3 +38,9 @@ class LoweringFailed(GuardError):
     def __init__(self, message: str, report: Report, location: SourceLocation | None = None) -> None:
         super().__init__(message, report)
         self.location = location
+
+
+class SharedMemoryError(GuardError):
+    """The written program gives two values that are alive at once the same planned bytes
+    (EG518), where the guards could not give one of them its own; ``report`` holds the
+    findings, each naming both values and the operators that write them."""

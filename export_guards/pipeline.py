@@ -23,9 +23,9 @@ from export_guards.analysis.outputs import output_mismatches
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.shape_bounds import shape_bounds
-from export_guards.analysis.source import location_named_in, operator_sites
+from export_guards.analysis.source import location_named_in, node_location, operator_sites
 from export_guards.backends import backend_named
-from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed
+from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
@@ -35,6 +35,7 @@ from export_guards.passes.placement import emit_passes, guard_partitioners, plan
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
+from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
@@ -83,13 +84,20 @@ class GuardedExport:
         Raises:
             ConstantPlacementError: the export stopped before lowering (a constant that a host
                 reader would read is not in host memory); ``report`` says why.
+            SharedMemoryError: the program has control flow, and two of its values alive at
+                once share planned bytes, which the guards could not separate (EG518).
         """
         if self.edge is None:  # only the placement guard stops an export before lowering
             raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
-        if self.pte is not None:
-            return self.pte
-        with buffer_warning_answered():
-            return self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+        if self.pte is None:
+            with buffer_warning_answered():
+                pte = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+        else:
+            pte = self.pte
+        calls = _control_flow_calls(self.edge)
+        if calls:
+            refuse_shared_memory(pte, calls)
+        return pte
 
     def check_program(self, pte: bytes, *, against: RuntimeInventory | None = None, config: Settings | None = None) -> Report:
         """``pte``, this export's written program (:meth:`to_pte`), checked as ``export-guards
@@ -217,6 +225,39 @@ class ProgramRuns:
     report: Report
     shapes: tuple[str, ...]
     skipped: tuple[str, ...] = ()
+
+
+def _control_flow_calls(edge: EdgeProgramManager) -> list[torch.fx.Node]:
+    """Every ``torch.cond`` call of every method (in a branch too): the programs whose memory
+    plan the guards' copies must have separated (a program without one is not read again)."""
+    return [
+        node
+        for name in edge.methods
+        for module in edge.exported_program(name).graph_module.modules()
+        if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.target is torch.ops.higher_order.cond
+    ]
+
+
+def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> None:
+    """Stop before a program is written whose values alive at once share planned bytes;
+    ``calls``, the program's ``torch.cond`` calls, place the error on the user's lines.
+
+    Raises:
+        SharedMemoryError: naming both values of each pair and the operators that write them.
+    """
+    errors = check_pte(pte, rules=RuleSet.of(arena_overlap)).errors
+    if not errors:
+        return
+    lines = sorted({str(site) for site in map(node_location, calls) if site is not None})
+    where = f" (the model's torch.cond calls: {', '.join(lines)})" if lines else ""
+    raise SharedMemoryError(
+        "the program would compute wrong values: " + "; ".join(f.message for f in errors) + where
+        + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
+        "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
+        Report.of(errors),
+    )
 
 
 def _on_host(inputs: list[object]) -> list[object]:

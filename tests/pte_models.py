@@ -121,6 +121,8 @@ def valid_programs(lowered_architectures: Mapping[str, bytes] | None = None) -> 
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from export_guards import emit_passes
+
     torch.manual_seed(0)
     xnnpack = [XnnpackPartitioner()]
     programs = {}
@@ -145,7 +147,54 @@ def valid_programs(lowered_architectures: Mapping[str, bytes] | None = None) -> 
     state = torch.export.export(InitializedState(), (torch.randn(2, 4),))
     config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["position", "scale"])])
     programs["initialised state"] = to_edge_transform_and_lower(state).to_executorch(config).buffer
+    programs["one cond"] = to_edge_transform_and_lower(torch.export.export(OneCond(), COND_INPUTS)).to_executorch().buffer
+    guarded = to_edge_transform_and_lower(torch.export.export(TwoConds(), COND_INPUTS))
+    programs["two conds, guarded"] = guarded.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
     programs.update(architectures() if lowered_architectures is None else lowered_architectures)
+    return programs
+
+
+class TwoConds(torch.nn.Module):
+    """Two ``torch.cond`` in a row, both results returned: stock ExecuTorch plans the second
+    branch's output on the first one's bytes (ExecuTorch #21490)."""
+
+    def forward(self, x: torch.Tensor, flag: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        first = torch.cond(flag, lambda x: x + 1, lambda x: x - 1, (x,))
+        second = torch.cond(flag, lambda x: x * 10, lambda x: x * 2, (x,))
+        return first, second
+
+
+class CondResultReadLater(torch.nn.Module):
+    """A ``torch.cond`` result read after a second ``cond`` ran: it escapes its branch."""
+
+    def forward(self, x: torch.Tensor, flag: torch.Tensor) -> torch.Tensor:
+        first = torch.cond(flag, lambda x: x + 1, lambda x: x - 1, (x,))
+        second = torch.cond(flag, lambda x: x * 10, lambda x: x * 2, (x,))
+        return first + second
+
+
+class OneCond(torch.nn.Module):
+    """One ``torch.cond`` whose result is read before anything else runs: a right program."""
+
+    def forward(self, x: torch.Tensor, flag: torch.Tensor) -> torch.Tensor:
+        return torch.cond(flag, lambda x: x + 1, lambda x: x - 1, (x,)) * 3
+
+
+COND_INPUTS = (torch.ones(4), torch.tensor(True))
+
+
+def control_flow_programs() -> dict[str, bytes]:
+    """The control-flow models as stock ExecuTorch writes them (portable), and as the guards'
+    emit passes write them (``emit_passes()``: the results copied out of their branches)."""
+    from export_guards import emit_passes
+
+    programs = {}
+    for name, model in (("two conds", TwoConds()), ("cond result read later", CondResultReadLater()), ("one cond", OneCond())):
+        def lowered() -> object:  # to_executorch may rewrite the edge program it is given: one each
+            return to_edge_transform_and_lower(torch.export.export(model, COND_INPUTS))
+
+        programs[f"{name}, stock"] = lowered().to_executorch().buffer
+        programs[f"{name}, guarded"] = lowered().to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
     return programs
 
 

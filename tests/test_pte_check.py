@@ -325,6 +325,7 @@ VALID_NAMES = (
     "two methods, xnnpack", "dynamic batch, xnnpack", "bool and int64 inputs", "int8, xnnpack", "initialised state",
     "transformer block, xnnpack", "transformer block, portable", "conv net, xnnpack", "conv net, portable", "conv, portable, channels last",
     "conv net, xnnpack, dynamic batch", "kv cache, xnnpack", "portable ops between delegates", "linear on a 3-d input, portable",
+    "one cond", "two conds, guarded",
 )  # fmt: skip
 
 

@@ -87,6 +87,11 @@ def guard_passes(
        which compute it right (one ``EG405`` each). With guarded partitioners, only their
        backends' patterns apply; without, every backend's (the partitioners are not known).
 
+    A ``torch.cond`` result that outlives its branch's memory (EG518) gets its own bytes at
+    emission, from :func:`~export_guards.emit_passes` (``to_executorch(ExecutorchBackendConfig(
+    passes=emit_passes()))``), not here: a copy made before partitioning is taken into a
+    delegate, or moved after the next ``cond``, by the partitioner.
+
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
     backend) needs the partitioners guarded, which check each constant once their

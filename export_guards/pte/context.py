@@ -9,9 +9,10 @@ from functools import cached_property
 
 from export_guards.pte.digests import ContentDigests, is_content_key
 from export_guards.pte.inventory import RuntimeInventory
-from export_guards.pte.reader.dataflow import Access, method_accesses
+from export_guards.pte.reader.dataflow import Access, method_accesses, path_accesses
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import Delegate, PteFile, Region
+from export_guards.pte.reader.paths import forward_paths
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.wheel import ExecutionPlan
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payload
@@ -98,4 +99,18 @@ class PteContext:
             accesses = method_accesses(plan, payloads)
             if accesses is not None:
                 found.append((plan, accesses))
+        return found
+
+    @cached_property
+    def branching_methods(self) -> list[tuple[ExecutionPlan, list[tuple[tuple[int, ...], list[Access]]]]]:
+        """Each method with forward jumps only (``torch.cond``), with each path it can run (the
+        chain indices of its instructions) and what each instruction on it accesses. Methods
+        with loops, or too many paths, are left out."""
+        program = self.pte.program
+        found = []
+        for plan in program.execution_plan if program is not None else ():
+            paths = forward_paths(plan)
+            if paths is not None:
+                payloads = {index: p for (method, index), p in self.xnnpack_graphs.items() if method == plan.name}
+                found.append((plan, [(path, path_accesses(plan, path, payloads)) for path in paths]))
         return found

@@ -14,7 +14,7 @@ a call of another delegate may read and write any of its arguments.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
@@ -34,7 +34,7 @@ from export_guards.pte.reader.wheel import (
 )
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
-__all__ = ["Access", "arena_slot", "method_accesses", "read_before_written", "tensor_arguments", "views"]
+__all__ = ["Access", "arena_slot", "method_accesses", "path_accesses", "read_before_written", "tensor_arguments", "views"]
 
 @final
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class Access:
         maybe: tensors it may read or write (an unknown operator's, another delegate's).
         in_place: the tensors it writes in place (``copy_``'s ``self``): state carried over.
         view: ``(view, base)`` when it makes a tensor that shares its base's memory
-            (``executorch_prim::et_view``, which memory planning places on its base).
+            (``executorch_prim::et_view``, which memory planning places on its base; a
+            ``MoveCall``'s target, which becomes its source's tensor).
     """
 
     reads: frozenset[int] = field(default_factory=frozenset)
@@ -69,6 +70,13 @@ def method_accesses(plan: ExecutionPlan, payloads: Mapping[int, XnnPayload]) -> 
     return [_access(plan, i, payloads) for i in instructions]
 
 
+def path_accesses(plan: ExecutionPlan, path: Sequence[int], payloads: Mapping[int, XnnPayload]) -> list[Access]:
+    """Each instruction's access along one path of a method with jumps (``paths.forward_paths``:
+    the chain indices of the instructions it runs), in order."""
+    instructions = plan.chains[0].instructions
+    return [_access(plan, instructions[i].instr_args, payloads) for i in path]
+
+
 def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, XnnPayload]) -> Access:
     if isinstance(instruction, KernelCall):
         return _kernel_access(plan, instruction)
@@ -86,7 +94,11 @@ def _access(plan: ExecutionPlan, instruction: object, payloads: Mapping[int, Xnn
                 (writes if value.value_id in written else reads).update(tensors)
         return Access(reads=frozenset(reads), writes=frozenset(writes))
     if isinstance(instruction, MoveCall):
-        return Access(reads=tensor_arguments(plan, [instruction.move_from]), writes=tensor_arguments(plan, [instruction.move_to]))
+        # The runtime moves the value, not its bytes: the target becomes the source's tensor,
+        # in the source's memory (a view of it, as far as memory is concerned).
+        source, target = tensor_arguments(plan, [instruction.move_from]), tensor_arguments(plan, [instruction.move_to])
+        view = (next(iter(target)), next(iter(source))) if source and target else None
+        return Access(reads=source, writes=target, view=view)
     if isinstance(instruction, FreeCall):
         return Access()
     return Access(maybe=frozenset())

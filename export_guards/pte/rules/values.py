@@ -1,10 +1,10 @@
 """EG516-EG518: what a method's values must satisfy that the runtime does not check: dim
 orders that are permutations, values written before they are read, and no two tensors alive
-at once in the same arena bytes."""
+at once in the same arena bytes, on every path through a method's control flow (``torch.cond``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.pte.context import PteContext
@@ -12,7 +12,7 @@ from export_guards.pte.reader.dataflow import Access, arena_slot, read_before_wr
 from export_guards.pte.reader.in_call import hoists_a_scalar, reads_before_overwriting
 from export_guards.pte.reader.operators import BYTE_COPIES, DIM_ORDER_BLIND, is_aten
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
-from export_guards.pte.reader.wheel import DelegateCall, ExecutionPlan, Int, KernelCall, Tensor
+from export_guards.pte.reader.wheel import DelegateCall, ExecutionPlan, Int, KernelCall, MoveCall, Tensor
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
@@ -138,37 +138,134 @@ def value_read_before_written(context: PteContext) -> Iterator[Hit]:
 @rule("EG518")
 def arena_overlap(context: PteContext) -> Iterator[Hit]:
     for plan, accesses in context.straight_methods:
-        lifetimes, roots = _lifetimes(plan, accesses)
-        for a, b, first, last in _overlaps(plan, lifetimes):
-            if roots[a] == roots[b] or _copied_onto_itself(plan, accesses, a, b, first, last):
-                continue  # views on their base's memory; a copy of its own bytes
-            if first == last and reads_before_overwriting(plan, accesses[first], a, b, first):
-                continue  # one call reads each byte before it writes over it
-            if first == last and {a, b} <= accesses[first].writes and lifetimes[a] == lifetimes[b] == [(first, first)]:
-                continue  # two outs of one call that nothing reads (a layer norm's stats): either may win
-            if first == last and hoists_a_scalar(plan, a, b, first):
-                yield Hit(
-                    f"instruction {first} of method '{plan.name}' writes tensor value {a} or {b} over the other, a one-element "
-                    f"input: the optimized kernel executorch.runtime links reads that element once, before it writes, and "
-                    f"computes right; ExecuTorch's portable kernel reads it again for each element and computes wrong values",
-                    method=plan.name,
-                    severity=Severity.WARNING,
-                )
-                continue
+        yield from _overlap_hits(plan, accesses, range(len(accesses)))
+    for plan, paths in context.branching_methods:
+        reported: set[frozenset[int]] = set()
+        for path, accesses in paths:  # one finding per pair of values, on the first path that shows it
+            for pair, hit in _branch_overlap_hits(plan, accesses, path):
+                if pair not in reported:
+                    reported.add(pair)
+                    yield hit
+
+
+def _overlap_hits(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]) -> Iterator[Hit]:
+    """The overlaps of a method run straight through (``at``: each instruction's chain index,
+    its position; -1 and the count are before the first and after the last)."""
+    for a, b, first, last, warning in _live_overlaps(plan, accesses, at):
+        if warning:
             yield Hit(
-                f"tensor values {a} and {b} of method '{plan.name}' share bytes of arena "
-                f"{plan.values[a].val.allocation_info.memory_id} while both are alive (instructions {first} "
-                f"to {last}): one overwrites the other",
+                f"instruction {at[first]} of method '{plan.name}' writes tensor value {a} or {b} over the other, a one-element "
+                f"input: the optimized kernel executorch.runtime links reads that element once, before it writes, and "
+                f"computes right; ExecuTorch's portable kernel reads it again for each element and computes wrong values",
                 method=plan.name,
+                severity=Severity.WARNING,
             )
+            continue
+        yield Hit(
+            f"tensor values {a} ({_writer(plan, accesses, at, a)}) and {b} ({_writer(plan, accesses, at, b)}) of method "
+            f"'{plan.name}' share bytes of arena {plan.values[a].val.allocation_info.memory_id} while both are alive "
+            f"(instructions {first} to {last}): one overwrites the other",
+            method=plan.name,
+        )
 
 
+def _branch_overlap_hits(plan: ExecutionPlan, accesses: list[Access], path: Sequence[int]) -> Iterator[tuple[frozenset[int], Hit]]:
+    """The overlaps on one path of a method with control flow, each with the pair of values the
+    method sees (a branch's output by the value it is moved into)."""
+    moved_into = {a.view[1]: a.view[0] for a, i in zip(accesses, path) if a.view is not None and _is_move(plan, i)}
+    for a, b, first, last, warning in _live_overlaps(plan, accesses, path):
+        if warning:
+            continue  # a kernel's own reading order: the straight methods' warning, not control flow's
+        seen = frozenset(moved_into.get(v, v) for v in (a, b))
+        what = " and ".join(_branch_value(plan, accesses, path, v, moved_into) for v in (a, b))
+        yield seen, Hit(
+            f"{what} of method '{plan.name}' share bytes of arena {plan.values[a].val.allocation_info.memory_id} "
+            f"while both are alive (instructions {_instruction(path, first)} to {_instruction(path, last)}, when the branches of its "
+            f"control flow run instructions {_runs(path)}): one overwrites the other. A MoveCall moves a branch's "
+            f"output tensor, not its bytes, and the memory plan lets later code reuse the bytes of a branch's outputs",
+            method=plan.name,
+            fix=_CONTROL_FLOW_FIX,
+        )
 
-def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], a: int, b: int, first: int, last: int) -> bool:
+
+_CONTROL_FLOW_FIX = (
+    "Export with the guards (export-guards lint, lower_with_guards, a guarded recipe, or "
+    "to_executorch(ExecutorchBackendConfig(passes=emit_passes()))), which give each control-flow output bytes of its "
+    "own; or copy each torch.cond result in the model, right where it is made: out = torch.cond(...).clone()."
+)
+
+
+def _branch_value(plan: ExecutionPlan, accesses: list[Access], path: Sequence[int], value: int, moved_into: dict[int, int]) -> str:
+    writer = _writer(plan, accesses, path, value)
+    if value not in moved_into:
+        return f"tensor value {value} ({writer})"
+    return f"tensor value {moved_into[value]} (a control-flow output: the tensor value {value} moved into it, {writer})"
+
+
+def _live_overlaps(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]) -> Iterator[tuple[int, int, int, int, bool]]:
+    """(a, b, first, last, warning) for each pair of tensors alive at once in the same arena
+    bytes, less those that never disagree; ``first`` and ``last`` are positions in
+    ``accesses``, ``at`` maps them to chain indices. ``warning``: a one-element input that the
+    optimized kernel reads once, before it writes (see ``hoists_a_scalar``)."""
+    lifetimes, roots = _lifetimes(plan, accesses)
+    for a, b, first, last in _overlaps(plan, lifetimes):
+        if roots[a] == roots[b] or _copied_onto_itself(plan, accesses, at, a, b, first, last):
+            continue  # views on their base's memory; a copy of its own bytes
+        if first == last and first < len(at):
+            if reads_before_overwriting(plan, accesses[first], a, b, at[first]):
+                continue  # one call reads each byte before it writes over it
+            if {a, b} <= accesses[first].writes and lifetimes[a] == lifetimes[b] == [(first, first)]:
+                continue  # two outs of one call that nothing reads (a layer norm's stats): either may win
+            if hoists_a_scalar(plan, a, b, at[first]):
+                yield a, b, first, last, True
+                continue
+        yield a, b, first, last, False
+
+
+def _instruction(at: Sequence[int], position: int) -> int | str:
+    """The chain index at a position; before the first instruction, the method's inputs; past
+    the last, the method's return."""
+    if position < 0:
+        return "the method's inputs"
+    return at[position] if position < len(at) else "the method's return"
+
+
+def _runs(path: Sequence[int]) -> str:
+    """A path as ranges of chain indices: ``0-3, 8-11``."""
+    ranges: list[list[int]] = []
+    for i in path:
+        if ranges and ranges[-1][1] == i - 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
+
+
+def _is_move(plan: ExecutionPlan, index: int) -> bool:
+    return isinstance(plan.chains[0].instructions[index].instr_args, MoveCall)
+
+
+def _writer(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int], value: int) -> str:
+    """What writes a value first: ``written by aten::add.out at instruction 2``."""
+    position = next((p for p, a in enumerate(accesses) if value in a.writes | a.maybe), None)
+    if position is None:
+        return "a method input" if value in plan.inputs else "written by no instruction"
+    call = plan.chains[0].instructions[at[position]].instr_args
+    if isinstance(call, KernelCall) and 0 <= call.op_index < len(plan.operators):
+        operator = plan.operators[call.op_index]
+        name = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
+    else:
+        name = "a delegate call" if isinstance(call, DelegateCall) else type(call).__name__
+    return f"written by {name} at instruction {at[position]}"
+
+
+def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int], a: int, b: int, first: int, last: int) -> bool:
     """Whether instruction ``first`` writes one of ``a``, ``b`` as a byte copy of the other onto
     the other's own bytes, and neither is written again while both are alive: the bytes they
     share never disagree (memory planning may place them so)."""
-    call = plan.chains[0].instructions[first].instr_args
+    if first >= len(at):
+        return False
+    call = plan.chains[0].instructions[at[first]].instr_args
     if not isinstance(call, KernelCall) or not call.args or not 0 <= call.op_index < len(plan.operators):
         return False
     if plan.operators[call.op_index].name not in BYTE_COPIES:
