@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, Refused, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE, spelled
+from export_guards.pte.reader.out_shapes import resized_out
 from export_guards.pte.reader.schema_registry import torch_with_executorch_operators
 from export_guards.pte.reader.schemas import Argument, operator_schema
 from export_guards.pte.reader.tensors import describe_tensor, dtype_name, has_dtype
@@ -179,12 +180,20 @@ def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCa
             return f"with tensors it refuses: {verdict}"
         if verdict is not None:
             position, computed = verdict
-            index = call.args[position]
-            return (
-                f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
-                f"resizes it to shape {list(computed)}: the kernel rejects the call or writes past the tensor"
-            )
-    return refusal(plan, key[0], {a.name: call.args[k] for k, a in enumerate(arguments)})
+            return _resized(plan, call.args[position], computed)
+    # the same out shapes without torch, for the operators whose rule reader/out_shapes.py holds
+    by_name = {a.name: call.args[k] for k, a in enumerate(arguments)}
+    resized = resized_out(plan, key[0], by_name)
+    if resized is not None:
+        return _resized(plan, by_name[resized[0]], resized[1])
+    return refusal(plan, key[0], by_name)
+
+
+def _resized(plan: ExecutionPlan, index: int, shape: Sequence[int]) -> str:
+    return (
+        f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
+        f"resizes it to shape {list(shape)}: the kernel rejects the call or writes past the tensor"
+    )
 
 
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices

@@ -1,0 +1,251 @@
+"""The shapes ExecuTorch's kernels resize their outs to, computed from a call's values without
+torch: one rule per operator family. A static out of another shape fails the kernel's resize
+(``InvalidArgument``: the runtime's ``resize_tensor(mean_out, {0})``); EG519 compares, as the
+replay on meta tensors does with torch, and says it in the replay's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from math import prod
+
+from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, CallArguments
+from export_guards.pte.reader.wheel import Bool, ExecutionPlan, Int, Null, TensorShapeDynamism
+
+__all__ = ["RULES", "resized_out"]
+
+Shapes = dict[str, tuple[int, ...]]
+"""What a rule computes: the shape of each out it knows, by schema name."""
+
+
+def resized_out(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> tuple[str, tuple[int, ...]] | None:
+    """The first out of the call (schema name -> value index) whose planned shape is not the one
+    ExecuTorch's kernel resizes it to, with that shape; None where they agree or no rule reaches
+    (an operator with no rule, a dynamic shape, arguments a rule cannot read)."""
+    rule = RULES.get(operator)
+    if rule is None:
+        return None
+    call = CallArguments(plan, operator, arguments)
+    tensors = call.tensors()
+    if any(t.shape_dynamism != TensorShapeDynamism.STATIC for _, t in tensors):
+        return None  # sizes are bounds: the kernel resizes within them
+    shapes = rule(call) or {}
+    shapes.update({out: shape for (name, out), shape in OUT_SHAPES.items() if name == operator})
+    for name, tensor in tensors:
+        if name in shapes and tuple(tensor.sizes) != shapes[name]:
+            return name, shapes[name]
+    return None
+
+
+def _sizes(call: CallArguments, name: str) -> tuple[int, ...] | None:
+    tensor = call.tensor(name)
+    return tuple(tensor.sizes) if tensor is not None else None
+
+
+def _dim(dim: int, rank: int) -> int | None:
+    """A dim as the kernel reads it (negative from the end), or None out of range."""
+    return dim + rank if -rank <= dim < 0 else dim if 0 <= dim < max(rank, 1) else None
+
+
+def _same(source: str, *outs: str) -> Callable[[CallArguments], Shapes | None]:
+    """Outs of the source's shape: activations, softmax, copies, a normalisation's result."""
+
+    def rule(call: CallArguments) -> Shapes | None:
+        sizes = _sizes(call, source)
+        return {out: sizes for out in outs} if sizes is not None else None
+
+    return rule
+
+
+def _broadcast(*sources: str) -> Callable[[CallArguments], Shapes | None]:
+    """An out of the sources' broadcast shape (a scalar operand is no tensor and takes no part);
+    sources that do not broadcast are the replay's to refuse."""
+
+    def rule(call: CallArguments) -> Shapes | None:
+        shapes = [s for s in (_sizes(call, name) for name in sources) if s is not None]
+        rank = max(map(len, shapes), default=0)
+        result = []
+        for k in range(rank):
+            sizes = {s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0} - {1}
+            if len(sizes) > 1:
+                return None
+            result.append(sizes.pop() if sizes else 1)
+        return {"out": tuple(result)} if shapes else None
+
+    return rule
+
+
+def _reduced(call: CallArguments) -> Shapes | None:
+    """A reduction over ``dim`` (every dim where it is null or empty), kept as 1 with ``keepdim``."""
+    sizes, keep = _sizes(call, "self"), call.value("keepdim")
+    listed = call.ints("dim")
+    if sizes is None or not isinstance(keep, Bool) or (listed is None and not isinstance(call.value("dim"), Null)):
+        return None
+    dims = {_dim(d, len(sizes)) for d in listed} if listed else set(range(len(sizes)))
+    if None in dims:
+        return None
+    kept = tuple(1 if k in dims else n for k, n in enumerate(sizes))
+    return {"out": kept if keep.bool_val else tuple(n for k, n in enumerate(sizes) if k not in dims)}
+
+
+def _product(left: str, right: str) -> Callable[[CallArguments], Shapes | None]:
+    """A matrix product (``mm``, ``addmm``) or a batch of them (``bmm``): the left's rows, the right's columns."""
+
+    def rule(call: CallArguments) -> Shapes | None:
+        a, b = _sizes(call, left), _sizes(call, right)
+        if a is None or b is None or len(a) != len(b) or len(a) not in (2, 3):
+            return None
+        return {"out": a[:-1] + b[-1:]}
+
+    return rule
+
+
+def _permuted(call: CallArguments) -> Shapes | None:
+    sizes, dims = _sizes(call, "self"), call.ints("dims")
+    if sizes is None or dims is None:
+        return None
+    order = [_dim(d, len(sizes)) for d in dims]
+    if sorted(d for d in order if d is not None) != list(range(len(sizes))) or len(order) != len(sizes):
+        return None
+    return {"out": tuple(sizes[d] for d in order if d is not None)}
+
+
+def _viewed(call: CallArguments) -> Shapes | None:
+    """The asked size, its one -1 inferred from the elements of ``self``."""
+    sizes, asked = _sizes(call, "self"), call.ints("size")
+    if sizes is None or asked is None or asked.count(-1) > 1:
+        return None
+    known = prod(n for n in asked if n != -1)
+    if -1 in asked:
+        if known == 0 or prod(sizes) % known:
+            return None
+        asked = [prod(sizes) // known if n == -1 else n for n in asked]
+    return {"out": tuple(asked)} if prod(asked) == prod(sizes) else None
+
+
+def _layer_norm(call: CallArguments) -> Shapes | None:
+    """op_native_layer_norm.cpp: the result of the input's shape; mean and rstd of its leading
+    dims, the normalised ones kept as 1."""
+    sizes, normalized = _sizes(call, "input"), call.ints("normalized_shape")
+    if sizes is None or normalized is None or not 0 < len(normalized) <= len(sizes):
+        return None
+    stats = sizes[: len(sizes) - len(normalized)] + (1,) * len(normalized)
+    return {"out0": sizes, "out1": stats, "out2": stats}
+
+
+
+def _int(call: CallArguments, name: str, default: int | None = None) -> int | None:
+    value = call.value(name)
+    return value.int_val if isinstance(value, Int) else default if isinstance(value, Null) else None
+
+
+def _sliced(call: CallArguments) -> Shapes | None:
+    """op_slice_copy.cpp: ``dim`` cut to the elements of ``range(start, end, step)``, both clamped."""
+    sizes, dim, step = _sizes(call, "self"), _int(call, "dim"), _int(call, "step")
+    if sizes is None or dim is None or step is None or step <= 0 or (dim := _dim(dim, len(sizes))) is None or not sizes:
+        return None
+    start, end = _int(call, "start", 0), _int(call, "end", sizes[dim])
+    if start is None or end is None:
+        return None
+    start, end = (min(max(n + sizes[dim] if n < 0 else n, 0), sizes[dim]) for n in (start, end))
+    return {"out": sizes[:dim] + (max(0, -(-(end - start) // step)),) + sizes[dim + 1 :]}
+
+
+def _squeezed(call: CallArguments) -> Shapes | None:
+    """The dims asked (every dim when none is) dropped where they are 1."""
+    sizes = _sizes(call, "self")
+    asked = call.ints("dim") or ([_int(call, "dim")] if "dim" in call.arguments else list(range(len(sizes or ()))))
+    if sizes is None or None in asked:
+        return None
+    dims = {_dim(d, len(sizes)) for d in asked if d is not None}
+    return None if None in dims else {"out": tuple(n for k, n in enumerate(sizes) if k not in dims or n != 1)}
+
+
+def _windows(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil: bool) -> int:
+    """kernel_ops_util.cpp, calculate_kernel_output_sizes: the windows along one dim."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    count = (span + (stride - 1 if ceil else 0)) // stride + 1
+    return count - 1 if ceil and (count - 1) * stride >= size + padding else count
+
+
+def _per_dim(values: list[int] | None, count: int, default: int | None = None) -> list[int] | None:
+    """A kernel's per-dim list: one value for every dim, or one value per dim."""
+    if not values:
+        return [default] * count if default is not None else None
+    return values * count if len(values) == 1 else values if len(values) == count else None
+
+
+def _convolved(call: CallArguments) -> Shapes | None:
+    """op_convolution.cpp, get_convolution_out_target_size: the batch, the weight's out channels,
+    each spatial dim's windows (a transposed convolution's inverse of them)."""
+    sizes, weight, groups, transposed = _sizes(call, "input"), _sizes(call, "weight"), _int(call, "groups"), call.value("transposed")
+    if sizes is None or weight is None or not groups or not isinstance(transposed, Bool) or len(sizes) < 3 or len(weight) != len(sizes):
+        return None
+    count = len(sizes) - 2
+    stride, padding, dilation = (_per_dim(call.ints(name), count) for name in ("stride", "padding", "dilation"))
+    extra = _per_dim(call.ints("output_padding"), count, 0)
+    if stride is None or padding is None or dilation is None or extra is None or 0 in stride:
+        return None
+    if transposed.bool_val:
+        spatial = tuple((n - 1) * s - 2 * p + d * (k - 1) + e + 1 for n, k, s, p, d, e in zip(sizes[2:], weight[2:], stride, padding, dilation, extra))
+        return {"out": (sizes[0], weight[1] * groups, *spatial)}
+    spatial = tuple(_windows(n, k, s, p, d, False) for n, k, s, p, d in zip(sizes[2:], weight[2:], stride, padding, dilation))
+    return {"out": (sizes[0], weight[0], *spatial)}
+
+
+def _pooled(call: CallArguments) -> Shapes | None:
+    """kernel_ops_util.cpp, get_max_pool2d_with_indices_out_target_size (and avg_pool2d's): the
+    leading dims, then the windows of the last two; the indices of the out's shape."""
+    sizes, ceil = _sizes(call, "self"), call.value("ceil_mode")
+    kernel = _per_dim(call.ints("kernel_size"), 2)
+    if sizes is None or kernel is None or not isinstance(ceil, Bool) or len(sizes) not in (3, 4):
+        return None
+    stride = _per_dim(call.ints("stride"), 2) or kernel  # an empty stride is the kernel's
+    padding = _per_dim(call.ints("padding"), 2)
+    dilation = _per_dim(call.ints("dilation"), 2, 1) if "dilation" in call.arguments else [1, 1]
+    if padding is None or dilation is None or 0 in stride:
+        return None
+    spatial = tuple(_windows(n, k, s, p, d, ceil.bool_val) for n, k, s, p, d in zip(sizes[-2:], kernel, stride, padding, dilation))
+    shape = sizes[:-2] + spatial
+    return {"out": shape, "indices": shape}
+
+_UNARY = (
+    "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "sigmoid", "tanh", "relu",
+    "gelu", "silu", "hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu", "_softmax",
+    "_log_softmax", "clone", "logical_not",
+)  # fmt: skip
+_BINARY = (
+    "add", "sub", "rsub", "mul", "div", "maximum", "minimum", "atan2", "fmod", "remainder", "eq", "ne",
+    "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+)  # fmt: skip
+
+RULES: Mapping[str, Callable[[CallArguments], Shapes | None]] = {
+    **{f"aten::{name}": _same("self", "out") for name in _UNARY},
+    **{f"aten::{name}": _broadcast("self", "other") for name in _BINARY},
+    "aten::where": _broadcast("condition", "self", "other"),
+    "aten::pow": _broadcast("self", "exponent"),
+    "aten::clamp": _broadcast("self", "min", "max"),
+    "dim_order_ops::_to_dim_order_copy": _same("self", "out"),
+    "dim_order_ops::_clone_dim_order": _same("self", "out"),
+    "aten::_native_batch_norm_legit_no_training": _same("input", "out0"),
+    "aten::native_layer_norm": _layer_norm,
+    "aten::mean": _reduced,
+    "aten::sum": _reduced,
+    "aten::amax": _reduced,
+    "aten::amin": _reduced,
+    "aten::mm": _product("self", "mat2"),
+    "aten::bmm": _product("self", "mat2"),
+    "aten::addmm": _product("mat1", "mat2"),
+    "aten::permute_copy": _permuted,
+    "aten::view_copy": _viewed,
+    "aten::slice_copy": _sliced,
+    "aten::squeeze_copy": _squeezed,
+    "aten::index_put": _same("self", "out"),
+    "aten::convolution": _convolved,
+    "aten::max_pool2d_with_indices": _pooled,
+    "aten::avg_pool2d": _pooled,
+}
+"""Each operator family's rule: the shape its kernel resizes each out to, as torch's meta kernel
+computes it too, but for ``OUT_SHAPES``, where ExecuTorch's kernel differs (batch norm's
+inference stats, ``[0]``)."""
+
