@@ -76,16 +76,21 @@ def _broadcast(*sources: str) -> Callable[[CallArguments], Shapes | None]:
 
 
 def _reduced(call: CallArguments) -> Shapes | None:
-    """A reduction over ``dim`` (every dim where it is null or empty), kept as 1 with ``keepdim``."""
+    """A reduction over ``dim`` (one dim, a list, or every dim where it is null, empty or not
+    given), kept as 1 with ``keepdim``."""
     sizes, keep = _sizes(call, "self"), call.value("keepdim")
-    listed = call.ints("dim")
-    if sizes is None or not isinstance(keep, Bool) or (listed is None and not isinstance(call.value("dim"), Null)):
+    one, listed = _int(call, "dim"), call.ints("dim")
+    if sizes is None or (keep is not None and not isinstance(keep, Bool)):
         return None
-    dims = {_dim(d, len(sizes)) for d in listed} if listed else set(range(len(sizes)))
+    if listed is None and one is None and not isinstance(call.value("dim"), Null) and "dim" in call.arguments:
+        return None
+    asked = [one] if one is not None and isinstance(call.value("dim"), Int) else listed
+    dims = {_dim(d, len(sizes)) for d in asked} if asked else set(range(len(sizes)))
     if None in dims:
         return None
-    kept = tuple(1 if k in dims else n for k, n in enumerate(sizes))
-    return {"out": kept if keep.bool_val else tuple(n for k, n in enumerate(sizes) if k not in dims)}
+    if isinstance(keep, Bool) and keep.bool_val:
+        return {"out": tuple(1 if k in dims else n for k, n in enumerate(sizes))}
+    return {"out": tuple(n for k, n in enumerate(sizes) if k not in dims)}
 
 
 def _product(left: str, right: str) -> Callable[[CallArguments], Shapes | None]:
@@ -209,6 +214,57 @@ def _pooled(call: CallArguments) -> Shapes | None:
     shape = sizes[:-2] + spatial
     return {"out": shape, "indices": shape}
 
+
+def _joined(call: CallArguments) -> Shapes | None:
+    """copy_ops_util.cpp, get_cat_out_target_size: the tensors' sizes, ``dim`` summed (a legacy
+    empty ``[0]`` tensor takes no part)."""
+    shapes = [tuple(t.sizes) for name, t in call.tensors() if name.startswith("tensors[") and list(t.sizes) != [0]]
+    dim = _int(call, "dim")
+    if not shapes or dim is None or len({len(s) for s in shapes}) != 1 or (dim := _dim(dim, len(shapes[0]))) is None:
+        return None
+    return {"out": shapes[0][:dim] + (sum(s[dim] for s in shapes),) + shapes[0][dim + 1 :]}
+
+
+def _embedded(call: CallArguments) -> Shapes | None:
+    weight, indices = _sizes(call, "weight"), _sizes(call, "indices")
+    return {"out": indices + weight[-1:]} if weight is not None and indices is not None and len(weight) == 2 else None
+
+
+def _expanded(call: CallArguments) -> Shapes | None:
+    """The asked size, a -1 keeping the source's dim; new dims lead."""
+    sizes, asked = _sizes(call, "self"), call.ints("size")
+    if sizes is None or asked is None or len(asked) < len(sizes):
+        return None
+    lead = len(asked) - len(sizes)
+    if any(n == -1 for n in asked[:lead]):
+        return None
+    return {"out": tuple(sizes[k - lead] if n == -1 and k >= lead else n for k, n in enumerate(asked))}
+
+
+def _filled(call: CallArguments) -> Shapes | None:
+    asked = call.ints("size")
+    return {"out": tuple(asked)} if asked is not None else None
+
+
+def _group_norm(call: CallArguments) -> Shapes | None:
+    """op_native_group_norm.cpp: the result of the input's shape; mean and rstd one per sample and group."""
+    sizes, samples, groups = _sizes(call, "input"), _int(call, "N"), _int(call, "group")
+    return {"out0": sizes, "out1": (samples, groups), "out2": (samples, groups)} if sizes is not None and samples is not None and groups is not None else None
+
+
+def _selected(call: CallArguments) -> Shapes | None:
+    sizes, dim = _sizes(call, "self"), _int(call, "dim")
+    if sizes is None or dim is None or (dim := _dim(dim, len(sizes))) is None or not sizes:
+        return None
+    return {"out": sizes[:dim] + sizes[dim + 1 :]}
+
+
+def _unsqueezed(call: CallArguments) -> Shapes | None:
+    sizes, dim = _sizes(call, "self"), _int(call, "dim")
+    if sizes is None or dim is None or (dim := _dim(dim, len(sizes) + 1)) is None:
+        return None
+    return {"out": sizes[:dim] + (1,) + sizes[dim:]}
+
 _UNARY = (
     "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "sigmoid", "tanh", "relu",
     "gelu", "silu", "hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu", "_softmax",
@@ -244,6 +300,15 @@ RULES: Mapping[str, Callable[[CallArguments], Shapes | None]] = {
     "aten::convolution": _convolved,
     "aten::max_pool2d_with_indices": _pooled,
     "aten::avg_pool2d": _pooled,
+    "aten::any": _reduced,
+    "aten::cat": _joined,
+    "aten::embedding": _embedded,
+    "aten::expand_copy": _expanded,
+    "aten::full": _filled,
+    "aten::full_like": _same("self", "out"),
+    "aten::native_group_norm": _group_norm,
+    "aten::select_copy": _selected,
+    "aten::unsqueeze_copy": _unsqueezed,
 }
 """Each operator family's rule: the shape its kernel resizes each out to, as torch's meta kernel
 computes it too, but for ``OUT_SHAPES``, where ExecuTorch's kernel differs (batch norm's
