@@ -180,18 +180,18 @@ def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCa
             return f"with tensors it refuses: {verdict}"
         if verdict is not None:
             position, computed = verdict
-            return _resized(plan, call.args[position], computed)
+            return _resized(plan, arguments[position].name, call.args[position], computed)
     # the same out shapes without torch, for the operators whose rule reader/out_shapes.py holds
     by_name = {a.name: call.args[k] for k, a in enumerate(arguments)}
     resized = resized_out(plan, key[0], by_name)
     if resized is not None:
-        return _resized(plan, by_name[resized[0]], resized[1])
+        return _resized(plan, resized[0], by_name[resized[0]], resized[1])
     return refusal(plan, key[0], by_name)
 
 
-def _resized(plan: ExecutionPlan, index: int, shape: Sequence[int]) -> str:
+def _resized(plan: ExecutionPlan, name: str, index: int, shape: Sequence[int]) -> str:
     return (
-        f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
+        f"with out tensor value {index} ('{name}', {describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
         f"resizes it to shape {list(shape)}: the kernel rejects the call or writes past the tensor"
     )
 
