@@ -1,0 +1,62 @@
+"""EG519's out shapes without torch (``reader/out_shapes.py``, issue 52): on every kernel call of
+the corpus whose operator has a rule, an out planned one element longer than ExecuTorch's kernel
+resizes it to is the same finding without torch as with the replay on meta tensors, and the
+programs as ExecuTorch writes them have none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from pte_models import Written
+from pte_structure import edit_pte
+
+import export_guards as eg
+from export_guards.pte.reader import wheel
+from export_guards.pte.reader.file import PteFile
+from export_guards.pte.reader.out_shapes import RULES
+from export_guards.pte.reader.schemas import operator_schema
+
+
+def ruled_calls(data: bytes) -> Iterator[tuple[int, int, str]]:
+    """(method, instruction, operator) of each call of the first chain whose operator has a rule
+    and whose first written argument is a static tensor."""
+    program = PteFile(data).program
+    for m, plan in enumerate(program.execution_plan if program is not None else ()):
+        for i, instruction in enumerate(plan.chains[0].instructions if plan.chains else ()):
+            call = instruction.instr_args
+            if not isinstance(call, wheel.KernelCall) or plan.operators[call.op_index].name not in RULES:
+                continue
+            operator = plan.operators[call.op_index]
+            schema = operator_schema(operator.name, operator.overload)
+            written = [k for k, a in enumerate(schema.arguments) if a.written] if schema is not None else []
+            out = plan.values[call.args[written[0]]].val if written else None
+            if isinstance(out, wheel.Tensor) and out.shape_dynamism == wheel.TensorShapeDynamism.STATIC and out.sizes:
+                yield m, i, operator.name
+
+
+def one_longer(method: int, instruction: int) -> object:
+    """The edit that plans the call's first out one element longer in its last dim."""
+
+    def edit(program: object) -> None:
+        plan = program.execution_plan[method]
+        call = plan.chains[0].instructions[instruction].instr_args
+        schema = operator_schema(plan.operators[call.op_index].name, plan.operators[call.op_index].overload)
+        first = next(k for k, a in enumerate(schema.arguments) if a.written)
+        plan.values[call.args[first]].val.sizes[-1] += 1
+
+    return edit
+
+
+def test_each_out_shape_rule_finds_what_the_replay_finds(written_programs: Mapping[str, Written], valid_program_bytes: Mapping[str, bytes]) -> None:
+    programs = {name: p.pte.read_bytes() for name, p in written_programs.items()} | dict(valid_program_bytes)
+    covered: set[str] = set()
+    for name, data in programs.items():
+        assert not eg.check_pte(data).with_code("EG519"), name  # as ExecuTorch writes it
+        for method, instruction, operator in ruled_calls(data):
+            mutant = edit_pte(data, one_longer(method, instruction))
+            found = [f for f in eg.check_pte(mutant).with_code("EG519") if f" {instruction} of chain 0 " in f.message]
+            replayed = [f for f in eg.check_pte(mutant, replay=True).with_code("EG519") if f" {instruction} of chain 0 " in f.message]
+            assert found and found == replayed, f"{name}, instruction {instruction} ({operator}): {found} != {replayed}"
+            assert "but ExecuTorch's kernel resizes it to shape" in found[0].message
+            covered.add(operator)
+    assert len(covered) >= 10, sorted(covered)
