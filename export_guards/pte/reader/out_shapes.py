@@ -42,6 +42,11 @@ def _sizes(call: CallArguments, name: str) -> tuple[int, ...] | None:
     return tuple(tensor.sizes) if tensor is not None else None
 
 
+def _int(call: CallArguments, name: str, default: int | None = None) -> int | None:
+    value = call.value(name)
+    return value.int_val if isinstance(value, Int) else default if isinstance(value, Null) else None
+
+
 def _dim(dim: int, rank: int) -> int | None:
     """A dim as the kernel reads it (negative from the end), or None out of range."""
     return dim + rank if -rank <= dim < 0 else dim if 0 <= dim < max(rank, 1) else None
@@ -76,15 +81,12 @@ def _broadcast(*sources: str) -> Callable[[CallArguments], Shapes | None]:
 
 
 def _reduced(call: CallArguments) -> Shapes | None:
-    """A reduction over ``dim`` (one dim, a list, or every dim where it is null, empty or not
-    given), kept as 1 with ``keepdim``."""
-    sizes, keep = _sizes(call, "self"), call.value("keepdim")
-    one, listed = _int(call, "dim"), call.ints("dim")
-    if sizes is None or (keep is not None and not isinstance(keep, Bool)):
-        return None
-    if listed is None and one is None and not isinstance(call.value("dim"), Null) and "dim" in call.arguments:
-        return None
-    asked = [one] if one is not None and isinstance(call.value("dim"), Int) else listed
+    """A reduction over ``dim`` (one dim, a list, or every dim where it is null, empty or not an
+    argument), kept as 1 with ``keepdim``."""
+    sizes, keep, dim = _sizes(call, "self"), call.value("keepdim"), call.value("dim")
+    asked = [dim.int_val] if isinstance(dim, Int) else [] if dim is None or isinstance(dim, Null) else call.ints("dim")
+    if sizes is None or asked is None or (keep is not None and not isinstance(keep, Bool)):
+        return None  # a keepdim of another kind is EG512's
     dims = {_dim(d, len(sizes)) for d in asked} if asked else set(range(len(sizes)))
     if None in dims:
         return None
@@ -94,7 +96,8 @@ def _reduced(call: CallArguments) -> Shapes | None:
 
 
 def _product(left: str, right: str) -> Callable[[CallArguments], Shapes | None]:
-    """A matrix product (``mm``, ``addmm``) or a batch of them (``bmm``): the left's rows, the right's columns."""
+    """A matrix product (``mm``, ``addmm``) or a batch of them (``bmm``): the left's rows, the
+    right's columns."""
 
     def rule(call: CallArguments) -> Shapes | None:
         a, b = _sizes(call, left), _sizes(call, right)
@@ -138,16 +141,11 @@ def _layer_norm(call: CallArguments) -> Shapes | None:
     return {"out0": sizes, "out1": stats, "out2": stats}
 
 
-
-def _int(call: CallArguments, name: str, default: int | None = None) -> int | None:
-    value = call.value(name)
-    return value.int_val if isinstance(value, Int) else default if isinstance(value, Null) else None
-
-
 def _sliced(call: CallArguments) -> Shapes | None:
     """op_slice_copy.cpp: ``dim`` cut to the elements of ``range(start, end, step)``, both clamped."""
-    sizes, dim, step = _sizes(call, "self"), _int(call, "dim"), _int(call, "step")
-    if sizes is None or dim is None or step is None or step <= 0 or (dim := _dim(dim, len(sizes))) is None or not sizes:
+    sizes, given, step = _sizes(call, "self"), _int(call, "dim"), _int(call, "step")
+    dim = _dim(given, len(sizes)) if sizes and given is not None else None
+    if sizes is None or dim is None or step is None or step <= 0:
         return None
     start, end = _int(call, "start", 0), _int(call, "end", sizes[dim])
     if start is None or end is None:
@@ -157,13 +155,16 @@ def _sliced(call: CallArguments) -> Shapes | None:
 
 
 def _squeezed(call: CallArguments) -> Shapes | None:
-    """The dims asked (every dim when none is) dropped where they are 1."""
-    sizes = _sizes(call, "self")
-    asked = call.ints("dim") or ([_int(call, "dim")] if "dim" in call.arguments else list(range(len(sizes or ()))))
-    if sizes is None or None in asked:
+    """The dims asked (one, a list, or every dim where ``dim`` is not an argument) dropped where
+    they are 1."""
+    sizes, dim = _sizes(call, "self"), call.value("dim")
+    if sizes is None:
         return None
-    dims = {_dim(d, len(sizes)) for d in asked if d is not None}
-    return None if None in dims else {"out": tuple(n for k, n in enumerate(sizes) if k not in dims or n != 1)}
+    asked = [dim.int_val] if isinstance(dim, Int) else list(range(len(sizes))) if dim is None else call.ints("dim")
+    dims = {_dim(d, len(sizes)) for d in asked or ()}
+    if not asked or None in dims:
+        return None
+    return {"out": tuple(n for k, n in enumerate(sizes) if k not in dims or n != 1)}
 
 
 def _windows(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil: bool) -> int:
@@ -191,10 +192,11 @@ def _convolved(call: CallArguments) -> Shapes | None:
     extra = _per_dim(call.ints("output_padding"), count, 0)
     if stride is None or padding is None or dilation is None or extra is None or 0 in stride:
         return None
+    dims = list(zip(sizes[2:], weight[2:], stride, padding, dilation, extra))
     if transposed.bool_val:
-        spatial = tuple((n - 1) * s - 2 * p + d * (k - 1) + e + 1 for n, k, s, p, d, e in zip(sizes[2:], weight[2:], stride, padding, dilation, extra))
+        spatial = tuple((n - 1) * s - 2 * p + d * (k - 1) + e + 1 for n, k, s, p, d, e in dims)
         return {"out": (sizes[0], weight[1] * groups, *spatial)}
-    spatial = tuple(_windows(n, k, s, p, d, False) for n, k, s, p, d in zip(sizes[2:], weight[2:], stride, padding, dilation))
+    spatial = tuple(_windows(n, k, s, p, d, False) for n, k, s, p, d, _ in dims)
     return {"out": (sizes[0], weight[0], *spatial)}
 
 
@@ -249,7 +251,9 @@ def _filled(call: CallArguments) -> Shapes | None:
 def _group_norm(call: CallArguments) -> Shapes | None:
     """op_native_group_norm.cpp: the result of the input's shape; mean and rstd one per sample and group."""
     sizes, samples, groups = _sizes(call, "input"), _int(call, "N"), _int(call, "group")
-    return {"out0": sizes, "out1": (samples, groups), "out2": (samples, groups)} if sizes is not None and samples is not None and groups is not None else None
+    if sizes is None or samples is None or groups is None:
+        return None
+    return {"out0": sizes, "out1": (samples, groups), "out2": (samples, groups)}
 
 
 def _selected(call: CallArguments) -> Shapes | None:
