@@ -184,8 +184,10 @@ def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCa
     # the same out shapes without torch, for the operators whose rule reader/out_shapes.py holds
     by_name = {a.name: call.args[k] for k, a in enumerate(arguments)}
     resized = resized_out(plan, key[0], by_name)
+    if isinstance(resized, str):
+        return f"with tensors it refuses: {resized}"
     if resized is not None:
-        return _resized(plan, resized[0], by_name[resized[0]], resized[1])
+        return _resized(plan, *resized)
     return refusal(plan, key[0], by_name)
 
 
