@@ -5,7 +5,9 @@ of an ATen or ``dim_order_ops`` operator that has a meta kernel (its own, or its
 form's) is checked against what ExecuTorch's kernel requires: matrix products, convolutions,
 normalisations and copies take all their tensors in one dtype, and ``reader/kernel_contracts.py``
 holds what the kernels check beyond torch's meta kernels (batch norm's parameters and stats, the
-dim orders of copies). These read the operator table (``reader/schemas.py``): no torch.
+dim orders of copies), and ``reader/out_shapes.py`` the shapes the kernels resize their outs to,
+by operator family (an out planned for another shape, inputs that give none). These read the
+operator table (``reader/schemas.py``): no torch.
 
 With the replay (``check_pte(replay=True)``, ``export-guards check --replay``; always with the
 runtime run, whose child replays the calls this process finds (it loads torch anyway:
