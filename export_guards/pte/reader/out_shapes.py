@@ -18,7 +18,7 @@ __all__ = ["RULES", "resized_out"]
 
 Shapes = dict[str, tuple[int, ...]]
 """What a rule computes: the shape of each out it knows, by schema name."""
-Rule = Callable[["CallArguments"], "Shapes | str | None"]
+Rule = Callable[[CallArguments], Shapes | str | None]
 """An operator family's rule: the outs' shapes, the text of why the inputs give none, or None
 where it cannot read the call."""
 
@@ -26,9 +26,8 @@ where it cannot read the call."""
 def resized_out(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> tuple[str, int, tuple[int, ...]] | str | None:
     """The first out of the call (schema name -> value index) whose planned shape is not the one
     ExecuTorch's kernel resizes it to, as (its name, its value index, that shape); or why the
-    call's inputs give no shape; None
-    where they agree or no rule reaches (an operator with no rule, a dynamic shape, arguments a
-    rule cannot read)."""
+    call's inputs give no shape; None where they agree or no rule reaches (an operator with no
+    rule, a dynamic shape, arguments a rule cannot read)."""
     rule = RULES.get(operator)
     if rule is None:
         return None
@@ -330,6 +329,7 @@ def _split(call: CallArguments) -> Shapes | str | None:
     if sum(split) != sizes[dim]:
         return f"split_sizes {split} do not add up to self {list(sizes)}'s dim {given}"
     return {f"out[{k}]": sizes[:dim] + (n,) + sizes[dim + 1 :] for k, n in enumerate(split)}
+
 
 _UNARY = (
     "abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "sigmoid", "tanh", "relu",
