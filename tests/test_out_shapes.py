@@ -1,6 +1,7 @@
 """EG519's out shapes without torch (``reader/out_shapes.py``, issue 52): on every kernel call of
 the corpus whose operator has a rule, an out planned one element longer than ExecuTorch's kernel
-resizes it to is the same finding without torch as with the replay on meta tensors; an input one
+resizes it to is the same finding without torch as with the replay on meta tensors (``copy_``'s
+self, which it reads too, a refusal in words of its own); an input one
 element longer is a finding without torch exactly where the replay makes one (operands that no
 longer broadcast, matrices that no longer multiply, in words of its own); and the programs as
 ExecuTorch writes them have none."""
@@ -63,9 +64,10 @@ def test_each_out_shape_rule_finds_what_the_replay_finds(written_programs: Mappi
         for method, instruction, operator in ruled_calls(data):
             mutant = edit_pte(data, one_longer(method, instruction))
             found, replayed = at(instruction, mutant, replay=False), at(instruction, mutant, replay=True)
-            assert found and found == replayed, f"{name}, instruction {instruction} ({operator}): {found} != {replayed}"
-            assert "but ExecuTorch's kernel resizes it to shape" in found[0].message
-            covered.add(operator)
+            assert found and replayed, f"{name}, instruction {instruction} ({operator}): {found} != {replayed}"
+            if "but ExecuTorch's kernel resizes it to shape" in replayed[0].message:  # not copy_'s self, an input too
+                assert found == replayed, f"{name}, instruction {instruction} ({operator}): {found} != {replayed}"
+                covered.add(operator)
     assert len(covered) >= 20, sorted(covered)  # 24 operators when written
 
 
