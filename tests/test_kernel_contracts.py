@@ -279,3 +279,49 @@ def test_a_program_that_needs_the_quantized_kernels_names_their_library(runtime:
 
     (out,) = Loaded.get().load_program(data).load_method("forward").execute(list(inputs))
     torch.testing.assert_close(out, Quantized()(*inputs))
+
+
+def _stats_sized_for_training(program: object) -> None:
+    """The inference batch norm's mean and invstd outs sized [C], as the training kernel sizes its
+    stats (a graph traced for another kernel), each in bytes of its own past the arena's end."""
+    from executorch.exir.schema import KernelCall
+
+    plan = program.execution_plan[0]
+    call = next(
+        i.instr_args
+        for i in plan.chains[0].instructions
+        if isinstance(i.instr_args, KernelCall) and plan.operators[i.instr_args.op_index].name == "aten::_native_batch_norm_legit_no_training"
+    )
+    for index in call.args[8:10]:  # out1, out2: the mean and invstd
+        tensor = plan.values[index].val
+        tensor.sizes = [8]
+        tensor.allocation_info.memory_id, tensor.allocation_info.memory_offset_low = 1, plan.non_const_buffer_sizes[1]
+        plan.non_const_buffer_sizes[1] += 32
+
+
+def test_batch_norm_stats_sized_for_another_kernel_are_refused_without_torch(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 52: the portable batch norm's inference form resizes its mean and invstd outs to [0]
+    (``resize_tensor(mean_out, {0})``), so outs planned [C] fail the run. ``check`` names the
+    operator and the out before any run, without loading torch (EG519 is its only error), in the
+    words of ``--replay``; the program as ExecuTorch planned it runs and is clean."""
+    from pte_structure import edit_pte
+    from test_pte_without_torch import CLI_CHILD, heavy_of, python
+
+    torch.manual_seed(0)
+    net, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval(), torch.randn(1, 3, 8, 8)
+    planned = written(net, (x,))
+    sized = edit_pte(planned, _stats_sized_for_training)
+    ran = runtime.run(tmp_path, {"planned": (planned, (x,)), "sized": (sized, (x,))})
+    assert ran["planned"]["outcome"] == "ran" and not eg.check_pte(planned).errors
+    assert ran["sized"]["outcome"] == "refused" and any("resize_tensor(mean_out, {0})" in c for c in ran["sized"]["checks"])
+    path = tmp_path / "sized.pte"
+    path.write_bytes(sized)
+    done = python(CLI_CHILD, "check", str(path), "--format", "json")
+    assert done.returncode == 1 and heavy_of(done) == [], done.stderr[-2000:]
+    errors = [f for f in json.loads(done.stdout)["findings"] if f["severity"] == "error"]
+    assert [f["code"] for f in errors] == ["EG519"], errors
+    message = errors[0]["message"]
+    assert "calls aten::_native_batch_norm_legit_no_training.out with out tensor value" in message
+    assert "('out1', float32[8]), but ExecuTorch's kernel resizes it to shape [0]" in message
+    replayed = eg.check_pte(path, replay=True).with_code("EG519")
+    assert [f.message for f in replayed] == [message] and replayed == eg.check_pte(path).with_code("EG519")

@@ -190,33 +190,34 @@ def test_a_program_with_kernel_calls_is_checked_without_torch(written_programs: 
     assert {f["code"] for f in check_without_and_with_replay(path, cli)} == {"EG520"}
 
 
-def _out_reshaped_and_an_operator_no_runtime_has(program: wheel.Program) -> None:
-    """The first 4-d out tensor in another shape of as many elements (only the replay on meta
-    tensors sees it), and the last operator renamed to one that no runtime has a kernel for."""
+def _operands_that_do_not_broadcast_and_an_operator_no_runtime_has(program: wheel.Program) -> None:
+    """The last add's second operand one element short, so that the two do not broadcast (the
+    replay on meta tensors says so in torch's words, the check without torch in its own), and the
+    matrix product renamed to an operator that no runtime has a kernel for."""
     plan = program.execution_plan[0]
-    call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, wheel.KernelCall) and len(plan.values[c.args[-1]].val.sizes) == 4)
-    sizes = plan.values[call.args[-1]].val.sizes
-    sizes[1], sizes[2] = sizes[2], sizes[1]
-    plan.operators[-1].name = "aten::add_nowhere"
+    call = [c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, wheel.KernelCall)][-1]
+    assert plan.operators[call.op_index].name == "aten::add"
+    plan.values[call.args[1]].val.sizes[-1] -= 1
+    next(o for o in plan.operators if o.name == "aten::addmm").name = "aten::add_nowhere"
 
 
 @pytest.mark.subprocess
 def test_the_runtime_run_leaves_torch_and_the_runtime_to_its_child(written_programs: Mapping[str, Written], tmp_path: Path) -> None:
     """``check --runtime`` (issue 47): the command's own process loads neither torch nor the
     runtime. Its child, which runs the program, answers what needs them: the runtime's kernels
-    (EG521 names the operator it lacks) and EG519's replay on meta tensors (an out tensor of
-    another shape, which only the replay sees, reported as this process's replay reports it).
+    (EG521 names the operator it lacks) and EG519's replay on meta tensors (operands that do not
+    broadcast, in torch's words, as this process's replay reports them).
     A program that kills the runtime is a finding, and the command survives it."""
     from pte_structure import edit_pte
 
     path = tmp_path / "mutant.pte"
-    path.write_bytes(edit_pte(written_programs["portable"].pte.read_bytes(), _out_reshaped_and_an_operator_no_runtime_has))
+    path.write_bytes(edit_pte(written_programs["portable"].pte.read_bytes(), _operands_that_do_not_broadcast_and_an_operator_no_runtime_has))
     done = python(CLI_CHILD, "check", str(path), "--runtime", "--format", "json", "--isolated")
     assert done.returncode == 1 and heavy_of(done) == [], done.stderr[-2000:]
     found = {(f["code"], f["message"]) for f in json.loads(done.stdout)["findings"]}
-    replayed = {(f.code, f.message) for f in check_pte(path, replay=True).with_code("EG519") if "resizes it to shape" in f.message}
+    replayed = {(f.code, f.message) for f in check_pte(path, replay=True).with_code("EG519") if "with tensors it refuses" in f.message}
     assert replayed and replayed <= found
-    assert not [f for f in check_pte(path).with_code("EG519") if "resizes it to shape" in f.message]  # the replay's alone
+    assert not replayed & {(f.code, f.message) for f in check_pte(path).with_code("EG519")}  # torch's words: the child's replay
     assert any(code == "EG521" and "aten::add_nowhere.out, for which executorch.runtime" in message for code, message in found)
     crash = REGRESSIONS / "runtime-sigsegv-portable-287-flip.pte"
     done = python(CLI_CHILD, "check", str(crash), "--runtime", "--format", "json", "--isolated")

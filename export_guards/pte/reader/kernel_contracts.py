@@ -24,7 +24,7 @@ from export_guards.pte.reader.wheel import (
     TensorList,
 )
 
-__all__ = ["OUT_SHAPES", "ONE_DIM_ORDER", "RANKS", "Refused", "refusal"]
+__all__ = ["OUT_SHAPES", "ONE_DIM_ORDER", "RANKS", "CallArguments", "Refused", "refusal"]
 
 # An out that ExecuTorch's kernel resizes to a shape of its own, not the one torch computes: a
 # static tensor of any other shape fails the resize (``InvalidArgument``).
@@ -71,6 +71,9 @@ class _Call:
     def blocking(self) -> str | None:
         flag = self.value("non_blocking")
         return "non_blocking=True, which ExecuTorch's copies do not take" if isinstance(flag, Bool) and flag.bool_val else None
+
+
+CallArguments = _Call  # what reader/out_shapes.py reads a call's values with
 
 
 class Refused(NamedTuple):

@@ -5,7 +5,9 @@ of an ATen or ``dim_order_ops`` operator that has a meta kernel (its own, or its
 form's) is checked against what ExecuTorch's kernel requires: matrix products, convolutions,
 normalisations and copies take all their tensors in one dtype, and ``reader/kernel_contracts.py``
 holds what the kernels check beyond torch's meta kernels (batch norm's parameters and stats, the
-dim orders of copies). These read the operator table (``reader/schemas.py``): no torch.
+dim orders of copies), and ``reader/out_shapes.py`` the shapes the kernels resize their outs to,
+by operator family (an out planned for another shape, inputs that give none). These read the
+operator table (``reader/schemas.py``): no torch.
 
 With the replay (``check_pte(replay=True)``, ``export-guards check --replay``; always with the
 runtime run, whose child replays the calls this process finds (it loads torch anyway:
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, Refused, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE, spelled
+from export_guards.pte.reader.out_shapes import resized_out
 from export_guards.pte.reader.schema_registry import torch_with_executorch_operators
 from export_guards.pte.reader.schemas import Argument, operator_schema
 from export_guards.pte.reader.tensors import describe_tensor, dtype_name, has_dtype
@@ -179,12 +182,22 @@ def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCa
             return f"with tensors it refuses: {verdict}"
         if verdict is not None:
             position, computed = verdict
-            index = call.args[position]
-            return (
-                f"with out tensor value {index} ({describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
-                f"resizes it to shape {list(computed)}: the kernel rejects the call or writes past the tensor"
-            )
-    return refusal(plan, key[0], {a.name: call.args[k] for k, a in enumerate(arguments)})
+            return _resized(plan, arguments[position].name, call.args[position], computed)
+    # the same out shapes without torch, for the operators whose rule reader/out_shapes.py holds
+    by_name = {a.name: call.args[k] for k, a in enumerate(arguments)}
+    resized = resized_out(plan, key[0], by_name)
+    if isinstance(resized, str):
+        return f"with tensors it refuses: {resized}"
+    if resized is not None:
+        return _resized(plan, *resized)
+    return refusal(plan, key[0], by_name)
+
+
+def _resized(plan: ExecutionPlan, name: str, index: int, shape: Sequence[int]) -> str:
+    return (
+        f"with out tensor value {index} ('{name}', {describe_tensor(plan.values[index].val)}), but ExecuTorch's kernel "
+        f"resizes it to shape {list(shape)}: the kernel rejects the call or writes past the tensor"
+    )
 
 
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
