@@ -154,7 +154,7 @@ def test_partitioned_rules_report_the_partitioners_reason() -> None:
     assert "depends on a user input" in cause.message and not result.report.with_code("EG401")
     ignored = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),), config=eg.LintConfig(ignore=("EG211",)))
     (left_out,) = ignored.report.with_code("EG401")  # its cause not reported: the symptom says it
-    assert left_out.subjects == cause.subjects == ("linear",) and left_out.symptom_of == ("EG210", "EG211", "EG212")
+    assert left_out.subjects == cause.subjects == ("linear",) and left_out.symptom_of == ("EG210", "EG211", "EG212", "EG405")
     assert "the partitioner says Expected weight to be a static param" in left_out.message and "compute it from parameters only" in left_out.fix
     assert not without_symptoms(eg.Report((left_out,), (cause,))).findings  # a cause suppressed by # noqa answers it too
     assert without_symptoms(eg.Report.of([left_out])).findings == (left_out,)
