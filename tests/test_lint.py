@@ -305,3 +305,20 @@ def test_a_guarded_export_plans_each_programs_fold_once(monkeypatch: pytest.Monk
     result = eg.lower_with_guards(torch.export.export(model, (torch.randn(2, 4),)))
     assert result.report.with_code("EG201")  # the fold pass folded the weight
     assert len(planned) == len(set(planned)) == 2
+
+
+def test_a_float32_view_to_a_dynamic_shape_is_not_said_to_have_an_invalid_dtype() -> None:
+    """Issue 54: XNNPACK's dtype check refuses a view's symbolic size, an operand that is no
+    tensor, as "invalid dtype"; EG403 gives the true reason. An int64 op's dtype is named."""
+
+    class Heads(nn.Module):
+        def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x.view(1, x.shape[1], 2, 4)), positions.unsqueeze(0)
+
+    length = torch.export.Dim("length", min=2, max=16)
+    program = torch.export.export(Heads(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    left = {f.node: f.message for f in eg.lower_with_guards(program).report.with_code("EG403")}
+    (view,) = (message for node, message in left.items() if node.startswith("aten_view_copy"))
+    assert "invalid dtype" not in view and view.endswith("left outside every delegate: a size it takes is symbolic (a dynamic dimension), which XNNPACK does not take for this op")
+    (unsqueeze,) = (message for node, message in left.items() if node.startswith("aten_unsqueeze_copy"))
+    assert unsqueeze.endswith(": its dtype, int64, is not one XNNPACK takes (float32 and float16)")
