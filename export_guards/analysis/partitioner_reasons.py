@@ -84,8 +84,11 @@ def true_reason(node: Node, reason: str) -> str | None:
     dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype not in _XNNPACK_FLOATS})
     if dtypes:
         return f"its dtype, {', '.join(dtypes)}, is not one XNNPACK takes (float32 and float16)"
-    if any(isinstance(operand.meta.get("val"), torch.SymInt) for operand in node.all_input_nodes):
+    values = [operand.meta.get("val") for operand in node.all_input_nodes]
+    if any(isinstance(value, torch.SymInt) for value in values):
         return "a size it takes is symbolic (a dynamic dimension), which XNNPACK does not take for this op"
+    if any(isinstance(value, (torch.SymFloat, torch.SymBool, int, float, bool)) for value in values):
+        return "an operand is a scalar computed in the graph, not a tensor, which XNNPACK does not take for this op"
     if any(has_free_unbacked_symbols(t) or t.numel() == 0 for t in tensors):
         return "a tensor it reads is empty or of a data-dependent size, which XNNPACK does not take"
     return None
