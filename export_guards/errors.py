@@ -49,8 +49,10 @@ class SharedMemoryError(GuardError):
 class GradModeWriteError(RuntimeError):
     """``to_executorch`` failed with torch's "a leaf Variable that requires grad is being used in
     an in-place operation": the message names what the program writes in place (a KV cache's
-    buffer, most often, while the model's parameters require grad); ``hint`` says how to fix it."""
+    buffer, most often, while the model's parameters require grad); ``hint`` says how to fix it;
+    ``location`` is the user's line that writes it, when known."""
 
-    def __init__(self, message: str, hint: str) -> None:
+    def __init__(self, message: str, hint: str, location: SourceLocation | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+        self.location = location

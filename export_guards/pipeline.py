@@ -39,7 +39,7 @@ from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
-from export_guards.report import Report
+from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error, run, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
@@ -269,7 +269,19 @@ def grad_mode_write(error: RuntimeError, program: ExportedProgram) -> GradModeWr
         f"to_executorch failed: the program {what}, which torch refuses in grad mode",
         f"grad mode: the program {what}. Call `model.requires_grad_(False)` before torch.export "
         "(in the factory, for export-guards lint), or export under `with torch.no_grad():`.",
+        _written_at(program, (parameters or buffers)[0]),
     )
+
+
+def _written_at(program: ExportedProgram, fqn: str) -> SourceLocation | None:
+    """The user's line that computes the value written into the constant ``fqn``: what the
+    write-back ``copy_`` (which ``to_executorch`` adds before it fails) copies into it."""
+    names = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and names.get(node.name) == fqn:
+            copied = [u.args[1] for u in node.users if u.target is torch.ops.aten.copy_.default]
+            return next((site for value in copied if isinstance(value, torch.fx.Node) and (site := node_location(value))), None)
+    return None
 
 
 def _quoted(names: Sequence[str]) -> str:

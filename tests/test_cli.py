@@ -461,6 +461,7 @@ def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..
     assert done.returncode == 2 and "export-guards: writing the program (to_executorch) failed:" in done.stderr, done.stderr[-2000:]
     assert "the program writes the buffer 'cache' in place while the model's parameters require grad" in done.stderr
     assert "hint: grad mode:" in done.stderr and "`model.requires_grad_(False)`" in done.stderr
+    assert "cli_models.py:" in done.stderr and "self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)" in done.stderr
     assert "changes a parameter" not in done.stderr and "changes the parameter" not in done.stderr
     import cli_models
 
