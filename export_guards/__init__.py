@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     )
     from export_guards.errors import (
         ConstantPlacementError as ConstantPlacementError,
+        GradModeWriteError as GradModeWriteError,
         GuardError as GuardError,
         KnownWrongDelegationError as KnownWrongDelegationError,
         LintError as LintError,
@@ -97,6 +98,7 @@ _EXPORTS = {
     "FoldConstantsPass": "export_guards.passes.fold",
     "KnownWrongDelegationPass": "export_guards.passes.known_wrong",
     "KnownWrongDelegationError": "export_guards.errors",
+    "GradModeWriteError": "export_guards.errors",
     "GuardError": "export_guards.errors",
     "GuardGraphPassResult": "export_guards.passes.result",
     "GuardPassResult": "export_guards.passes.result",

@@ -6,7 +6,7 @@ from executorch.exir.error import InternalError
 
 from export_guards.report import Report, SourceLocation
 
-__all__ = ["ConstantPlacementError", "GuardError", "KnownWrongDelegationError", "LintError", "LoweringFailed", "SharedMemoryError"]
+__all__ = ["ConstantPlacementError", "GradModeWriteError", "GuardError", "KnownWrongDelegationError", "LintError", "LoweringFailed", "SharedMemoryError"]
 
 
 class GuardError(InternalError):
@@ -44,3 +44,15 @@ class SharedMemoryError(GuardError):
     """The written program gives two values that are alive at once the same planned bytes
     (EG518), where the guards could not give one of them its own; ``report`` holds the
     findings, each naming both values and the operators that write them."""
+
+
+class GradModeWriteError(RuntimeError):
+    """``to_executorch`` failed with torch's "a leaf Variable that requires grad is being used in
+    an in-place operation": the message names what the program writes in place (a KV cache's
+    buffer, most often, while the model's parameters require grad); ``hint`` says how to fix it;
+    ``location`` is the user's line that writes it, when known."""
+
+    def __init__(self, message: str, hint: str, location: SourceLocation | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.location = location

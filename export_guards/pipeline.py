@@ -25,7 +25,7 @@ from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.shape_bounds import shape_bounds
 from export_guards.analysis.source import location_named_in, node_location, operator_sites
 from export_guards.backends import backend_named
-from export_guards.errors import ConstantPlacementError, GuardError, LoweringFailed, SharedMemoryError
+from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
@@ -39,7 +39,7 @@ from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
-from export_guards.report import Report
+from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error, run, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
@@ -90,8 +90,14 @@ class GuardedExport:
         if self.edge is None:  # only the placement guard stops an export before lowering
             raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
         if self.pte is None:
-            with buffer_warning_answered():
-                pte = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+            try:
+                with buffer_warning_answered():
+                    pte = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+            except RuntimeError as error:
+                named = grad_mode_write(error, self.edge.exported_program())
+                if named is None:
+                    raise
+                raise named from error
         else:
             pte = self.pte
         calls = _control_flow_calls(self.edge)
@@ -238,6 +244,48 @@ def _control_flow_calls(edge: EdgeProgramManager) -> list[torch.fx.Node]:
         for node in module.graph.nodes
         if node.target is torch.ops.higher_order.cond
     ]
+
+
+_LEAF_WRITTEN = "a leaf Variable that requires grad is being used in an in-place operation"
+
+
+def grad_mode_write(error: RuntimeError, program: ExportedProgram) -> GradModeWriteError | None:
+    """``error``, torch's refusal of an in-place write in grad mode, restated with what
+    ``program`` writes in place: a buffer (a KV cache) once ExecuTorch's passes replay its
+    write-back while the model's parameters require grad, or a parameter. ``None`` for another
+    error, or a program that writes nothing in place."""
+    if _LEAF_WRITTEN not in str(error):
+        return None
+    written = mutated_constants(program)
+    parameters = sorted(written & set(program.graph_signature.parameters))
+    buffers = sorted(written - set(parameters))
+    if not (parameters or buffers):
+        return None
+    if parameters:  # a parameter changed in place is the cause itself, whatever else is written
+        what = f"changes the parameter{'s' if len(parameters) > 1 else ''} {_quoted(parameters)} in place, and it requires grad"
+    else:
+        what = f"writes the buffer{'s' if len(buffers) > 1 else ''} {_quoted(buffers)} in place while the model's parameters require grad"
+    return GradModeWriteError(
+        f"to_executorch failed: the program {what}, which torch refuses in grad mode",
+        f"grad mode: the program {what}. Call `model.requires_grad_(False)` before torch.export "
+        "(in the factory, for export-guards lint), or export under `with torch.no_grad():`.",
+        _written_at(program, (parameters or buffers)[0]),
+    )
+
+
+def _written_at(program: ExportedProgram, fqn: str) -> SourceLocation | None:
+    """The user's line that computes the value written into the constant ``fqn``: what the
+    write-back ``copy_`` (which ``to_executorch`` adds before it fails) copies into it."""
+    names = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and names.get(node.name) == fqn:
+            copied = [u.args[1] for u in node.users if u.target is torch.ops.aten.copy_.default]
+            return next((site for value in copied if isinstance(value, torch.fx.Node) and (site := node_location(value))), None)
+    return None
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names)
 
 
 def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> None:

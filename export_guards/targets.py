@@ -327,7 +327,11 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def _hint(error: BaseException) -> str | None:
     """The hint for the first known error in ``error``'s chain."""
-    said = [f"{type(raised).__name__}: {raised}" for raised in _chain(error)]
+    chain = _chain(error)
+    own = next((raised.hint for raised in chain if isinstance(getattr(raised, "hint", None), str)), None)
+    if own is not None:  # an error that knows its program (GradModeWriteError) says its own fix
+        return own
+    said = [f"{type(raised).__name__}: {raised}" for raised in chain]
     return next((hint for words, hint in HINTS if any(word in text for word in words for text in said)), None)
 
 

@@ -234,6 +234,13 @@ def cache_at_position():
     return _CacheAtPosition().eval().requires_grad_(False), (torch.randn(1, 4, 8), torch.tensor([0])), ({1: seq}, None)
 
 
+def cache_in_grad_mode():
+    """The cache above, its parameters left requiring grad (no ``requires_grad_(False)``): the
+    program writes a buffer in place, and no parameter."""
+    torch.manual_seed(0)
+    return _CacheAtPosition().eval(), (torch.randn(1, 4, 8), torch.tensor([0]))
+
+
 class _OptionalEmbeds(nn.Module):
     """transformers' decoder signature: ``inputs_embeds`` is ``None`` unless given."""
 

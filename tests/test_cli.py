@@ -454,6 +454,25 @@ def test_a_failed_step_says_where_in_the_users_files_with_a_hint(cli: Callable[.
     assert hint in finding["fix"]
 
 
+def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..., Ran]) -> None:
+    """Issue 54: a KV cache written in place while the parameters require grad fails
+    to_executorch; the hint names the buffer and no parameter."""
+    done = cli("lint", f"{MODELS}:cache_in_grad_mode", "--no-run")
+    assert done.returncode == 2 and "export-guards: writing the program (to_executorch) failed:" in done.stderr, done.stderr[-2000:]
+    assert "the program writes the buffer 'cache' in place while the model's parameters require grad" in done.stderr
+    assert "hint: grad mode:" in done.stderr and "`model.requires_grad_(False)`" in done.stderr
+    assert "cli_models.py:" in done.stderr and "self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)" in done.stderr
+    assert "changes a parameter" not in done.stderr and "changes the parameter" not in done.stderr
+    import cli_models
+
+    import export_guards as eg
+
+    model, inputs = cli_models.cache_in_grad_mode()  # the API says the same
+    with pytest.raises(eg.GradModeWriteError, match="writes the buffer 'cache' in place") as raised:
+        eg.export_with_guards(model, inputs).to_pte()
+    assert "requires_grad_(False)" in raised.value.hint and "parameter 'proj" not in str(raised.value)
+
+
 def test_a_failed_lowering_says_its_cause_once(cli: Callable[..., Ran]) -> None:
     done = cli("lint", f"{MODELS}:lowering_fails", "--no-run")
     assert done.returncode == 2 and "export-guards: lowering (xnnpack) failed: SpecViolationError: Operator torch._ops.aten.rand_like" in done.stderr

@@ -305,3 +305,51 @@ def test_a_guarded_export_plans_each_programs_fold_once(monkeypatch: pytest.Monk
     result = eg.lower_with_guards(torch.export.export(model, (torch.randn(2, 4),)))
     assert result.report.with_code("EG201")  # the fold pass folded the weight
     assert len(planned) == len(set(planned)) == 2
+
+
+def test_a_float32_view_to_a_dynamic_shape_is_not_said_to_have_an_invalid_dtype() -> None:
+    """Issue 54: XNNPACK's dtype check refuses a view's symbolic size, an operand that is no
+    tensor, as "invalid dtype"; EG403 gives the true reason. An int64 op's dtype is named."""
+
+    class Heads(nn.Module):
+        def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x.view(1, x.shape[1], 2, 4)), positions.unsqueeze(0)
+
+    length = torch.export.Dim("length", min=2, max=16)
+    program = torch.export.export(Heads(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    left = {f.node: f.message for f in eg.lower_with_guards(program).report.with_code("EG403")}
+    (view,) = (message for node, message in left.items() if node.startswith("aten_view_copy"))
+    assert "invalid dtype" not in view and view.endswith("left outside every delegate: a size it takes is symbolic (a dynamic dimension), which XNNPACK does not take for this op")
+    (unsqueeze,) = (message for node, message in left.items() if node.startswith("aten_unsqueeze_copy"))
+    assert unsqueeze.endswith(": its dtype, int64, is not one XNNPACK takes (float32 and float16)")
+
+
+def test_eg402_and_the_summary_count_the_kernels_the_written_program_calls() -> None:
+    """Issue 54: one count, before and after to_executorch (which edits the edge program): a
+    view that ExecuTorch turns into a view runs no kernel; the write-back of a buffer (copy_),
+    which to_executorch adds, does. Both agree with the kernel calls of the written program
+    (prim ops aside: views and sizes, built into the runtime)."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.schema import KernelCall
+
+    class Cache(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(1, 16, 8))
+
+        def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            self.cache.index_copy_(1, positions, torch.relu(x.view(1, x.shape[1], 2, 4)).view(1, x.shape[1], 8))
+            return self.cache.sum(1)
+
+    length = torch.export.Dim("length", min=2, max=16)
+    program = torch.export.export(Cache().eval(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    result = eg.lower_with_guards(program)
+    (coverage,) = result.report.with_code("EG402")
+    assert result.delegation is not None and coverage.message.startswith(result.delegation.stated() + ": ")
+    assert "aten::copy_ x1" in coverage.message and "view_copy" not in coverage.message
+    assert any("aten::view_copy" in f.message for f in result.report.with_code("EG403"))  # still not delegated: EG403 says why
+    written = result.edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).executorch_program.execution_plan[0]
+    calls = [written.operators[i.instr_args.op_index].name for i in written.chains[0].instructions if isinstance(i.instr_args, KernelCall)]
+    kernels = [name for name in calls if not name.startswith("executorch_prim::") and name != "aten::sym_size"]
+    assert "executorch_prim::et_view" in calls and sum(result.delegation.other_portable.values()) == len(kernels)
+    assert result.delegation.stated() == coverage.message.partition(": ")[0]  # after to_executorch too

@@ -9,7 +9,8 @@ from typing import final
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
-from export_guards.analysis.ops import call_nodes, compute_op_name, kernel_op_name
+from export_guards.analysis.kernels import kernel_ops
+from export_guards.analysis.ops import call_nodes, compute_op_name
 from export_guards.analysis.programs import Program, methods_of
 
 __all__ = ["DelegationSummary", "delegation_summary"]
@@ -19,8 +20,9 @@ __all__ = ["DelegationSummary", "delegation_summary"]
 @dataclass(frozen=True)
 class DelegationSummary:
     """Compute ops per op name: inside delegates (by backend) and left in the portable graph;
-    and the other ops left in the portable graph, each of which the runtime runs with a kernel
-    of its own, by qualified name (``aten::sort``)."""
+    and the other ops left in the portable graph that the runtime runs with a kernel of its own
+    once emitted, by qualified name (``aten::sort``; :func:`kernel_ops`: a buffer's write-back
+    ``aten::copy_`` counted, a ``view_copy`` that becomes a view not)."""
 
     delegated: Counter[str]
     portable: Counter[str]
@@ -60,6 +62,7 @@ def delegation_summary(program: Program) -> DelegationSummary:
     backends: Counter[str] = Counter()
     others: Counter[str] = Counter()
     for ep in methods_of(program).values():
+        others += kernel_ops(ep)
         for graph_module, node in call_nodes(ep.graph_module):
             if node.target is torch.ops.higher_order.executorch_call_delegate:
                 lowered = getattr(graph_module, node.args[0].target)
@@ -70,6 +73,4 @@ def delegation_summary(program: Program) -> DelegationSummary:
                         delegated[name] += 1
             elif (name := compute_op_name(node)) is not None:
                 portable[name] += 1
-            elif (name := kernel_op_name(node)) is not None:
-                others[name] += 1
     return DelegationSummary(delegated, portable, backends, others)

@@ -261,7 +261,8 @@ _RULES = (
         "delegation-coverage",
         Severity.INFO,
         "How much of the program the delegates run, stated whenever a partitioner was asked "
-        "for: the compute ops delegated, and every op left in the portable graph, by name.",
+        "for: the compute ops delegated, and every kernel left to the runtime by name (a buffer's "
+        "write-back counted, a view that becomes a view not).",
         "See EG401 for each compute op left out and EG403 for each other op.",
         "partitioned",
     ),

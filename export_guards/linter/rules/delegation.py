@@ -12,7 +12,7 @@ from torch.fx import Node
 
 from export_guards.analysis.delegation import delegation_summary
 from export_guards.analysis.ops import compute_op_name, kernel_op_name, static_operand
-from export_guards.analysis.partitioner_reasons import xnnpack_takes
+from export_guards.analysis.partitioner_reasons import true_reason, xnnpack_takes
 from export_guards.analysis.source import node_origin
 from export_guards.analysis.storage import describe
 from export_guards.linter.context import LintContext
@@ -100,8 +100,11 @@ def op_not_delegated(context: LintContext) -> Iterator[Hit]:
 
 def _because(context: LintContext, node: Node) -> str:
     """Why the partitioner left ``node`` out, as the end of a sentence."""
-    if reason := context.reasons.get(node.name):
-        return f": the partitioner says {reason}"
+    given = context.reasons.get(node.name)
+    if given and (reason := true_reason(node, given)):
+        return f": the partitioner says {reason}" if reason == given else f": {reason}"
     if not xnnpack_takes(node):
         return ": XNNPACK has no support for this op"
+    if given:  # a reason that does not hold (XNNPACK's "invalid dtype" of a float32 op): not repeated
+        return " with its neighbours (the partitioner's reason, that its dtype is invalid, does not hold)"
     return " (the partitioner gave no reason)"
