@@ -81,20 +81,28 @@ def recipe(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[by
     return session.get_pte_buffer(), eg.recipe_report(session)
 
 
+def is_right_and_said(name: str, pte: bytes, report: eg.Report, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+    assert relative_error(model, inputs, pte) < 1e-4, name
+    kept = report.with_code("EG405")
+    assert len(kept) == 2, (name, str(report))  # the MLP's two linears
+    assert all(XNNPACK_LINEAR_WEIGHT_MATH.report in f.message and f.severity is eg.Severity.WARNING for f in kept)
+    lines = sorted(f.location.code for f in kept if f.location is not None)
+    assert lines == ["return self.down(torch.relu(self.up(x)))"] * 2, name  # the user's line
+
+
 @pytest.mark.parametrize("case", WEIGHT_ONLY)
-def test_a_weight_only_linear_is_wrong_on_stock_xnnpack_and_right_in_every_guarded_flow(case: str) -> None:
+def test_a_weight_only_linear_is_wrong_on_stock_xnnpack_and_right_through_the_guards(case: str) -> None:
     model, inputs = CASES[case]()
     # Keyed to the releases: when a release computes it right, this fails until the entry's
     # fixed_in says so, and the entry then stops applying.
     assert (relative_error(model, inputs, stock(model, inputs)) > WRONG) == XNNPACK_LINEAR_WEIGHT_MATH.applies()
+    is_right_and_said(case, *GUARDED_FLOWS["pass_list"](model, inputs), model, inputs)
+
+
+def test_every_guarded_flow_keeps_a_weight_only_linear_off_xnnpack() -> None:
+    model, inputs = CASES["torchao-intx4wo-group32"]()
     for name, guarded in GUARDED_FLOWS.items():
-        pte, report = guarded(model, inputs)
-        assert relative_error(model, inputs, pte) < 1e-4, name
-        kept = report.with_code("EG405")
-        assert len(kept) == 2, (name, str(report))  # the MLP's two linears
-        assert all(XNNPACK_LINEAR_WEIGHT_MATH.report in f.message and f.severity is eg.Severity.WARNING for f in kept)
-        lines = sorted(f.location.code for f in kept if f.location is not None)
-        assert lines == ["return self.down(torch.relu(self.up(x)))"] * 2, name  # the user's line
+        is_right_and_said(name, *guarded(model, inputs), model, inputs)
 
 
 @pytest.mark.parametrize("case", RIGHT)
