@@ -9,6 +9,7 @@ release that computes it right until ``fixed_in`` says so.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class WrongDelegation:
     path: tuple[Node, ...]
 
 
+@functools.cache
 def executorch_release() -> tuple[int, int, int]:
     """The installed ExecuTorch's release, as numbers (``(1, 5, 1)``)."""
     found = re.match(r"(\d+)\.(\d+)\.(\d+)", metadata.version("executorch"))
