@@ -28,12 +28,13 @@ __all__ = ["KNOWN_WRONG", "LINEAR_SOURCES", "KnownWrong", "WrongDelegation", "ex
 LINEAR_SOURCES: tuple[object, ...] = (torch.nn.Linear, torch.nn.functional.linear)
 """What XNNPACK's partitioner groups a decomposed linear's nodes by (their source partition)."""
 
-# Ops that pass their first input's values through unchanged (only the layout differs): a walk
-# from a matmul's argument through these still reaches the tensor that the matmul reads.
+# Edge ops that pass every value of their first input through, in another layout: a walk from
+# a matmul's argument through these still reaches the tensor that the matmul reads. Not
+# ``ops.is_view``: a slice, a select or an expand is a view too, and reading past one reads
+# other values.
 _LAYOUT_OPS = frozenset(
-    {"view_copy", "view", "permute_copy", "permute", "t_copy", "t", "transpose_copy", "transpose",
-     "squeeze_copy", "unsqueeze_copy", "reshape", "clone", "alias_copy", "expand_copy"}
-)  # fmt: skip
+    {"view_copy", "permute_copy", "t_copy", "transpose_copy", "squeeze_copy", "unsqueeze_copy", "clone", "alias_copy"}
+)
 _TO_COPY = frozenset({"_to_copy", "_to_dim_order_copy"})
 
 

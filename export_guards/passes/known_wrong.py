@@ -63,7 +63,7 @@ class KnownWrongDelegationPass(ExportedProgramPassBase):
         module, copied = _copied(exported_program.graph_module)
         for original in dict.fromkeys(step for match in matches for step in match.path):
             _detach(copied[original])
-        report = Report.of([_kept_off(match) for match in matches])
+        report = Report.of([_finding(match, kept=True) for match in matches])
         return GuardPassResult(exported_program._update(module, exported_program.graph_signature), True, report)
 
 
@@ -167,10 +167,6 @@ def refuse_known_wrong(result: PartitionResult) -> None:
     if taken:
         findings = [_finding(match, kept=False) for match in taken]
         raise KnownWrongDelegationError(f"{findings[0].message} (and {len(findings) - 1} more)" if len(findings) > 1 else findings[0].message, Report.of(findings))
-
-
-def _kept_off(match: WrongDelegation) -> Finding:
-    return _finding(match, kept=True)
 
 
 def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
