@@ -18,7 +18,7 @@ returns torch.export's ``dynamic_shapes`` for the sequence length too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -163,14 +163,25 @@ def steps(prompt: int = 4, decode: int = 3) -> list[tuple[torch.Tensor, torch.Te
     return [tokens(prompt), *(tokens(1, prompt + i) for i in range(decode))]
 
 
-def decoder(variant: str = "fp32") -> nn.Module:
+SHIPPED = Config(vocab=32000, dim=768, layers=12, heads=12, kv_heads=4, hidden=2048, max_len=128)
+"""The decoder at the size users ship: 100 M parameters (a quarter of them the tied embedding)."""
+
+
+def decoder(variant: str = "fp32", config: Config = Config()) -> nn.Module:
     """The decoder with deterministic weights in eval mode, quantized or with LoRA as ``variant``
-    says (one of ``VARIANTS``). Its KV cache is empty (zeros)."""
+    says (one of ``VARIANTS``), of ``config``'s size. Its KV cache is empty (zeros)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: expected one of {', '.join(VARIANTS)}")
     torch.manual_seed(0)
+    if variant == "lora":
+        config = replace(config, lora_rank=4)
     # Frozen, as ExecuTorch's LLM flow exports: the KV cache's in-place writes need it.
-    model = Decoder(Config(lora_rank=4 if variant == "lora" else 0)).eval().requires_grad_(False)
+    return quantized(Decoder(config).eval().requires_grad_(False), variant)
+
+
+def quantized(model: nn.Module, variant: str) -> nn.Module:
+    """``model`` quantized as ``variant`` says (``8da4w`` and ``int8wo`` in place, ``pt2e`` a new
+    module); ``fp32`` and ``lora`` as it is."""
     if variant in ("8da4w", "int8wo"):
         _quantize_torchao(model, variant)
     elif variant == "pt2e":

@@ -17,6 +17,7 @@ from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, to_edge
 from executorch.export import ExportRecipe
 from torch.export import ExportedProgram
 
+from export_guards import progress
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.outputs import output_mismatches
@@ -28,6 +29,7 @@ from export_guards.backends import backend_named
 from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
+from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.module_fold import fold_parametrizations
@@ -92,7 +94,10 @@ class GuardedExport:
         if self.pte is None:
             try:
                 with buffer_warning_answered():
-                    pte = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
+                    progress.now("emitting the program")
+                    written = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes()))
+                    progress.now("serializing the program")
+                    pte = written.buffer
             except RuntimeError as error:
                 named = grad_mode_write(error, self.edge.exported_program())
                 if named is None:
@@ -179,6 +184,7 @@ class GuardedExport:
         state = _state_of(reference, self.program) if bounds else {}
         runs: list[tuple[str, list[object], object, frozenset[int]]] = []
         skipped: list[str] = list(made.not_made) if made is not None else []
+        progress.now(f"running eager on {1 + len(bounds)} input set{'s' if bounds else ''}")
         for label, given in [("", inputs), *((b.label, b.inputs) for b in bounds)]:
             try:
                 expected, unsteady = _eager(reference, given, state)
@@ -198,6 +204,7 @@ class GuardedExport:
                 torch.save(pytree.tree_leaves(given), folder / f"inputs-{index}.pt")
                 name = f"the written program at {label}" if label else "the written program"
                 sets.append(SmokeInputs(str(folder / f"inputs-{index}.pt"), str(folder / f"outputs-{index}.pt"), name))
+            progress.now(f"running the program on {len(sets)} input set{'s' if len(sets) > 1 else ''} in executorch.runtime")
             with contextlib.nullcontext(worker) if worker is not None else SmokeWorker() as child:
                 done = child.run_each(folder / "program.pte", sets, timeout_s=timeout_s)
             compared = []
@@ -541,6 +548,7 @@ def lower_with_guards(
     # Placement is decided once, here: a constant no host reader can take stops the export
     # before lowering (lowering would crash), whatever the settings select; the guarded
     # partitioners then see only who reads the device constants this plan leaves to them.
+    progress.now("planning where constants live and what folds")
     plan = plan_placement("forward", program, settings.placement, defer_device_constants=backend.holds_device_memory)
     if plan.stops:
         ledger.put_lint("program", program, lint_guarded(program, settings))
@@ -556,9 +564,11 @@ def lower_with_guards(
         folded, early = fold_non_core_constants(program, plan=fold_plan)
         program, fold_plan = folded, fold_plan if folded is program else None
         ledger.put(None, "fold before to_edge", early)
+    progress.now("linting the program")
     ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
+    progress.now(f"decomposing {sum(n.op == 'call_function' for n in program.graph.nodes):,} ops to the edge dialect")
     fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
-    passes = ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(backend.backend_ids)])
+    passes = GuardPasses(ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(backend.backend_ids)]))
     try:
         with capture_partitioner_reasons() as reasons:
             edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
@@ -572,5 +582,6 @@ def lower_with_guards(
             f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(settings), location_named_in(program.graph, str(error))
         ) from error
     if backend.partitioned_lint:
+        progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
     return GuardedExport(program, edge, ledger.report(settings))

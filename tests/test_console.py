@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import Ran
 
-from export_guards.cli.console import LONG_RUN_S, Stages, colour_report, colours
+from export_guards import progress
+from export_guards.cli.console import LONG_PART_S, LONG_RUN_S, Stages, colour_report, colours
 
 TESTS = Path(__file__).parent
 MODELS = TESTS / "cli_models.py"
@@ -184,3 +185,32 @@ def test_a_recipe_run_on_a_terminal_shows_its_steps_in_colour_and_no_library_noi
     assert any(line.startswith("export-guards: exporting, linting and lowering with the recipe xnnpack_fp32 took ") for line in lines), lines
     assert all(line.startswith("export-guards: ") for line in lines if line), lines  # nothing else: no WARNING:root, no W1202 ...
     assert "WARNING" not in screen
+
+
+def test_a_long_step_says_each_long_part_as_it_ends_and_a_terminal_shows_each_part_under_way() -> None:
+    log, clock = io.StringIO(), Clock()
+    clock.now += LONG_RUN_S  # a long run: every step's line shows
+    with stages(log, clock)("linting and lowering (xnnpack)"):
+        progress.now("linting the program")
+        clock.now += LONG_PART_S / 2  # quick: no line of its own
+        progress.now("compiling 87 delegates (XnnpackBackend)")
+        clock.now += 41.25
+    assert log.getvalue() == (
+        "export-guards: linting and lowering (xnnpack): compiling 87 delegates (XnnpackBackend) took 41.2 s\n"
+        "export-guards: linting and lowering (xnnpack) took 41.8 s\n"
+    )
+    progress.now("outside any step")  # nobody shows it: nothing, and no error
+
+    screen = Terminal()
+    with stages(screen, clock)("writing the program"):
+        progress.now("serializing the program")
+        assert screen.getvalue() == "export-guards: writing the program...\r\x1b[Kexport-guards: writing the program: serializing the program..."
+        clock.now += 2.5
+    assert screen.getvalue().endswith("\r\x1b[Kexport-guards: writing the program: serializing the program took 2.5 s\n\r\x1b[Kexport-guards: writing the program took 2.5 s\n")
+
+    failed = io.StringIO()
+    with pytest.raises(RuntimeError), stages(failed, clock)("running the program"):
+        progress.now("running the program on 3 input sets in executorch.runtime")
+        clock.now += 5
+        raise RuntimeError("the child died")
+    assert failed.getvalue() == ""  # a failed step, and its part, get no line: the error says what failed

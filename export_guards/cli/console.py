@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, final
 
+from export_guards.progress import shown_by
 from export_guards.quiet import libraries_quiet, show_known_noise
 
 __all__ = ["Stages", "colour_report", "colours", "problem", "progress", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
 
 
+_ERASE = "\r\x1b[K"  # back to the line's start, and clear it: a terminal's live line goes
 LONG_RUN_S = 2.0  # a run this long gets a line per step: a shorter one is over before anyone waits
+LONG_PART_S = 1.0  # a part of a step this long gets its own line: a quicker one is noise in a log
 
 
 def progress(args: argparse.Namespace, message: str, *, ongoing: bool = True) -> None:
@@ -39,9 +42,13 @@ def _line(text: str) -> None:
 class Stages:
     """The steps of one run, timed: each step that ends once the run has taken
     :data:`LONG_RUN_S` or more prints one line, ``export-guards: torch.export took 3.1 s``
-    (earlier, quicker ones print nothing: the run may be over before anyone waits). On a
-    terminal the step under way shows too, as a line that its end line replaces (a carriage
-    return, on a terminal only: a CI log gets the end lines alone). Nothing with ``-q``."""
+    (earlier, quicker ones print nothing: the run may be over before anyone waits). A step that
+    says what it is doing now (:func:`export_guards.progress.now`: decomposing, partitioning,
+    compiling N delegates) prints a line for each such part of :data:`LONG_PART_S` or more as it
+    ends, under the same rule: ``export-guards: linting and lowering (xnnpack): compiling 87
+    delegates (XnnpackBackend) took 41.2 s``. On a
+    terminal the step, or its part, under way shows too, as a line that its end line replaces (a
+    carriage return, on a terminal only: a CI log gets the end lines alone). Nothing with ``-q``."""
 
     def __init__(self, args: argparse.Namespace, *, clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None) -> None:
         self._quiet = bool(args.quiet)
@@ -55,18 +62,42 @@ class Stages:
         short the run."""
         stream = self._stream or sys.stderr
         live = not self._quiet and _terminal(stream)
-        if live:
-            stream.write(f"export-guards: {doing}...")
-            stream.flush()
+        part: list[tuple[str, float]] = []  # the part under way, and when it began
+
+        def show(text: str, *, replacing: bool = True) -> None:
+            if live:
+                stream.write(f"{_ERASE if replacing else ''}{text}...")  # replaces the line under way
+                stream.flush()
+
+        def end_part() -> None:
+            if part:
+                what, began = part.pop()
+                if self._clock() - began >= LONG_PART_S:
+                    self._ended(f"{doing}: {what}", began, stream, always=False, live=live)
+
+        def now(what: str) -> None:
+            end_part()
+            part.append((what, self._clock()))
+            show(f"export-guards: {doing}: {what}")
+
+        show(f"export-guards: {doing}", replacing=False)
         began = self._clock()
         try:
-            yield
+            with shown_by(now):
+                yield
+            end_part()  # a failed step's part gets no line, as the step gets none
         finally:
             if live:
-                stream.write("\r\x1b[K")  # the live line goes, whatever came after it on that line
+                stream.write(_ERASE)  # the live line goes, whatever came after it on that line
                 stream.flush()
+        self._ended(doing, began, stream, always=always, live=False)
+
+    def _ended(self, doing: str, began: float, stream: IO[str], *, always: bool, live: bool) -> None:
+        """The line of a step, or part, that began at ``began`` and ends now."""
         ended = self._clock()
         if not self._quiet and (always or ended - self._started >= LONG_RUN_S):
+            if live:
+                stream.write(_ERASE)
             print(f"export-guards: {doing} took {ended - began:.1f} s", file=stream, flush=True)
 
 

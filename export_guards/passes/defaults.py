@@ -10,6 +10,7 @@ from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.pass_manager import ExportedProgramPassManager, PassType
 from torch.export import ExportedProgram
 
+from export_guards import progress
 from export_guards.errors import GuardError
 from export_guards.passes.fold import FoldConstantsPass
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
@@ -37,12 +38,19 @@ class GuardPasses(ExportedProgramPassManager):
     """
 
     def __call__(self, exported_program: ExportedProgram, override_verifiers: Any = None) -> ExportedProgramPassResult:
+        progress.now("running the guard passes")
         try:
             return super().__call__(exported_program, override_verifiers)
         except Exception as wrapped:
             if isinstance(wrapped.__cause__, GuardError):  # ExecuTorch's wrapper: hand over what the guard raised
                 raise wrapped.__cause__ from None
             raise
+
+    def check(self, exported_program: ExportedProgram) -> None:
+        """Nothing: what the guard passes are handed, ``to_edge`` has just verified, and what they
+        return, ``EdgeProgramManager.transform`` verifies twice (its own verifier, then the new
+        manager's). ExecuTorch's manager validates both ends once more, which on a 100M-parameter
+        decoder costs as much as the guard passes do (benchmarks/llm_scale.py)."""
 
     def __iter__(self) -> Iterator[PassType]:
         return iter(self.passes)

@@ -16,6 +16,7 @@ import torch
 from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
+from export_guards import progress
 from export_guards.backends import device_backend_ids
 from export_guards.passes.known_wrong import refuse_known_wrong
 from export_guards.passes.placement.messages import placement_error
@@ -87,11 +88,14 @@ class GuardedPartitioner(Partitioner):
         self.placement: PlacementPolicy = placement
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        progress.now(f"partitioning ({type(self.partitioner).__name__})")
         result = self.partitioner.partition(exported_program)
         stops = plan_partition(result, self.device_backends, emitter=self.emitter if self.last else None).stops
         if stops:
             raise placement_error(stops)
         refuse_known_wrong(result)
+        backends = sorted({spec.backend_id for spec in result.partition_tags.values()})
+        progress.now(f"compiling {len(result.partition_tags)} delegate{'s' if len(result.partition_tags) != 1 else ''} ({', '.join(backends) or 'none'})")
         return result
 
     @property
