@@ -219,8 +219,10 @@ _RULES = (
         "what it computes, and to_executorch writes only its shape and dtype: the program starts "
         "it from zeros, so its outputs differ from eager (to_executorch warns only in Python). A "
         "value the program overwrites or masks (a KV cache left over from an eager call) is no finding.",
-        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
-        "with keep_initial_values from export_guards; or start the buffer at zeros.",
+        "Mask the read: have each call write what it reads of the buffer first, or read only what it wrote "
+        "(a KV cache under its causal mask); or start the buffer at zeros. Last, only when the program must "
+        "start from this value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
+        "with keep_initial_values from export_guards, which bakes the value into the program (a stale cache ships in it).",
         "program",
     ),
     Rule(
