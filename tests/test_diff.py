@@ -3,7 +3,10 @@ packed-weight cache, weight by weight, and its exit codes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,3 +144,44 @@ def test_bad_input_exits_2_saying_what_and_how_to_fix(cli: Callable[..., Ran], p
     assert "export-guards check FILE says what is wrong" in cut.stderr
     folder = cli("diff", tmp_path, programs["shipped"])
     assert folder.returncode == 2 and "is a folder" in folder.stderr
+
+
+def _largest_named(data: bytes) -> tuple[str, int, int]:
+    from export_guards.pte.reader.file import PteFile
+
+    key, region = max(PteFile(data, "<bytes>").named_data.items(), key=lambda item: item[1].size)
+    return key, region.start, region.end
+
+
+def test_the_same_bytes_under_another_key_exit_1(cli: Callable[..., Ran], programs: dict[str, Path], tmp_path: Path) -> None:
+    """A step after export that names the weights otherwise (here: each occurrence of one key,
+    in the named data's table and in the delegate's graph, replaced by another of its length)."""
+    data = programs["shipped"].read_bytes()
+    key, _, _ = _largest_named(data)
+    renamed = tmp_path / "renamed.pte"
+    renamed.write_bytes(data.replace(key.encode(), hashlib.sha256(b"another naming").hexdigest().encode()))
+    done = cli("diff", programs["shipped"], renamed)
+    assert done.returncode == 1, done.stderr
+    (error,) = [line for line in done.stdout.splitlines() if "EG530 [error]" in line]
+    assert "filter value 1 (fp32[32, 16], 2,048 bytes)" in error and "its bytes are the same in both programs" in error
+
+
+def test_other_bytes_under_the_same_key_are_served_stale_exit_1(cli: Callable[..., Ran], programs: dict[str, Path], tmp_path: Path) -> None:
+    """A weight's bytes changed and its key did not (a copy damaged after export): a cache keyed
+    by name serves the old packing."""
+    data = bytearray(programs["shipped"].read_bytes())
+    _, start, _ = _largest_named(bytes(data))
+    data[start : start + 8] = bytes(b ^ 0xFF for b in data[start : start + 8])
+    damaged = tmp_path / "damaged-weights.pte"
+    damaged.write_bytes(bytes(data))
+    done = cli("diff", programs["shipped"], damaged)
+    assert done.returncode == 1, done.stderr
+    (error,) = [line for line in done.stdout.splitlines() if "EG531 [error]" in line]
+    assert "holds other bytes in each program under the same key" in error and "serves the old packing" in error
+
+
+def test_diff_reads_both_programs_without_torch(programs: dict[str, Path]) -> None:
+    code = "import sys; from export_guards.cli import main; rc = main(sys.argv[1:]); assert 'torch' not in sys.modules; sys.exit(rc)"
+    done = subprocess.run([sys.executable, "-c", code, "diff", "-q", programs["shipped"], programs["retrained"]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 re-packed (1,056 bytes)" in done.stdout
