@@ -7,11 +7,12 @@ import argparse
 from pathlib import Path
 
 from export_guards.cli.arguments import UsageError, baseline_from, settings_from
-from export_guards.cli.console import Stages, quiet_libraries
+from export_guards.cli.console import Stages, progress, quiet_libraries
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.reader.identity import file_kind
+from export_guards.report import Severity
 
 __all__ = ["run"]
 
@@ -35,6 +36,8 @@ def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
             except ValueError as error:
                 raise UsageError(f"{error}: give the .pte files that the export wrote (export-guards check FILE says what is wrong with one)") from None
             checked = [Checked(f"{args.new} (update of {args.old})", update_report(diff, settings), (diff.summary(),))]
+        if args.output_format == "text" and not settings.show_info and merged(checked).at_least(Severity.WARNING):
+            progress(args, diff.summary(), ongoing=False)  # the summary line gives it only when all passed
         root = project_root(args.new)
         checked, baselined = against_baseline(args, checked, baseline, outputs, root=root)
         delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
