@@ -73,9 +73,9 @@ class Weight:
     cache_key: str
     role: str
     nbytes: int
-    content: bytes | None = field(default=None, repr=False)
+    content: memoryview | None = field(default=None, repr=False, compare=False)
     quantization: XnnQuantization | None = None
-    scale_content: bytes | None = field(default=None, repr=False)
+    scale_content: memoryview | None = field(default=None, repr=False, compare=False)
     region: tuple[int, int] | None = None
 
     @property
@@ -247,12 +247,13 @@ def weights_of(pte: PteFile) -> Iterator[Weight]:
             yield Weight("", -1, -1, (), "", key, key, "constant", region.size, _content(pte, key, region.size), region=(region.start, region.size))
 
 
-def _content(pte: PteFile, key: str, size: int | None) -> bytes | None:
+def _content(pte: PteFile, key: str, size: int | None) -> memoryview | None:
+    """The bytes of named data ``key`` (its first ``size``), as a view of the mapped file: a
+    large program is compared in place, never copied."""
     region = pte.named_data.get(key)
     if region is None or not pte.in_file(region):
         return None
-    data = pte.read(region)
-    return data if size is None else data[:size]
+    return memoryview(pte.data)[region.start : region.start + (region.size if size is None else min(size, region.size))]
 
 
 def _region(pte: PteFile, key: str, size: int) -> tuple[int, int] | None:
@@ -306,7 +307,7 @@ def _cause(new: Weight, old: Weight | None) -> tuple[str, str]:
 
 def _scales(weight: Weight) -> tuple[tuple[float, ...], bytes | None, int] | None:
     quant = weight.quantization
-    return None if quant is None else (quant.scales, weight.scale_content, quant.zero_point)
+    return None if quant is None else (quant.scales, None if weight.scale_content is None else bytes(weight.scale_content), quant.zero_point)
 
 
 def _same_reals(old: Weight, new: Weight) -> str | None:
