@@ -19,6 +19,8 @@ from test_sarif import validated
 
 import export_guards as eg
 
+pytestmark = pytest.mark.slow  # the programs are exported and lowered once per module (about 15 s)
+
 INPUTS = (torch.ones(2, 16),)
 
 
@@ -181,6 +183,7 @@ def test_other_bytes_under_the_same_key_are_served_stale_exit_1(cli: Callable[..
     assert "holds other bytes in each program under the same key" in error and "serves the old packing" in error
 
 
+@pytest.mark.subprocess
 def test_diff_reads_both_programs_without_torch(programs: dict[str, Path]) -> None:
     code = "import sys; from export_guards.cli import main; rc = main(sys.argv[1:]); assert 'torch' not in sys.modules; sys.exit(rc)"
     done = subprocess.run([sys.executable, "-c", code, "diff", "-q", programs["shipped"], programs["retrained"]], capture_output=True, text=True, timeout=120)

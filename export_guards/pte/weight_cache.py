@@ -23,7 +23,7 @@ from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnQuantization, read_payload, read_quantization
 
-__all__ = ["CacheDiff", "ProgramUpdate", "Weight", "WeightChange", "diff_weights"]
+__all__ = ["CacheDiff", "ProgramUpdate", "Weight", "WeightChange", "diff_weights", "weights_of"]
 
 # The integers of XNNPACK's quantized datatypes, as numpy reads them (4-bit types are left out:
 # their bytes are compared as they are).
