@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         check_pte as check_pte,
         check_reproducible as check_reproducible,
         compare_pte as compare_pte,
+        diff_pte as diff_pte,
     )
     from export_guards.recipes import (
         guard_recipe as guard_recipe,
@@ -122,6 +123,7 @@ _EXPORTS = {
     "check_pte": "export_guards.pte.check",
     "check_reproducible": "export_guards.pte.check",
     "compare_pte": "export_guards.pte.check",
+    "diff_pte": "export_guards.pte.check",
     "delegation_summary": "export_guards.analysis.delegation",
     "export_with_guards": "export_guards.pipeline",
     "export_with_recipe": "export_guards.pipeline",

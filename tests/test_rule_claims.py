@@ -181,6 +181,36 @@ def test_eg308_a_written_buffer_starts_from_zeros_in_the_program_and_the_fix_kee
         assert "EG308" not in {f.code for f in eg.lint(torch.export.export(Running(torch.zeros(2, 4)), (x,)))}
 
 
+class StaleRows(nn.Module):
+    """A cache whose first row each call writes (``copy_``), then read whole, unmasked: the
+    finding sits on the read, not on the write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.ones(3, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache[0].copy_(x)
+        return self.cache.sum(0)
+
+
+def test_eg308_sits_on_the_unmasked_read_and_offers_keep_initial_values_last_with_its_risk() -> None:
+    x = torch.randn(4)
+    with torch.no_grad():
+        nested = eg.lint(torch.export.export(Nested(torch.ones(2, 4)), (torch.randn(2, 4),))).with_code("EG308")
+        stale = eg.lint(torch.export.export(StaleRows(), (x,))).with_code("EG308")
+    for (finding,), read, line in ((nested, "add", "self.total.add_(x)"), (stale, "sum", "self.cache.sum(0)")):
+        assert finding.node is not None and read in finding.node and line in finding.location.code
+        assert "through this read of it, which no mask covers" in finding.message
+        fix = finding.fix
+        assert fix.startswith("mask the read") and fix.index("start the buffer at zeros") < fix.index("keep_initial_values(")
+        assert "bakes the value into the program" in fix[fix.index("keep_initial_values(") :]
+    from export_guards.ruleset.catalog import CATALOG
+
+    catalog = CATALOG["EG308"].fix  # what `explain` and SARIF say: the same order
+    assert catalog.startswith("Mask the read") and catalog.index("zeros") < catalog.index("keep_initial_values")
+
+
 class Overwritten(nn.Module):
     """A buffer whose first op is a full overwrite: its value before the call never matters."""
 

@@ -1,5 +1,6 @@
 """The ``export-guards`` command: ``lint`` a model before export, ``check`` a written ``.pte``,
-list and explain the codes.
+``diff`` a shipped ``.pte`` and its new build (the weights an update re-packs), list and explain
+the codes.
 
 Exit codes: 0 clean, 1 findings at or above the fail level (0 with ``--exit-zero``), 2 a usage
 error or a step that failed (building the model, export, lowering, writing), 128+N a signal
@@ -8,7 +9,7 @@ go to stderr. Usage errors (bad options, missing or unparsable files, an unknown
 recipe, an output path that would overwrite an input or a file that is not the tool's) are
 found before torch or ExecuTorch loads.
 
-One module per command (``lint``, ``check``, ``codes``); ``arguments`` parses, ``outputs`` is
+One module per command (``lint``, ``check``, ``diff``, ``codes``); ``arguments`` parses, ``outputs`` is
 the only code that writes or removes a file the user named, ``signals`` turns signals into
 one exception, ``console`` keeps stdout for the report and says what the run is doing on
 stderr (a line per step; colour on a terminal, ``NO_COLOR`` / ``FORCE_COLOR`` as ruff).
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from export_guards.cli import check, codes, lint
+from export_guards.cli import check, codes, diff, lint
 from export_guards.cli.arguments import UsageError, parser, unrecognized
 from export_guards.cli.console import problem, write_stdout
 from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR, said_failed
@@ -29,7 +30,7 @@ from export_guards.targets import StepFailed
 
 __all__ = ["main"]
 
-_COMMANDS = {"lint": lint.run, "check": check.run, "rules": codes.rules, "explain": codes.explain}
+_COMMANDS = {"lint": lint.run, "check": check.run, "diff": diff.run, "rules": codes.rules, "explain": codes.explain}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

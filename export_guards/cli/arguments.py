@@ -68,12 +68,19 @@ def parser() -> argparse.ArgumentParser:
     _export_options(checking, " (with --reproducible)")
     _report_options(checking)
 
+    diffing = commands.add_parser(
+        "diff", help="what shipping a new build as an app update does to XNNPACK's packed-weight cache, weight by weight", allow_abbrev=False
+    )
+    diffing.add_argument("old", type=Path, metavar="OLD", help="the shipped program (.pte)")
+    diffing.add_argument("new", type=Path, metavar="NEW", help="the new build (.pte)")
+    _report_options(diffing)
+
     rules = commands.add_parser("rules", help="list every code", allow_abbrev=False)
     rules.add_argument("--output-format", "--format", dest="output_format", choices=("text", "json"), default="text", help="text (default) or json")
 
     explain = commands.add_parser("explain", help="print one code's documentation", allow_abbrev=False)
     explain.add_argument("code", help="a code, such as EG210")
-    for command in (linting, checking, rules, explain):
+    for command in (linting, checking, diffing, rules, explain):
         command.set_defaults(command_parser=command)  # whose usage an unknown option shows
     return top
 
@@ -153,11 +160,11 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         "extend_select": _codes(args.extend_select) if args.extend_select else None,
         "extend_ignore": _codes(args.extend_ignore) if args.extend_ignore else None,
         "fail_level": args.fail_level,
-        "backend": args.backend,
-        "placement": args.placement,
-        "fold": args.fold,
-        "fold_max_growth": args.fold_max_growth,
-        "recipe": args.recipe,
+        "backend": getattr(args, "backend", None),  # export options: not every command has them
+        "placement": getattr(args, "placement", None),
+        "fold": getattr(args, "fold", None),
+        "fold_max_growth": getattr(args, "fold_max_growth", None),
+        "recipe": getattr(args, "recipe", None),
         "show_info": True if args.show_info or args.verbose else None,
     }
     try:

@@ -15,16 +15,18 @@ from export_guards.pte.digests import ContentDigests
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
+from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES
 from export_guards.pte.rules.delegates import named_data_hash_mismatch
 from export_guards.pte.rules.kernels import kernel_call_inconsistent, replay_calls, verdicts
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker
+from export_guards.pte.weight_cache import CacheDiff, ProgramUpdate, diff_weights
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
 from export_guards.settings import Settings
 
-__all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte"]
+__all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte", "diff_pte", "read_update", "update_report"]
 
 PathOrBytes = str | os.PathLike[str] | bytes | bytearray | memoryview
 
@@ -185,3 +187,42 @@ def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: Settings | N
 def _name(program: PathOrBytes) -> str:
     return "<bytes>" if isinstance(program, (bytes, bytearray, memoryview)) else os.fspath(program)
 
+
+
+def diff_pte(old: PathOrBytes, new: PathOrBytes, *, config: Settings | None = None) -> Report:
+    """What shipping ``new`` as an update of ``old`` does to XNNPACK's packed-weight cache,
+    weight by weight (EG530-EG535): reused, re-packed (with why: a changed source, or the same
+    source in other bytes, an error) or orphaned, with the bytes of each and in total.
+
+    Raises:
+        OSError: a path that cannot be opened as a file.
+        ValueError: a file that is not an ExecuTorch program, or one too damaged to read,
+            saying which and why.
+    """
+    return update_report(read_update(old, new), config)
+
+
+def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
+    """The two programs' weights, paired, as ``diff_pte`` reports them.
+
+    Raises:
+        OSError: a path that cannot be opened as a file.
+        ValueError: a file that is not an ExecuTorch program, or one too damaged to read.
+    """
+    programs = []
+    for given, role in ((old, "the shipped program"), (new, "the new build")):
+        data = bytes(given) if isinstance(given, (bytes, bytearray, memoryview)) else open_bytes(given)
+        pte = PteFile(data, _name(given))
+        if pte.program is None:
+            why = "; ".join(pte.problems) or "it is not an ExecuTorch program"
+            raise ValueError(f"{pte.name} ({role}) cannot be read as an ExecuTorch program: {why}")
+        programs.append(pte)
+    try:
+        return diff_weights(ProgramUpdate(programs[0], programs[1]))
+    except DecodeError as error:
+        raise ValueError(f"an XNNPACK delegate cannot be read: {error}") from None
+
+
+def update_report(diff: CacheDiff, config: Settings | None = None) -> Report:
+    """The findings of :func:`read_update`'s account (stage ``update``)."""
+    return run(with_project_rules(PTE_RULES), "update", diff, config or Settings(), name=f"{diff.old} and {diff.new}")

@@ -219,8 +219,10 @@ _RULES = (
         "what it computes, and to_executorch writes only its shape and dtype: the program starts "
         "it from zeros, so its outputs differ from eager (to_executorch warns only in Python). A "
         "value the program overwrites or masks (a KV cache left over from an eager call) is no finding.",
-        "Keep its value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
-        "with keep_initial_values from export_guards; or start the buffer at zeros.",
+        "Mask the read: have each call write what it reads of the buffer first, or read only what it wrote "
+        "(a KV cache under its causal mask); or start the buffer at zeros. Last, only when the program must "
+        "start from this value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
+        "with keep_initial_values from export_guards, which bakes the value into the program (a stale cache ships in it).",
         "program",
     ),
     Rule(
@@ -546,6 +548,73 @@ _RULES = (
         "Write the program (and its .ptd files) again from the export, or copy it again from "
         "the source; clear the device's XNNPACK weights cache if a damaged copy was run.",
         "pte",
+    ),
+    Rule(
+        "EG530",
+        "weight-repacked-same-source",
+        Severity.ERROR,
+        "Between the shipped program and the new build, a weight's XNNPACK cache key changed while "
+        "its source did not (the same delegate value, shape and datatype, with the same bytes under "
+        "another key, or the same float weight quantized to other integers): every device re-packs "
+        "it after the update, and a cache that keeps old entries grows by it, for nothing.",
+        "Make the export deterministic for unchanged weights: the same quantizer settings and "
+        "observers as the shipped build, weights quantized once and reused (not re-calibrated per "
+        "build), folds on fixed inputs; then export-guards diff again. check --reproducible finds "
+        "what differs between two exports of one model.",
+        "update",
+    ),
+    Rule(
+        "EG531",
+        "weight-cache-stale",
+        Severity.ERROR,
+        "A weight keeps its XNNPACK cache key (its filter's and bias's named-data keys) across the "
+        "update while what it packs changed (its scales, or bytes under a key that is not their "
+        "hash): a cache keyed by name serves the old packing, and the new build computes with the "
+        "old weight.",
+        "Give changed data a new key (XNNPACK's own keys are the SHA-256 of the bytes: write the "
+        "program with ExecuTorch's serializer, do not edit its named data), or clear the device's "
+        "weights cache when the update installs.",
+        "update",
+    ),
+    Rule(
+        "EG532",
+        "weight-repacked",
+        Severity.INFO,
+        "A weight of the new build has a cache key the shipped program lacks, because its source "
+        "changed (new values, shape or datatype, or a weight it is packed with changed) or is new: "
+        "the first launch after the update packs it. The finding gives its bytes.",
+        "Nothing to fix when the weights were meant to change. To keep an update's re-packing "
+        "small, change only the layers that need it.",
+        "update",
+    ),
+    Rule(
+        "EG533",
+        "weight-orphaned",
+        Severity.INFO,
+        "A cache key of the shipped program that no weight of the new build uses: a cache that "
+        "keeps old entries holds its bytes for nothing. The finding gives its bytes.",
+        "Nothing to fix in the program; a cache that is not pruned after an update keeps these "
+        "bytes (delete the weights cache file when the update installs).",
+        "update",
+    ),
+    Rule(
+        "EG534",
+        "weight-reused",
+        Severity.INFO,
+        "A weight of the new build whose cache key the shipped program has too: a cache keyed by "
+        "name reuses its packing.",
+        "Nothing to fix.",
+        "update",
+    ),
+    Rule(
+        "EG535",
+        "weight-cache-account",
+        Severity.INFO,
+        "What the update does to XNNPACK's packed-weight cache, in total: the cache entries "
+        "reused, re-packed and orphaned with their bytes, and what a cache that keeps its old "
+        "entries grows by.",
+        "Nothing to fix; EG530 and EG531 say what should not be there.",
+        "update",
     ),
 )
 

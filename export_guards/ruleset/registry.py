@@ -40,7 +40,7 @@ GROUP = "export_guards.rules"
 OWN_PREFIX = "EG"
 """export-guards' own codes; no project prefix may overlap it."""
 
-CHECKED_STAGES = ("program", "partitioned", "pte", "reproducible", "runtime")
+CHECKED_STAGES = ("program", "partitioned", "pte", "reproducible", "update", "runtime")
 """The stages whose subjects the engine hands to a rule's check (see ``STAGES``)."""
 
 _PREFIX = re.compile(r"^[A-Z]{1,8}$")

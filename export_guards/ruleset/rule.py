@@ -12,7 +12,7 @@ from export_guards.report import Severity
 
 __all__ = ["DOCS_URL", "STAGES", "Check", "Hit", "Rule", "Stage"]
 
-Stage = Literal["program", "partitioned", "pte", "reproducible", "runtime", "action", "step", "engine"]
+Stage = Literal["program", "partitioned", "pte", "reproducible", "update", "runtime", "action", "step", "engine"]
 """What a rule reads, or who reports its code (see ``STAGES``)."""
 
 STAGES: dict[str, str] = {
@@ -20,6 +20,7 @@ STAGES: dict[str, str] = {
     "partitioned": "the lowered program, after partitioning",
     "pte": "a written .pte file and its .ptd files",
     "reproducible": "two exports of one model",
+    "update": "a shipped .pte and its new build, weight by weight (export-guards diff)",
     "runtime": "a run of the .pte in executorch.runtime",
     "action": "what a guard did (a copy, a fold), reported by the guard itself",
     "step": "a step of the export that failed, reported by the command",

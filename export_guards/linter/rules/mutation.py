@@ -8,7 +8,7 @@ import torch
 from torch.export.graph_signature import OutputKind
 from torch.fx import Node
 
-from export_guards.analysis.initial_state import initial_values_that_matter
+from export_guards.analysis.initial_state import initial_values_that_matter, unmasked_read
 from export_guards.analysis.ops import writer
 from export_guards.analysis.programs import ConstantKind
 from export_guards.linter.context import LintContext
@@ -44,15 +44,20 @@ def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
             if evidence is not None
             else "its first calls may differ from eager's (the program keeps no example inputs to tell)"
         )
+        read = unmasked_read(context.program, fqn) if evidence is not None else None
         yield Hit(
             f"buffer '{fqn}' ({str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}, "
             f"{int(torch.count_nonzero(tensor))} of {tensor.numel()} elements nonzero) is written in place, and the "
-            f"program drops that value (it starts the buffer from zeros): {said}",
-            _written_by(context, constant.node),
+            f"program drops that value (it starts the buffer from zeros): {said}"
+            + (", through this read of it, which no mask covers" if read is not None else ""),
+            read if read is not None else _written_by(context, constant.node),
             fqn,
             fix=(
-                f"keep its value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values({fqn!r})])) "
-                "(from export_guards import keep_initial_values); or start the buffer at zeros"
+                f"mask the read: have each call write the part of '{fqn}' it reads first, or read only what "
+                "this call wrote (a KV cache read under its causal mask); or start the buffer at zeros. Last, only "
+                f"when the program must start from this value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values({fqn!r})])) "
+                "(from export_guards import keep_initial_values), which bakes the value into the program: a cache "
+                "left over from an eager call (a sanity call, calibration) then ships in it, and every load starts from it"
             ),
         )
 

@@ -17,7 +17,7 @@ from export_guards.pte.reader.flatc import DecodeError, generated_reader
 from export_guards.pte.reader.headers import XNNHeader
 from export_guards.pte.reader.wheel import read_resource
 
-__all__ = ["BACKEND_ID", "ELEMENT_BYTES", "GRAPH_IDENTIFIERS", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnValue", "is_xnnpack_payload", "read_payload"]
+__all__ = ["BACKEND_ID", "ELEMENT_BYTES", "GRAPH_IDENTIFIERS", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnQuantization", "XnnValue", "is_xnnpack_payload", "read_payload", "read_quantization"]
 
 BACKEND_ID = "XnnpackBackend"
 GRAPH_IDENTIFIERS = (b"XN00", b"XN01")  # the flatbuffer identifiers XNNCompiler.cpp takes
@@ -160,6 +160,76 @@ class XnnPayload:
             if bias is not None:
                 uses.setdefault(bias, []).append(node.output_channels(dims.get(filter_, ())) if filter_ is not None else None)
         return {value: max(counts) for value, counts in uses.items() if None not in counts}  # type: ignore[type-var]
+
+
+@final
+@dataclass(frozen=True)
+class XnnQuantization:
+    """How a quantized value of an XNNPACK graph maps its integers to reals.
+
+    Attributes:
+        kind: ``"per_tensor"``, ``"per_channel"``, ``"per_channel_group"`` or ``"per_token"``.
+        scales: the scale (one, per tensor) or scales (one per channel) when the graph holds
+            them inline; ``()`` when they are named data (``scale_key``) or dynamic.
+        scale_key: the named-data key of its scales (``"scale_<sha256>"``), else ``""``.
+        channel_dim: the dimension the scales run along (per channel).
+        zero_point: the zero point (per tensor; 0 otherwise).
+    """
+
+    kind: str
+    scales: tuple[float, ...] = ()
+    scale_key: str = ""
+    channel_dim: int = 0
+    zero_point: int = 0
+
+
+def read_quantization(data: bytes) -> dict[int, XnnQuantization]:
+    """Each quantized value of the payload's graph (by value id) and its quantization, for a
+    payload that :func:`read_payload` reads.
+
+    Raises:
+        DecodeError: the graph cannot be read, saying how.
+    """
+    if data[4:8] == XNNHeader.EXPECTED_MAGIC:
+        offset = int.from_bytes(data[XNNHeader.FLATBUFFER_OFFSET_OFFSET], "little")
+        graph = data[offset : offset + int.from_bytes(data[XNNHeader.FLATBUFFER_SIZE_OFFSET], "little")]
+    else:
+        graph = data
+    schema = _schema()
+    kinds = {schema.XNNQuantParams.PerTensorQuant: "per_tensor", schema.XNNQuantParams.PerChannelQuant: "per_channel", schema.XNNQuantParams.PerChannelGroupQuant: "per_channel_group", schema.XNNQuantParams.PerTokenDynamicQuant: "per_token"}
+    found: dict[int, XnnQuantization] = {}
+    try:
+        with verified_reader():
+            root = schema.XNNGraph.GetRootAs(graph, 0)
+            for i in range(root.XvaluesLength()):
+                value = root.Xvalues(i)
+                if value.XvalueUnionType() != schema.XValueUnion.XNNQuantizedTensorValue or value.XvalueUnion() is None:
+                    continue
+                quantized = schema.XNNQuantizedTensorValue()
+                quantized.Init(value.XvalueUnion().Bytes, value.XvalueUnion().Pos)
+                kind, table = quantized.QuantParamsType(), quantized.QuantParams()
+                if kind not in kinds or table is None:
+                    continue
+                found[quantized.TensorValue().IdOut()] = _quantization(schema, root, kinds[kind], table)
+    except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
+        raise DecodeError(f"its graph's quantization cannot be read: {type(error).__name__}: {error}") from None
+    return found
+
+
+def _quantization(schema: types.ModuleType, root: object, kind: str, table: object) -> XnnQuantization:
+    if kind == "per_tensor":
+        params = schema.PerTensorQuant()
+        params.Init(table.Bytes, table.Pos)
+        return XnnQuantization(kind, (float(params.Scale()),), zero_point=int(params.ZeroPoint()))
+    if kind == "per_token":
+        return XnnQuantization(kind)
+    params = schema.PerChannelQuant() if kind == "per_channel" else schema.PerChannelGroupQuant()
+    params.Init(table.Bytes, table.Pos)
+    scales = tuple(float(params.Scale(k)) for k in range(params.ScaleLength()))
+    key = ""
+    if params.ScaleBufferIdx() and params.ScaleBufferIdx() < root.ConstantDataLength():
+        key = (root.ConstantData(params.ScaleBufferIdx()).NamedKey() or b"").decode()
+    return XnnQuantization(kind, scales, key, int(params.ChannelDim()))
 
 
 def is_xnnpack_payload(data: bytes | None) -> bool:
