@@ -85,6 +85,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     from export_guards.ruleset import Rule as Rule
     from export_guards.settings import PlacementPolicy as PlacementPolicy, Settings as Settings
     from export_guards.targets import Exportable as Exportable
+    from export_guards.lowering import Lowering as Lowering
 
 _EXPORTS = {
     "ConstantPlacementError": "export_guards.errors",
@@ -95,6 +96,7 @@ _EXPORTS = {
     "DelegationSummary": "export_guards.analysis.delegation",
     "ExportFailed": "export_guards.pte.check",
     "Exportable": "export_guards.targets",
+    "Lowering": "export_guards.lowering",
     "Finding": "export_guards.report",
     "FoldConstantsPass": "export_guards.passes.fold",
     "KnownWrongDelegationPass": "export_guards.passes.known_wrong",

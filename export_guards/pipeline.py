@@ -9,11 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 import torch
 import torch.utils._pytree as pytree
-from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+from executorch.exir.backend.partitioner import Partitioner
 from executorch.export import ExportRecipe
 from torch.export import ExportedProgram
 
@@ -25,10 +26,11 @@ from export_guards.analysis.partitioner_reasons import capture_partitioner_reaso
 from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.shape_bounds import shape_bounds
 from export_guards.analysis.source import location_named_in, node_location, operator_sites
-from export_guards.backends import backend_named
+from export_guards.backends import backend_named, device_backend_ids, partitioned_lint_applies
 from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
+from export_guards.lowering import Lowering
 from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
@@ -44,7 +46,7 @@ from export_guards.recipes import guard_recipe, ledger_of, linted_session, quant
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error, run, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
-from export_guards.targets import load_target, step, target_file
+from export_guards.targets import StepFailed, load_target, step, target_file
 
 __all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "ProgramRuns", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
@@ -67,12 +69,14 @@ class GuardedExport:
             the export before lowering (lowering would have crashed).
         report: every finding: placement, lint before and after partitioning, folds.
         pte: the written program, when the export already wrote it (a recipe's session does).
+        lowering: how it was lowered where the user chose (its ``backend_config`` writes it).
     """
 
     program: ExportedProgram
     edge: EdgeProgramManager | None
     report: Report
     pte: bytes | None = None
+    lowering: Lowering = Lowering()
 
     @property
     def delegation(self) -> DelegationSummary | None:
@@ -95,7 +99,7 @@ class GuardedExport:
             try:
                 with buffer_warning_answered():
                     progress.now("emitting the program")
-                    written = self.edge.to_executorch(ExecutorchBackendConfig(passes=emit_passes()))
+                    written = self.edge.to_executorch(self.lowering.emit_config(emit_passes()))
                     progress.now("serializing the program")
                     pte = written.buffer
             except RuntimeError as error:
@@ -365,11 +369,19 @@ def export_with_guards(
     config: Settings | None = None,
     dynamic_shapes: Any = None,
     strict: bool | None = None,
+    lowering: Lowering | None = None,
 ) -> GuardedExport:
     """``torch.export`` ``model`` on ``example_inputs`` (with ``dynamic_shapes`` and
-    ``strict`` as torch.export takes them), then :func:`lower_with_guards`; or, when ``config``
-    names a recipe, :func:`export_with_recipe`."""
+    ``strict`` as torch.export takes them), then :func:`lower_with_guards` (with ``lowering``,
+    the user's own partitioners and configs); or, when ``config`` names a recipe,
+    :func:`export_with_recipe`.
+
+    Raises:
+        ValueError: both a recipe and a ``lowering`` are named.
+    """
     if config is not None and config.recipe is not None:
+        if lowering is not None and lowering.chosen:
+            raise ValueError(f"the recipe {config.recipe} lowers with its own partitioners and configs: name either the recipe or the lowering, not both")
         given = {"placement": placement, "fold": fold}
         return export_with_recipe(
             model, example_inputs, config.recipe, config=config.updated({k: v for k, v in given.items() if v is not None}), dynamic_shapes=dynamic_shapes, strict=strict
@@ -380,6 +392,7 @@ def export_with_guards(
         placement=placement,
         fold=fold,
         config=config,
+        lowering=lowering,
     )
 
 
@@ -396,7 +409,7 @@ def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, co
     with (each_step or _as_is)("building the model"):
         made = load_target(target, arguments)
     return export_in_steps(
-        made.model, made.inputs, config=config, source=target_file(target), each_step=each_step, dynamic_shapes=made.dynamic_shapes, strict=made.strict
+        made.model, made.inputs, config=config, source=target_file(target), each_step=each_step, dynamic_shapes=made.dynamic_shapes, strict=made.strict, lowering=made.lowering
     )
 
 
@@ -409,9 +422,10 @@ def export_in_steps(
     each_step: EachStep | None = None,
     dynamic_shapes: Any = None,
     strict: bool | None = None,
+    lowering: Lowering | None = None,
 ) -> GuardedExport:
     """:func:`export_with_guards`, one step at a time, each inside ``each_step(what it does)``
-    when given (``"torch.export"``).
+    when given (``"torch.export"``); ``lowering``: the user's own (:class:`Lowering`).
 
     Raises:
         StepFailed: ``torch.export`` or lowering failed; the message names the step, the
@@ -421,12 +435,16 @@ def export_in_steps(
     timed = each_step or _as_is
     inputs = tuple(example_inputs)
     if settings.recipe is not None:
+        if lowering is not None and lowering.chosen:
+            raise StepFailed("lowering", f"the recipe {settings.recipe} lowers with its own partitioners and configs: name either the recipe or the lowering (partitioners, compile_config, backend_config), not both")
         with timed(f"exporting, linting and lowering with the recipe {settings.recipe}"), step(f"exporting with the recipe {settings.recipe}", source):
             return export_with_recipe(model, inputs, settings.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     with timed("torch.export"), step("torch.export", source):
         program = _torch_export(model, inputs, dynamic_shapes, strict)
-    with timed(f"linting and lowering ({settings.backend})"), step(f"lowering ({settings.backend})", source):
-        return lower_with_guards(program, config=settings)
+    lowering = lowering or Lowering()
+    named = settings.backend if lowering.partitioners is None else ", ".join(type(p).__name__ for p in lowering.partitioners) or "portable"
+    with timed(f"linting and lowering ({named})"), step(f"lowering ({named})", source):
+        return lower_with_guards(program, config=settings, lowering=lowering)
 
 
 def _as_is(doing: str) -> AbstractContextManager[object]:
@@ -509,11 +527,14 @@ def lower_with_guards(
     placement: PlacementPolicy | None = None,
     fold: bool | None = None,
     config: Settings | None = None,
+    lowering: Lowering | None = None,
 ) -> GuardedExport:
     """Guard, lint and lower a torch.export program; never crashes on a device constant.
 
     ``backend``, ``placement`` and ``fold`` default to ``config``'s (``"xnnpack"``,
-    ``"error"``, on).
+    ``"error"``, on). ``lowering``: the user's own partitioners, ``EdgeCompileConfig`` and
+    ``ExecutorchBackendConfig`` (:class:`Lowering`), lowered with instead of ``backend``'s
+    default partitioner and ExecuTorch's default configs.
 
     1. The placement plan (:func:`plan_placement`), decided once: a constant the host cannot
        read (EG101 / EG102) stops the export here, whatever the settings select (lowering
@@ -543,8 +564,9 @@ def lower_with_guards(
     given = {"backend": backend, "placement": placement, "fold": fold}
     settings = (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, "lower_with_guards")
     ledger = Ledger()
-    backend = backend_named(settings.backend)
-    partitioners = guard_partitioners(backend.partitioners())
+    lowering = lowering or Lowering()
+    backend = _backend_of(settings.backend, lowering)
+    partitioners = guard_partitioners(list(backend.partitioners))
     # Placement is decided once, here: a constant no host reader can take stops the export
     # before lowering (lowering would crash), whatever the settings select; the guarded
     # partitioners then see only who reads the device constants this plan leaves to them.
@@ -553,7 +575,7 @@ def lower_with_guards(
     if plan.stops:
         ledger.put_lint("program", program, lint_guarded(program, settings))
         ledger.stop(plan.stops)
-        return GuardedExport(program, None, ledger.report(settings))
+        return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     placed = plan.carried_out(program)
     program = placed.exported_program
     ledger.put(None, "copy", placed.report)
@@ -571,10 +593,10 @@ def lower_with_guards(
     passes = GuardPasses(ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(backend.backend_ids)]))
     try:
         with capture_partitioner_reasons() as reasons:
-            edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
+            edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners, compile_config=lowering.compile_config)
     except ConstantPlacementError as error:  # a partition would have read device memory
         ledger.stop(error.report)
-        return GuardedExport(program, None, ledger.report(settings))
+        return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
@@ -584,4 +606,26 @@ def lower_with_guards(
     if backend.partitioned_lint:
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
-    return GuardedExport(program, edge, ledger.report(settings))
+    return GuardedExport(program, edge, ledger.report(settings), lowering=lowering)
+
+
+class _Backend(NamedTuple):
+    """What the guarded lowering lowers with: the partitioners (unguarded), their backend ids,
+    whether those hold device constants on purpose, and whether the partitioned-stage rules
+    explain their decisions."""
+
+    partitioners: Sequence[Partitioner]
+    backend_ids: tuple[str, ...] | None  # None: not all say which (the known-wrong patterns of every backend apply)
+    holds_device_memory: bool
+    partitioned_lint: bool
+
+
+def _backend_of(name: str, lowering: Lowering) -> _Backend:
+    """The user's own partitioners where ``lowering`` names them, else the ``backend`` setting's."""
+    if lowering.partitioners is None:
+        info = backend_named(name)
+        return _Backend(info.partitioners(), info.backend_ids, info.holds_device_memory, info.partitioned_lint)
+    specs = [getattr(p, "delegation_spec", None) for p in lowering.partitioners]
+    ids = tuple(dict.fromkeys(str(spec.backend_id) for spec in specs if spec is not None))
+    said = ids if all(spec is not None for spec in specs) else None
+    return _Backend(lowering.partitioners, said, any(i in device_backend_ids() for i in ids), any(partitioned_lint_applies(i) for i in ids))

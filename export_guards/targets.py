@@ -14,20 +14,23 @@ import importlib.util
 import sys
 import sysconfig
 import traceback
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import CATALOG, Hit, finding
+
+if TYPE_CHECKING:
+    from export_guards.lowering import Lowering
 
 __all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
 
 
 class Exportable(NamedTuple):
     """What a factory returns: the model and its example inputs, and how the user's own code
-    exports them. A plain tuple of the first two, or three, or all four items does as well.
+    exports and lowers them. A plain tuple of the first two, or three, or more items does as well.
 
     Attributes:
         model: the ``nn.Module``.
@@ -36,12 +39,36 @@ class Exportable(NamedTuple):
             shape fixed to the example's).
         strict: torch.export's ``strict`` (``None``: the flow's default, non-strict for
             ``torch.export.export``, a recipe's own for a recipe).
+        partitioners: the partitioners the user's script lowers with, options and all
+            (``[XnnpackPartitioner(...)]``; ``[]``: the portable kernels alone), instead of the
+            ``--backend``'s default one.
+        compile_config: the ``EdgeCompileConfig`` the user's script lowers with.
+        backend_config: the ``ExecutorchBackendConfig`` the user's script writes with.
+        quantize: the user's quantization step, ``quantize(model, inputs) -> model``, run on
+            the model before torch.export (torchao's ``quantize_``, or PT2E's prepare,
+            calibrate and convert), each time the model is exported: ``check --reproducible``
+            runs it twice, as an app's build would.
     """
 
     model: Any
     inputs: tuple[Any, ...]
     dynamic_shapes: Any = None
     strict: bool | None = None
+    partitioners: Sequence[Any] | None = None
+    compile_config: Any = None
+    backend_config: Any = None
+    quantize: Callable[[Any, tuple[Any, ...]], Any] | None = None
+
+    @property
+    def lowering(self) -> Lowering:
+        """How this model lowers: the user's partitioners and configs, as one value.
+
+        Raises:
+            TypeError: one of them is not what ExecuTorch takes there.
+        """
+        from export_guards.lowering import Lowering
+
+        return Lowering(self.partitioners, self.compile_config, self.backend_config)
 
 
 class TargetError(ValueError):
@@ -244,7 +271,7 @@ def _import(path: Path | None, module_part: str) -> Any:
     return module
 
 
-_RETURNS = "(model, example_inputs), optionally with dynamic_shapes and strict after them (export_guards.Exportable)"
+_RETURNS = "(model, example_inputs), optionally with dynamic_shapes, strict and how it lowers after them (export_guards.Exportable)"
 
 
 def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[str, Any]) -> Exportable:
@@ -252,7 +279,7 @@ def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[
 
     with step("building the model", path, call=f"{target.rpartition(':')[2]}()"):
         produced = factory(**arguments)
-    if not (isinstance(produced, tuple) and 2 <= len(produced) <= 4):
+    if not (isinstance(produced, tuple) and 2 <= len(produced) <= len(Exportable._fields)):
         got = f"a tuple of {len(produced)} items" if isinstance(produced, tuple) else f"a {type(produced).__name__}"
         raise StepFailed("building the model", f"{target} must return {_RETURNS}; it returned {got}")
     made = Exportable(*produced)
@@ -264,8 +291,21 @@ def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[
         )
     if made.strict not in (None, True, False):
         raise StepFailed("building the model", f"{target} must return {_RETURNS}; its strict is a {type(made.strict).__name__}, not True or False")
+    try:
+        made.lowering  # noqa: B018 - checked here, where the factory is named
+    except TypeError as error:
+        raise StepFailed("building the model", f"{target} must return {_RETURNS}; its {error}") from None
+    if made.quantize is not None and not callable(made.quantize):
+        raise StepFailed("building the model", f"{target} must return {_RETURNS}; its quantize is a {type(made.quantize).__name__}, not a callable")
     inputs = made.inputs
-    return made._replace(inputs=inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,))
+    made = made._replace(inputs=inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,))
+    if made.quantize is not None:
+        with step("quantizing the model", path, call="the factory's quantize()"):
+            quantized = made.quantize(made.model, made.inputs)
+        if not isinstance(quantized, torch.nn.Module):
+            raise StepFailed("quantizing the model", f"the quantize step of {target} must return the quantized nn.Module; it returned a {type(quantized).__name__}")
+        made = made._replace(model=quantized)
+    return made
 
 
 @contextlib.contextmanager
@@ -320,6 +360,28 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "`.tolist()`, `nonzero`) decides a shape or an `if` here. Bound it with `torch._check(...)` "
         "(`torch._check_is_size(n)` for a size), compute the shape from input shapes instead, or "
         "branch with `torch.cond`; see torch.export's page on data-dependent shapes.",
+    ),
+    (
+        ("expected compiled_fn to be GraphModule",),
+        "strictness: this model exports strictly (torch.export with strict=True, as its own exporter "
+        "does), not with torch.export's default strict=False. Say so in the factory: return "
+        "`export_guards.Exportable(model, inputs, strict=True)`.",
+    ),
+    (
+        ("not in Core ATen", "not an aten op", "is not Aten Canonical"),
+        "an op outside core ATen: ExecuTorch's default EdgeCompileConfig rejects it. If your own "
+        "script lowers with `EdgeCompileConfig(_core_aten_ops_exception_list=[...])` (or "
+        "`_check_ir_validity=False`), say so in the factory: return `export_guards.Exportable(model, "
+        "inputs, compile_config=EdgeCompileConfig(...))`, which the lint lowers with; else "
+        "decompose the op, or let a partitioner take it (`partitioners=[...]`).",
+    ),
+    (
+        ("Missing out variants",),
+        "an op with no kernel outside a delegate: the partitioner left it to the runtime's kernels, "
+        "which have no out variant of it. Lower with the partitioner configuration that takes it, as "
+        "your own script does: return `export_guards.Exportable(model, inputs, partitioners=[...])` "
+        "from the factory (for torchao's quantized ops, the XNNPACK partitioner with its quantized "
+        "configs); a custom op's out variant must be registered (imported) before export.",
     ),
 )
 """Hints for torch errors users meet, each with words of the error's text or type that say it."""

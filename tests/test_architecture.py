@@ -25,9 +25,9 @@ ROOT = PACKAGE.parent
 
 # Each room may import only the rooms before it in this order (and itself).
 LAYERS = [
-    {"report", "backends", "quiet", "compat"},
+    {"report", "backends", "quiet", "compat", "progress"},
     {"ruleset"},
-    {"settings"},
+    {"settings", "lowering"},
     {"errors", "targets", "render"},
     {"analysis"},
     {"linter", "pte"},

@@ -135,7 +135,7 @@ def _lint(
         model, inputs = made.model, made.inputs
         saved = _saved(inputs) if args.save_inputs is not None else None  # as given, before the export runs the model
         result = export_in_steps(
-            model, inputs, config=settings, source=target_file(target), each_step=steps, dynamic_shapes=made.dynamic_shapes, strict=made.strict
+            model, inputs, config=settings, source=target_file(target), each_step=steps, dynamic_shapes=made.dynamic_shapes, strict=made.strict, lowering=made.lowering
         )
         found, program = result.report, None
         if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's

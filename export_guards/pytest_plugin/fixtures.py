@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the plugin loads in every pytest run: torch and the pipelin
     import torch
 
     from export_guards.analysis.delegation import DelegationSummary
+    from export_guards.lowering import Lowering
     from export_guards.pipeline import GuardedExport
     from export_guards.report import Report
     from export_guards.targets import StepFailed
@@ -60,10 +61,12 @@ def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExp
     -> GuardedExport``: export with the guards (placement, fold, lint before and after
     partitioning); ``dynamic_shapes`` and ``strict`` as torch.export takes them. Never fails the test."""
 
-    def run(model: torch.nn.Module, example_inputs: Sequence[object], *, dynamic_shapes: Any = None, strict: bool | None = None, **overrides: Any) -> GuardedExport:
-        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("dynamic_shapes", "strict"))
+    def run(
+        model: torch.nn.Module, example_inputs: Sequence[object], *, dynamic_shapes: Any = None, strict: bool | None = None, lowering: Lowering | None = None, **overrides: Any
+    ) -> GuardedExport:
+        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("dynamic_shapes", "strict", "lowering"))
         with libraries_kept_quiet():
-            return _export(settings, model, example_inputs, dynamic_shapes, strict)
+            return _export(settings, model, example_inputs, dynamic_shapes, strict, lowering)
 
     return run
 
@@ -103,6 +106,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         extra_inputs: Sequence[Sequence[object]] = (),
         dynamic_shapes: Any = None,
         strict: bool | None = None,
+        lowering: Lowering | None = None,
         atol: float = 1e-5,
         rtol: float = 1e-5,
         **overrides: Any,
@@ -115,7 +119,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         runs += [("steps", list(steps))] if steps else []
         pristine = copy.deepcopy(model)  # the state the program starts from, for each eager run
         inputs = steps[0] if example_inputs is None else example_inputs
-        result = _failed_or(lambda: _export_in_steps(settings, model, inputs, dynamic_shapes, strict))
+        result = _failed_or(lambda: _export_in_steps(settings, model, inputs, dynamic_shapes, strict, lowering))
         if isinstance(result, StepFailed):  # failed here, out of the except block: no chained tracebacks
             _eg_fail(_step_failed(result), _failed_report(result))
         failing = result.report.at_least(settings.fail_level)
@@ -175,7 +179,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     return check
 
 
-_OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "dynamic_shapes", "strict", "atol", "rtol")
+_OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "dynamic_shapes", "strict", "lowering", "atol", "rtol")
 
 _SPECIALISED = (
     "A common cause: torch.export specialised a branch or a shape on the example "
@@ -264,19 +268,23 @@ def eg_device(request: pytest.FixtureRequest) -> torch.device:
     return torch.device(request.param)
 
 
-def _export(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None) -> GuardedExport:
+def _export(
+    settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None, lowering: Lowering | None
+) -> GuardedExport:
     """``export_with_guards`` with ``settings``."""
     from export_guards.pipeline import export_with_guards
 
-    return export_with_guards(model, tuple(example_inputs), config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
+    return export_with_guards(model, tuple(example_inputs), config=settings, dynamic_shapes=dynamic_shapes, strict=strict, lowering=lowering)
 
 
-def _export_in_steps(settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None) -> GuardedExport:
+def _export_in_steps(
+    settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None, lowering: Lowering | None
+) -> GuardedExport:
     """``export_with_guards`` with ``settings``, a step at a time: a step that fails raises a
     ``StepFailed`` that names it, its innermost cause and the line of the model's file."""
     from export_guards.pipeline import export_in_steps
 
-    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model), dynamic_shapes=dynamic_shapes, strict=strict)
+    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model), dynamic_shapes=dynamic_shapes, strict=strict, lowering=lowering)
 
 
 def _failed_or(run: Callable[[], _T], step: str = "", source: Path | None = None) -> _T | StepFailed:

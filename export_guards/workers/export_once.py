@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from export_guards.pipeline import export_target
 from export_guards.pte.reproducible import EXPORT_FAILED
@@ -26,8 +27,8 @@ def constant_names(tensors: dict[str, object]) -> dict[str, str]:
     """SHA-256 of each tensor's stored bytes (contiguous; and channels-last for 4-d) to its name."""
     names: dict[str, str] = {}
     for name, tensor in tensors.items():
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
-            continue
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or is_traceable_wrapper_subclass(tensor):
+            continue  # a tensor subclass (torchao's quantized weight) has no bytes of its own: to_edge unpacks it
         layouts = [tensor.detach()]
         if tensor.dim() == 4:
             layouts.append(tensor.detach().permute(0, 2, 3, 1))  # NHWC bytes, as XNNPACK stores convs

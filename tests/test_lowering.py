@@ -1,0 +1,111 @@
+"""A factory says how it lowers (``Exportable``'s partitioners, compile_config, backend_config and
+quantize): the lint, ``check --reproducible`` and the fixtures lower exactly that, and a failed
+lowering's fix names the setting that resolves it (issue 54)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import Ran
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+import export_guards as eg
+from export_guards.pipeline import export_target
+from export_guards.targets import StepFailed, load_target, step
+
+pytestmark = pytest.mark.slow
+MODELS = Path(__file__).parent / "lowering_models.py"
+
+
+def stock(model: torch.nn.Module, inputs: tuple[object, ...], **lowering: object) -> bytes:
+    """The user's own script: their partitioners and configs, no guards."""
+    backend_config = lowering.pop("backend_config", None)
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), **lowering)  # type: ignore[arg-type]
+    return edge.to_executorch(backend_config).buffer  # type: ignore[arg-type]
+
+
+def delegates(pte: bytes) -> int:
+    from export_guards.pte.reader.file import PteFile
+
+    return len(PteFile(pte).delegates)
+
+
+def test_the_lint_lowers_with_the_compile_config_the_factory_names_and_says_so_when_it_is_missing(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    failed = cli("lint", f"{MODELS}:select_default", "--pte", str(tmp_path / "a.pte"))
+    assert failed.returncode == 2
+    assert "not in Core ATen" in failed.stderr and "compile_config=EdgeCompileConfig(" in failed.stderr  # the fix names the setting
+
+    written = tmp_path / "b.pte"
+    done = cli("lint", f"{MODELS}:select_with_config", "--pte", str(written))
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = load_target(f"{MODELS}:select_with_config")
+    assert written.read_bytes() == stock(made.model, made.inputs, compile_config=made.compile_config)
+
+
+@pytest.mark.runs_program
+def test_the_lint_lowers_with_the_partitioners_and_options_the_factory_names(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    for factory, partitioner in (("per_op", [XnnpackPartitioner(per_op_mode=True)]), ("portable_only", [])):
+        written = tmp_path / f"{factory}.pte"
+        done = cli("lint", f"{MODELS}:{factory}", "--pte", str(written))
+        assert done.returncode == 0, done.stderr[-2000:]
+        made = load_target(f"{MODELS}:{factory}")
+        mine = stock(made.model, made.inputs, partitioner=partitioner)
+        assert delegates(written.read_bytes()) == delegates(mine)
+        assert written.read_bytes() == mine
+    # per-op mode makes one delegate per linear where the default makes one for the whole chain
+    assert delegates((tmp_path / "per_op.pte").read_bytes()) == 2
+    assert delegates((tmp_path / "portable_only.pte").read_bytes()) == 0
+
+
+def test_the_program_is_written_with_the_backend_config_the_factory_names(cli: Callable[..., Ran], tmp_path: Path) -> None:
+    written = tmp_path / "realigned.pte"
+    done = cli("lint", f"{MODELS}:realigned", "--pte", str(written))
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = load_target(f"{MODELS}:realigned")
+    assert written.read_bytes() == stock(made.model, made.inputs, partitioner=[XnnpackPartitioner()], backend_config=ExecutorchBackendConfig(constant_tensor_alignment=256))
+    assert written.read_bytes() != stock(made.model, made.inputs, partitioner=[XnnpackPartitioner()])
+
+
+def test_the_quantize_step_runs_before_export_each_time_the_model_is_built() -> None:
+    made = load_target(f"{MODELS}:quantized")
+    assert type(made.model.a.weight) is not torch.nn.Parameter  # torchao's quantized weight
+    result = export_target(f"{MODELS}:quantized")
+    assert result.edge is not None
+    assert any("quantize" in str(node.target) for node in result.program.graph.nodes)
+    assert len(result.to_pte()) < len(stock(*load_target(f"{MODELS}:per_op")[:2], partitioner=[XnnpackPartitioner()]))  # int4, not float
+    # check --reproducible builds, quantizes and exports twice, each in its own process: the same bytes
+    assert not eg.check_reproducible(f"{MODELS}:quantized").with_code("EG510")
+
+
+def test_the_fixtures_lower_with_the_lowering_they_are_given(check_export: Callable[..., object]) -> None:
+    made = load_target(f"{MODELS}:per_op")
+    checked = check_export(made.model, made.inputs, lowering=made.lowering)
+    assert delegates(checked.pte) == 2  # type: ignore[attr-defined]
+
+
+def test_a_lowering_that_is_not_what_executorch_takes_is_a_clear_error(cli: Callable[..., Ran]) -> None:
+    done = cli("lint", f"{MODELS}:not_a_partitioner")
+    assert done.returncode == 2
+    assert "partitioners must be a list of ExecuTorch Partitioner instances" in done.stderr
+    with pytest.raises(ValueError, match="name either the recipe or the lowering"):
+        made = load_target(f"{MODELS}:per_op")
+        eg.export_with_guards(made.model, made.inputs, config=eg.Settings(recipe="xnnpack_fp32"), lowering=made.lowering)
+
+
+@pytest.mark.parametrize(
+    ("raised", "setting"),
+    [
+        (AssertionError("expected compiled_fn to be GraphModule, got <class 'function'>"), "strict=True"),
+        (RuntimeError("Missing out variants: {'torchao::dequantize_affine'}"), "partitioners=[...]"),
+    ],
+)
+def test_a_lowering_failure_whose_cause_a_setting_resolves_names_that_setting(raised: Exception, setting: str) -> None:
+    with pytest.raises(StepFailed) as failed:
+        with step("lowering (xnnpack)"):
+            raise raised
+    assert failed.value.hint is not None and setting in failed.value.hint
+    assert setting in failed.value.report.findings[0].fix  # type: ignore[operator]
