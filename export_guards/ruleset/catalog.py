@@ -325,7 +325,8 @@ _RULES = (
         "EG503",
         "segment-out-of-bounds",
         Severity.ERROR,
-        "A segment, or a constant inside the constant segment, lies outside the file.",
+        "A segment, or a constant inside the constant segment, lies outside the file, or two "
+        "segments overlap (other than named data stored once at a constant's bytes).",
         _REEXPORT,
         "pte",
     ),
