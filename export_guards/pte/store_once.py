@@ -115,7 +115,7 @@ def _plan(pte: PteFile, alignments: Mapping[str, int]) -> list[SharedCopy]:
             ),
             None,
         )
-        if found is None:
+        if found is None or found[1] == region.start - pte.segment_base:  # unique, or stored once already
             kept.setdefault(digest, (f"segment {index}", region.start - pte.segment_base))
             continue
         copies.append(SharedCopy(index, tuple(keys[index]), region.size, found[0], found[1]))
