@@ -17,6 +17,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
 import export_guards as eg
+from export_guards.compat import named_data_alignments
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.named_regions import segment_offset_fields
 from export_guards.report import Severity
@@ -131,6 +132,9 @@ def test_the_pass_list_stores_it_once_with_store_once(tied: Built) -> None:
     )
     manager = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))
     assert manager.buffer == tied.stock
+    # what store_once reads of the manager: the alignment each key asked for (XNNPACK: 16)
+    alignments = named_data_alignments(manager)
+    assert alignments.keys() == PteFile(manager.buffer).named_data.keys() and set(alignments.values()) == {16}
     assert eg.store_once(manager) == tied.pte
 
 
