@@ -6,7 +6,7 @@ head an int8 weight of its own while the embedding reads the float one)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import final
 
@@ -49,22 +49,33 @@ class DelegateCopy:
     quantized_by: str | None = None
 
 
-def delegate_copies(program: ExportedProgram, fqn: str, tensor: torch.Tensor) -> Iterator[DelegateCopy]:
-    """The copies the delegates of ``program`` keep of its constant ``fqn`` (``tensor``): the
-    same constant handed to a delegate, or a quantized weight that dequantizes to it."""
-    digest: bytes | None = None
-    for lowered in _lowered_modules(program):
-        original = lowered.original_module
-        tensors = _constant_tensors(original)
-        if fqn in tensors:
-            digest = digest or _digest(tensor)
-            yield DelegateCopy(lowered.backend_id, fqn, tensor.nbytes, digest in _named_digests(lowered))
-            continue
-        for node in original.graph.nodes:
-            copy = _quantized_copy(node, tensors, tensor)
-            if copy is not None:
-                yield DelegateCopy(lowered.backend_id, copy[0], copy[1], False, copy[2])
-                break
+def delegate_copies(program: ExportedProgram) -> Callable[[str, torch.Tensor], list[DelegateCopy]]:
+    """For the partitioned ``program``: a function that gives the copies its delegates keep of
+    its constant ``fqn`` (``tensor``), the same constant handed to a delegate or a quantized
+    weight that dequantizes to it. The delegates' constants are read once, by the first call."""
+    delegates: list[tuple[LoweredBackendModule, dict[str, tuple[str, torch.Tensor]]]] = []
+    named: dict[int, frozenset[bytes]] = {}  # each delegate's named-data digests, by its position
+
+    def copies(fqn: str, tensor: torch.Tensor) -> list[DelegateCopy]:
+        if not delegates:
+            delegates.extend((lowered, _constant_tensors(lowered.original_module)) for lowered in _lowered_modules(program))
+        found: list[DelegateCopy] = []
+        digest: bytes | None = None
+        for position, (lowered, tensors) in enumerate(delegates):
+            if fqn in tensors:
+                digest = digest or _digest(tensor)
+                if position not in named:
+                    named[position] = _named_digests(lowered)
+                found.append(DelegateCopy(lowered.backend_id, fqn, tensor.nbytes, digest in named[position]))
+                continue
+            for node in lowered.original_module.graph.nodes:
+                copy = _quantized_copy(node, tensors, tensor)
+                if copy is not None:
+                    found.append(DelegateCopy(lowered.backend_id, copy[0], copy[1], False, copy[2]))
+                    break
+        return found
+
+    return copies
 
 
 def _lowered_modules(program: ExportedProgram) -> Iterator[LoweredBackendModule]:
@@ -120,7 +131,7 @@ def _digest(tensor: torch.Tensor) -> bytes:
     return hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.nbytes else b"").digest()
 
 
-def _named_digests(lowered: LoweredBackendModule) -> set[bytes]:
+def _named_digests(lowered: LoweredBackendModule) -> frozenset[bytes]:
     """The SHA-256 of each blob the delegate put in the program's named data."""
     output = lowered.named_data_store_output
-    return {hashlib.sha256(bytes(buffer)).digest() for buffer in getattr(output, "buffers", None) or () if isinstance(buffer, (bytes, bytearray))}
+    return frozenset(hashlib.sha256(bytes(buffer)).digest() for buffer in getattr(output, "buffers", None) or () if isinstance(buffer, (bytes, bytearray)))

@@ -17,6 +17,7 @@ program this cannot rewrite exactly is returned unchanged.
 from __future__ import annotations
 
 import hashlib
+import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, final
@@ -55,7 +56,7 @@ class SharedCopy:
     offset: int
 
 
-def store_once(program: bytes | Any, *, alignments: Mapping[str, int] | None = None) -> bytes:
+def store_once(program: bytes | mmap.mmap | Any, *, alignments: Mapping[str, int] | None = None) -> bytes:
     """The ``.pte`` bytes with every named-data segment that repeats bytes the program already
     holds (a constant buffer, or an earlier named-data segment) pointed at those bytes, and
     its own copy dropped: the program the runtime loads and runs as before, smaller.
@@ -70,7 +71,7 @@ def store_once(program: bytes | Any, *, alignments: Mapping[str, int] | None = N
         The rewritten bytes, or ``program``'s own bytes where nothing repeats or the program
         cannot be rewritten exactly (no extended header, a damaged table).
     """
-    if not isinstance(program, (bytes, bytearray, memoryview)):
+    if not isinstance(program, (bytes, bytearray, memoryview, mmap.mmap)):
         alignments = {**named_data_alignments(program), **(alignments or {})}
         program = program.buffer
     data = bytes(program)

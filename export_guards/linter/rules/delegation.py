@@ -67,11 +67,12 @@ def constant_stored_twice(context: LintContext) -> Iterator[Hit]:
     """A constant that ops outside the delegates read from the program while a delegate keeps
     a copy of it: the same bytes (stored once by every guarded flow's program), or other bytes
     (a quantized copy), which the runtime cannot share."""
+    copies_of = delegate_copies(context.program)
     for constant in context.constants.values():
         readers = [u for u in constant.node.users if kernel_op_name(u)]
         if not readers:
             continue
-        copies = list(delegate_copies(context.program, constant.fqn, constant.tensor))
+        copies = copies_of(constant.fqn, constant.tensor)
         if not copies:
             continue
         kernels = ", ".join(dict.fromkeys(str(kernel_op_name(u)) for u in readers))
