@@ -25,7 +25,7 @@ from typing import Any, final
 from export_guards.compat import named_data_alignments
 from export_guards.pte.reader.file import MIN_ALIGNMENT, PteFile
 from export_guards.pte.reader.headers import ExtendedHeader
-from export_guards.pte.reader.named_regions import segment_offset_fields
+from export_guards.pte.reader.named_regions import named_data_regions, segment_offset_fields
 from export_guards.pte.reader.tensors import tensor_nbytes
 from export_guards.pte.reader.wheel import Tensor
 
@@ -75,6 +75,8 @@ def store_once(program: bytes | mmap.mmap | Any, *, alignments: Mapping[str, int
         alignments = {**named_data_alignments(program), **(alignments or {})}
         program = program.buffer
     data = bytes(program)
+    if not named_data_regions(data):  # no named data (read without parsing the whole table): nothing repeats
+        return data
     pte = PteFile(data)
     copies = _plan(pte, alignments or {})
     if not copies:
