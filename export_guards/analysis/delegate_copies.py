@@ -133,5 +133,5 @@ def _digest(tensor: torch.Tensor) -> bytes:
 
 def _named_digests(lowered: LoweredBackendModule) -> frozenset[bytes]:
     """The SHA-256 of each blob the delegate put in the program's named data."""
-    output = lowered.named_data_store_output
+    output = getattr(lowered, "named_data_store_output", None)
     return frozenset(hashlib.sha256(bytes(buffer)).digest() for buffer in getattr(output, "buffers", None) or () if isinstance(buffer, (bytes, bytearray)))
