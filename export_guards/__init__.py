@@ -69,6 +69,11 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         compare_pte as compare_pte,
         diff_pte as diff_pte,
     )
+    from export_guards.pte.store_once import (
+        SharedCopy as SharedCopy,
+        shared_copies as shared_copies,
+        store_once as store_once,
+    )
     from export_guards.recipes import (
         guard_recipe as guard_recipe,
         recipe_named as recipe_named,
@@ -113,6 +118,7 @@ _EXPORTS = {
     "LintPass": "export_guards.passes.lint",
     "LoweringFailed": "export_guards.errors",
     "SharedMemoryError": "export_guards.errors",
+    "SharedCopy": "export_guards.pte.store_once",
     "PlacementPolicy": "export_guards.settings",
     "RULES": "export_guards.ruleset",
     "Report": "export_guards.report",
@@ -143,6 +149,8 @@ _EXPORTS = {
     "recipe_named": "export_guards.recipes",
     "recipe_names": "export_guards.recipes",
     "recipe_report": "export_guards.recipes",
+    "shared_copies": "export_guards.pte.store_once",
+    "store_once": "export_guards.pte.store_once",
 }
 
 _DEPRECATED_CODES = {

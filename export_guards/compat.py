@@ -18,6 +18,7 @@ __all__ = [
     "RuntimeMismatch",
     "has_pre_decomposition_transform",
     "load_program",
+    "named_data_alignments",
     "runtime_mismatch",
     "say_once_if_untested",
     "takes_keyword",
@@ -97,6 +98,16 @@ def load_program(runtime: Any, program: Any, data_path: str | None = None) -> An
             "Runtime.load_program(data_path=...) is new in executorch 1.5"
         )
     return runtime.load_program(program, data_path=data_path)
+
+
+def named_data_alignments(manager: Any) -> dict[str, int]:
+    """The alignment each named-data key of the program asked for, by key, read from
+    ExecuTorch's ``ExecutorchProgramManager`` (its private ``_named_data``, a
+    ``NamedDataStoreOutput`` whose ``pte_data`` maps each key to a ``DataEntry``); empty where
+    a manager keeps none."""
+    named = getattr(manager, "_named_data", None)
+    entries = getattr(named, "pte_data", None) or {}
+    return {key: int(entry.alignment) for key, entry in entries.items() if getattr(entry, "alignment", None)}
 
 
 def untested(versions: Mapping[str, str | None]) -> str | None:

@@ -41,6 +41,7 @@ from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
 from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker
+from export_guards.pte.store_once import store_once
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report, SourceLocation
@@ -85,7 +86,8 @@ class GuardedExport:
 
     def to_pte(self) -> bytes:
         """The ``.pte`` bytes (``to_executorch()``, with :func:`emit_passes` guarding the
-        emitter's reads).
+        emitter's reads), with the bytes a delegate's named data repeats from the program's
+        constants stored once (:func:`~export_guards.store_once`: a tied embedding and head).
 
         Raises:
             ConstantPlacementError: the export stopped before lowering (a constant that a host
@@ -100,15 +102,15 @@ class GuardedExport:
                 with buffer_warning_answered():
                     progress.now("emitting the program")
                     written = self.edge.to_executorch(self.lowering.emit_config(emit_passes()))
-                    progress.now("serializing the program")
-                    pte = written.buffer
+                    progress.now("serializing the program, each weight stored once")
+                    pte = store_once(written)
             except RuntimeError as error:
                 named = grad_mode_write(error, self.edge.exported_program())
                 if named is None:
                     raise
                 raise named from error
         else:
-            pte = self.pte
+            pte = store_once(self.pte)
         calls = _control_flow_calls(self.edge)
         if calls:
             refuse_shared_memory(pte, calls)

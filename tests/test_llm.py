@@ -1,6 +1,6 @@
 """The LLM tier (issue 45): a small Llama-style decoder (RoPE, RMSNorm, a tied embedding, a static
 KV cache) in every variant users ship (fp32, torchao 8da4w and int8 weight-only, PT2E, a LoRA
-merge), each guarded flow against stock ExecuTorch: the same bytes or fewer, the same delegation
+merge), each guarded flow against stock ExecuTorch: the same bytes or fewer (a tied weight stored once), the same delegation
 or more, outputs that match eager (as well as stock's do), no false finding.
 
 Each variant's stock and guarded programs are built once, by the variant's one test, which
@@ -66,7 +66,8 @@ def max_error(pte: bytes, done: Exported) -> float:
 
 def is_stock_or_better(done: Exported, variant: str) -> None:
     """The same bytes or fewer, the same delegation or more (but where XNNPACK computes a linear
-    wrong: EG405), outputs as close to eager as stock's, and no finding above info."""
+    wrong: EG405), outputs as close to eager as stock's, and no finding above info but PT2E's
+    tied head quantized apart from its embedding (EG404)."""
     if variant == "int8wo":
         return keeps_the_weight_only_linears_off_xnnpack(done)
     assert len(done.pte) <= len(done.stock)
@@ -78,7 +79,9 @@ def is_stock_or_better(done: Exported, variant: str) -> None:
     assert guarded_error <= stock_error + 1e-5
     if variant in ("fp32", "lora"):
         assert guarded_error < 1e-4
-    assert not done.guarded.report.at_least(Severity.WARNING), str(done.guarded.report)
+    # but where PT2E quantized the tied head apart from its embedding: two copies, stated (EG404)
+    expected = {"EG404"} if variant == "pt2e" else set()
+    assert {f.code for f in done.guarded.report.at_least(Severity.WARNING)} == expected, str(done.guarded.report)
 
 
 def keeps_the_weight_only_linears_off_xnnpack(done: Exported) -> None:
@@ -100,11 +103,21 @@ def is_stock_byte_for_byte(done: Exported) -> None:
     assert not done.guarded.report.with_code("EG201")
 
 
-def states_the_tied_embedding_stored_twice(done: Exported) -> None:
-    (twice,) = done.guarded.report.with_code("EG404")
+def stores_the_tied_weight_once(done: Exported) -> None:
+    """Stock's program but for the head's copy of the tied weight (XNNPACK's named data), which
+    the guarded program points at the embedding's bytes (tests/test_store_once.py); nothing is
+    "folded" (a quantized weight is not a computation)."""
+    assert eg.store_once(done.stock) == done.pte
+    assert len(done.stock) - len(done.pte) == done.model.embed.weight.nbytes
+    assert not done.guarded.report.with_code("EG201")
+
+
+def states_the_tied_embedding_stored_once(done: Exported) -> None:
+    (once,) = done.guarded.report.with_code("EG404")
     weight = done.model.embed.weight
-    assert f"({weight.nbytes:,} bytes more)" in twice.message and "aten::embedding" in twice.message
-    assert twice.location is not None and "self.embed(tokens)" in twice.location.code
+    assert f"stores them once ({weight.nbytes:,} bytes that stock ExecuTorch stores twice)" in once.message
+    assert "aten::embedding" in once.message and once.severity is Severity.INFO
+    assert once.location is not None and "self.embed(tokens)" in once.location.code
 
 
 def counts_the_ops_left_on_the_runtime_kernels(done: Exported) -> None:
@@ -152,8 +165,8 @@ def folds_the_lora_merges_so_xnnpack_takes_every_projection(done: Exported) -> N
 
 
 CLAIMS: dict[str, tuple[Callable[[Exported], None], ...]] = {
-    "fp32": (is_stock_byte_for_byte, states_the_tied_embedding_stored_twice, counts_the_ops_left_on_the_runtime_kernels),
-    "8da4w": (is_stock_byte_for_byte, leaves_torchao_weights_to_to_edge, the_pass_list_gives_stock_bytes),
+    "fp32": (stores_the_tied_weight_once, states_the_tied_embedding_stored_once, counts_the_ops_left_on_the_runtime_kernels),
+    "8da4w": (stores_the_tied_weight_once, leaves_torchao_weights_to_to_edge, the_pass_list_gives_stock_bytes),
     "int8wo": (),
     "pt2e": (is_stock_byte_for_byte,),
     "lora": (folds_the_lora_merges_so_xnnpack_takes_every_projection,),

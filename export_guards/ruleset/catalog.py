@@ -283,14 +283,15 @@ _RULES = (
         "EG404",
         "constant-stored-twice",
         Severity.INFO,
-        "A constant is stored twice in the program: a delegate keeps its own copy in its data (as "
-        "XNNPACK does with every weight it takes), and ops outside the delegate read the "
-        "program's copy (a tied embedding and output head: the head on XNNPACK, the embedding "
-        "on the runtime's kernels). Stock ExecuTorch stores the same.",
-        "Nothing to do unless the size matters: a delegate's data is its own, which the runtime's "
-        "kernels cannot read, so both copies must stay while both readers do. To store it once, "
-        "let one side take every reader (a delegate that runs the other op too), or untie the "
-        "weights and quantize the one the delegate reads.",
+        "A constant is read both by a delegate, from its own copy in its data (as XNNPACK keeps "
+        "every weight it takes), and by ops outside the delegate, from the program's (a tied "
+        "embedding and output head: the head on XNNPACK, the embedding on the runtime's kernels). "
+        "Where both copies hold the same bytes, every guarded flow's program stores them once, where "
+        "stock ExecuTorch stores them twice (info); where the delegate's copy differs (quantized "
+        "for it), the program holds both: a warning that states the bytes.",
+        "Same bytes: nothing to do (the pass-list flow stores them once with "
+        "export_guards.store_once). Other bytes: leave the weight as the delegate takes it "
+        "unchanged (a tied head unquantized) so that one copy serves both, or accept both copies.",
         "partitioned",
     ),
     Rule(
@@ -327,7 +328,8 @@ _RULES = (
         "EG503",
         "segment-out-of-bounds",
         Severity.ERROR,
-        "A segment, or a constant inside the constant segment, lies outside the file.",
+        "A segment, or a constant inside the constant segment, lies outside the file, or two "
+        "segments overlap (other than named data stored once at a constant's bytes).",
         _REEXPORT,
         "pte",
     ),

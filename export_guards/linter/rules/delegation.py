@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
-from executorch.exir.lowered_backend_module import LoweredBackendModule
-from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
+from export_guards.analysis.delegate_copies import delegate_copies
 from export_guards.analysis.delegation import delegation_summary
 from export_guards.analysis.ops import compute_op_name, kernel_op_name, static_operand
 from export_guards.analysis.partitioner_reasons import true_reason, xnnpack_takes
 from export_guards.analysis.source import node_origin
 from export_guards.analysis.storage import describe
 from export_guards.linter.context import LintContext
+from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
 # An op whose weight is not a static parameter is a symptom: its cause, the weight, is EG210,
@@ -65,29 +64,45 @@ def delegation_coverage(context: LintContext) -> Iterator[Hit]:
 
 @rule("EG404")
 def constant_stored_twice(context: LintContext) -> Iterator[Hit]:
-    """A constant that a delegate holds a copy of (its lowered program's own parameter, which
-    the backend serializes into its data) while ops outside the delegate read the program's."""
-    copied_by: dict[str, list[str]] = {}
-    for node in context.call_nodes():
-        if node.target is not torch.ops.higher_order.executorch_call_delegate:
-            continue
-        lowered = getattr(context.program.graph_module, str(node.args[0].target), None)
-        if not isinstance(lowered, LoweredBackendModule):
-            continue  # inside a control-flow branch: not read here
-        for spec in lowered.original_module.graph_signature.input_specs:
-            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and spec.target:
-                copied_by.setdefault(spec.target, []).append(lowered.backend_id)
+    """A constant that ops outside the delegates read from the program while a delegate keeps
+    a copy of it: the same bytes (stored once by every guarded flow's program), or other bytes
+    (a quantized copy), which the runtime cannot share."""
+    copies_of = delegate_copies(context.program)
     for constant in context.constants.values():
         readers = [u for u in constant.node.users if kernel_op_name(u)]
-        if constant.fqn not in copied_by or not readers:
+        if not readers:
+            continue
+        copies = copies_of(constant.fqn, constant.tensor)
+        if not copies:
             continue
         kernels = ", ".join(dict.fromkeys(str(kernel_op_name(u)) for u in readers))
-        backends = ", ".join(sorted(set(copied_by[constant.fqn])))
+        reads = f"{kernels} on the runtime's kernels read{'s' if len(readers) == 1 else ''} the program's copy"
+        backends = ", ".join(sorted({c.backend for c in copies}))
+        other = [c for c in copies if not c.same_bytes]
+        if not other:
+            yield Hit(
+                f"{describe(constant)}: {backends} keeps a copy in its delegate data and {reads}; the bytes are "
+                f"the same, so every guarded flow's program stores them once ({constant.tensor.nbytes:,} bytes "
+                f"that stock ExecuTorch stores twice)",
+                readers[0],
+                constant.fqn,
+                fix="Nothing to do: export_guards.store_once(...) gives the pass-list flow's program the same saving.",
+            )
+            continue
+        copy = other[0]
+        how = f"a copy quantized for it ('{copy.fqn}', dequantized by {copy.quantized_by})" if copy.quantized_by else "a copy in its own layout"
         yield Hit(
-            f"{describe(constant)} is stored twice: {backends} keeps a copy in its delegate data, and {kernels} "
-            f"on the runtime's kernels read{'s' if len(readers) == 1 else ''} the program's ({constant.tensor.nbytes:,} bytes more)",
+            f"{describe(constant)} is stored twice, in bytes that differ: {copy.backend} reads {how}, "
+            f"{copy.nbytes:,} bytes, and {reads}, {constant.tensor.nbytes:,} bytes; the runtime can share only "
+            f"identical bytes, so the program holds {copy.nbytes + constant.tensor.nbytes:,} bytes for this weight",
             readers[0],
             constant.fqn,
+            fix=(
+                "Leave the weight as the delegate takes it unchanged (a tied output head unquantized: skip 'output' "
+                "in the quantizer), so that both readers read one copy, which every guarded flow stores once; or "
+                "accept both copies."
+            ),
+            severity=Severity.WARNING,
         )
 
 

@@ -13,7 +13,7 @@ import struct
 from export_guards.pte.reader.headers import ExtendedHeader, FlatTensorHeader
 from export_guards.pte.reader.identity import file_kind
 
-__all__ = ["named_data_regions"]
+__all__ = ["named_data_regions", "segment_offset_fields"]
 
 # The field numbers of `segments` and `named_data`: program.fbs's Program, flat_tensor.fbs's
 # FlatTensor. DataSegment is (offset: uint64, size: uint64), NamedData (key: string,
@@ -48,6 +48,20 @@ def _regions(data: memoryview) -> dict[str, tuple[int, int]]:
             start, size = segments[index]
             found[key] = (start, start + size)
     return found
+
+
+def segment_offset_fields(data: bytes | mmap.mmap) -> list[int | None] | None:
+    """Where each ``DataSegment`` of the ``.pte`` bytes ``data`` keeps its ``offset`` (the byte
+    of its little-endian uint64), by segment index: ``None`` for a segment whose offset the
+    flatbuffer leaves out (the default, 0). ``None`` for bytes that are no program. What
+    rewrites a segment's offset in place writes there (``pte/store_once.py``)."""
+    try:
+        view = memoryview(data).cast("B")
+        if file_kind(bytes(view[:8])) != "program":
+            return None
+        return [_field(view, segment, 0) for segment in _tables(view, _u32(view, 0), _FIELDS["program"][0])]
+    except (struct.error, IndexError, ValueError, TypeError):
+        return None
 
 
 def _segment_base(data: memoryview, kind: str) -> int | None:

@@ -103,6 +103,7 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
                 region=_bytes(region),
                 severity=Severity.WARNING,
             )
+    yield from _overlapping_segments(pte, holds)
     for table in pte.subsegment_tables:
         if table.segment is None:
             yield Hit(f"the {table.name} is in segment {table.table.segment_index}, of {len(pte.segments)}")
@@ -116,6 +117,60 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
                 f"buffer {i} of the {table.name} starts at {offset}, outside its {table.segment.size}-byte {table.segment.what}",
                 region=_bytes(table.segment),
             )
+
+
+def _overlapping_segments(pte: PteFile, holds: dict[str, str]) -> Iterator[Hit]:
+    """Segments that share bytes. ExecuTorch writes each segment apart from the others; one
+    overlap is deliberate (``pte/store_once.py``): a segment that only named data reads, at the
+    exact start of a constant buffer and no longer than it, or exactly where another such
+    segment is (the same bytes, stored once). Any other overlap is a damaged offset or size:
+    one reader gets bytes written for another."""
+    program = pte.program
+    if program is None:
+        return
+    named_only = {entry.segment_index for entry in program.named_data or []}
+    named_only -= {table.table.segment_index for table in pte.subsegment_tables}
+    named_only -= {int(d.where.split()[1]) for d in pte.delegates if d.where.startswith("segment")}
+    constant = pte.constant_table
+    buffers: dict[int, int] = {}
+    if constant is not None and constant.segment is not None:
+        for index in range(len(constant.table.offsets)):
+            buffer = constant.buffer(index)
+            if buffer is not None and buffer.size:
+                buffers[buffer.start] = max(buffer.size, buffers.get(buffer.start, 0))
+    constant_index = constant.table.segment_index if constant is not None else None
+
+    def anchor(index: int, region: Region) -> tuple[object, ...] | None:
+        """What a named-data segment is an exact alias of: a constant buffer, or its own bytes."""
+        if index not in named_only:
+            return None
+        if region.start in buffers and region.size <= buffers[region.start]:
+            return ("constant", region.start)
+        return ("segment", region.start, region.size)
+
+    def allowed(a: tuple[int, Region], b: tuple[int, Region]) -> bool:
+        for (index, region), (other, _) in ((a, b), (b, a)):
+            if other == constant_index and (anchor(index, region) or ("",))[0] == "constant":
+                return True
+        return anchor(*a) is not None and anchor(*a) == anchor(*b)
+
+    placed = sorted(((i, r) for i, r in enumerate(pte.segments) if r.size and pte.in_file(r)), key=lambda item: (item[1].start, item[0]))
+    open_: list[tuple[int, Region]] = []
+    reported = 0
+    for item in placed:
+        open_ = [o for o in open_ if o[1].end > item[1].start]
+        for other in open_:
+            if not allowed(other, item) and reported < 5:
+                reported += 1
+                (_, a), (_, b) = other, item
+                yield Hit(
+                    f"{b.what} ({holds.get(b.what, 'unused')}) spans bytes {b.start}-{b.end}, overlapping {a.what} "
+                    f"({holds.get(a.what, 'unused')}) at bytes {a.start}-{a.end}: one of them reads bytes written "
+                    f"for the other (only a named-data segment that starts exactly at a constant, and is no longer "
+                    f"than it, may share its bytes)",
+                    region=_bytes(b),
+                )
+        open_.append(item)
 
 
 @rule("EG504")
