@@ -181,13 +181,18 @@ def _rewrite(pte: PteFile, copies: list[SharedCopy]) -> bytes | None:
         if fields[index] is not None:
             data[fields[index] : fields[index] + 8] = offset.to_bytes(8, "little")
     data[8 + 24 : 8 + 32] = end.to_bytes(8, "little")  # the extended header's segment data size
-    data += bytes(end)
-    for index, offset in offsets.items():
-        if index in aliased:
-            continue
+    parts: list[bytes | bytearray | memoryview] = [data]
+    at = 0  # from the segment base: the bytes laid so far
+    for index, offset in sorted(((i, o) for i, o in offsets.items() if i not in aliased), key=lambda item: item[1]):
         region = pte.segments[index]
-        data[base + offset : base + offset + region.size] = pte.data[region.start : region.end]
-    return bytes(data)
+        if offset < at:  # inside bytes laid already (stored once before): _same_reads checks they are its own
+            if offset + region.size > at:
+                return None
+            continue
+        parts += [bytes(offset - at), memoryview(pte.data)[region.start : region.end]]
+        at = offset + region.size
+    parts.append(bytes(end - at))
+    return b"".join(parts)  # one copy of the program's bytes
 
 
 def _same_reads(before: PteFile, after: PteFile) -> bool:
