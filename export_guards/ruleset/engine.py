@@ -15,7 +15,7 @@ from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 from export_guards.ruleset.selection import Selection
 
-__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle", "without_symptoms"]
+__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "once", "run", "settle", "without_symptoms"]
 
 
 Locate = Callable[[Any], Mapping[str, Any]]
@@ -151,6 +151,31 @@ def without_symptoms(report: Report) -> Report:
     return Report(
         tuple(f for f in report.findings if not symptom(f)), tuple(f for f in report.suppressed if not symptom(f))
     )
+
+
+def once(steps: Iterable[Report]) -> Report:
+    """The reports of an export's steps merged, each finding once: a finding equal to one
+    already kept (the same report recorded twice) is left out, and so is one whose code and
+    method an earlier step reported about one of its ``subjects`` (one computation that the
+    fold before the quantizer and the fold in ``transform_passes`` both saw: one problem, one
+    finding, as the first stage reported it). Findings of one step about one subject are kept:
+    a rule that reports a node twice says two different things."""
+    kept: list[Finding] = []
+    seen: set[Finding] = set()
+    earlier: set[tuple[str, str | None, str]] = set()
+    suppressed: list[Finding] = []
+    for step in steps:
+        mine: set[tuple[str, str | None, str]] = set()
+        for found in step.findings:
+            about = {(found.code, found.method, subject) for subject in found.subjects}
+            if found in seen or about & earlier:
+                continue
+            seen.add(found)
+            mine |= about
+            kept.append(found)
+        earlier |= mine
+        suppressed += [f for f in step.suppressed if f not in suppressed]
+    return Report(tuple(kept), tuple(suppressed))
 
 
 def describe_error(error: BaseException) -> str:
