@@ -132,7 +132,7 @@ def test_a_fold_that_grows_the_written_program_is_declined_with_its_growth() -> 
     (declined,) = report.with_code("EG203")
     assert "would not be smaller" in declined.message
     growth = int(declined.message.split("about ")[1].split(" bytes")[0].replace(",", ""))
-    assert 64 * 64 * 4 <= growth < 64 * 64 * 4 + 1024  # the constant, less one or two instructions
+    assert 64 * 64 * 4 - 1024 < growth < 64 * 64 * 4  # the constant, less two instructions and the row
 
 
 def test_a_rope_inv_freq_is_folded_only_for_a_gain_and_reported_with_it() -> None:
@@ -151,21 +151,23 @@ def test_a_rope_inv_freq_is_folded_only_for_a_gain_and_reported_with_it() -> Non
 
 
 def test_a_fold_of_no_gain_is_neither_done_nor_reported() -> None:
-    """A conversion that only moves bytes and feeds no static weight, whose constant costs what
-    its one instruction costs: with the budget at its default, nothing changes, silently."""
+    """A copy of a constant (no computation) that the rest of the program reads too and that
+    feeds no static weight: folded, 4 KiB more for one instruction less. Nothing changes, and
+    nothing is said (a view or a copy is no computation to report as left)."""
 
     class Copied(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.register_buffer("table", torch.randn(256, 256))
+            self.register_buffer("row", torch.randn(1, 64))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + self.table.t().contiguous()[0]
+            return x + self.row.expand(16, 64).clone() + self.row
 
-    model = Copied().eval()
-    program = torch.export.export(model, (torch.randn(256),))
+    program = torch.export.export(Copied().eval(), (torch.randn(16, 64),))
     folded, report = eg.fold_constants(program)
-    assert folded is program and not report.with_code("EG201")
+    assert folded is program and not report.with_code("EG201", "EG203")
+    edge = eg.fold_constants(to_edge(program).exported_program())
+    assert not edge[1].with_code("EG201", "EG203")
 
 
 def test_gemma2_style_model_prints_each_finding_once() -> None:
