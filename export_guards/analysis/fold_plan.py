@@ -1,10 +1,13 @@
 """Which computations of a program depend only on constants, and which of them a fold stores:
 the plan that the fold pass carries out and that the lint's weight rules read.
 
-A fold is judged on the whole program, not op by op: the computations that share constants
-are one fold, done when it shrinks the program, when ``to_edge`` could not take its ops (outside
-core ATen), or when it gives a delegate the static weight it needs, as long as all such growth
-stays within one budget for the whole program. Any other fold is declined, with the reason.
+A fold is judged on the whole program and on the program it writes, not op by op: the
+computations that share constants are one fold, done when the written program is smaller (the
+instructions and planned results it removes, and the constants only they read, outweigh the
+constants it stores: :mod:`export_guards.analysis.program_bytes`), when ``to_edge`` could not
+take its ops (outside core ATen), or when it gives a delegate the static weight it needs, as
+long as all such growth stays within one budget for the whole program. Any other fold is
+declined, with the reason.
 """
 
 from __future__ import annotations
@@ -103,12 +106,14 @@ def plan_fold(program: ExportedProgram, *, max_growth: float = DEFAULT_MAX_GROWT
     dequantize (a delegate matches it; an integer-to-float conversion of a constant is one
     too), no delegate call, no control flow, and of the quantization ops only a quantize.
 
-    The computable nodes that share constants make one fold. A fold is done when it shrinks
-    the program's constants, when one of its ops is outside core ATen (``to_edge`` must
-    decompose or reject it), or when it gives a conv / linear / matmul the static weight a
-    delegate needs; the growth of the last kind, added up over the whole program, stays within
-    ``max_growth`` times the program's constant bytes (or 4 KiB). Other folds are declined,
-    unless ``max_growth`` is infinite: then every computation on constants is folded.
+    The computable nodes that share constants make one fold. A fold is done when it makes the
+    written program smaller (:func:`written_growth`: its instructions, their planned results
+    and the constants only they read, against the constants it stores), when one of its ops is
+    outside core ATen (``to_edge`` must decompose or reject it), or when it gives a conv /
+    linear / matmul the static weight a delegate needs; the growth of the last kind, added up
+    over the whole program, stays within ``max_growth`` times the program's constant bytes (or
+    4 KiB). Other folds are declined, unless ``max_growth`` is infinite: then every computation
+    on constants is folded.
     """
     if not max_growth >= 1:
         raise ValueError(f"max_growth must be at least 1 (the program's size), not {max_growth!r}")

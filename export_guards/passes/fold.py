@@ -76,15 +76,17 @@ class FoldConstantsPass(ExportedProgramPassBase):
     Anything a user input or a mutated buffer reaches stays in the graph.
 
     A fold is judged on the whole program (:func:`~export_guards.analysis.fold_plan.plan_fold`):
-    done when it shrinks the program, when ``to_edge`` could not take its ops, or when it gives
+    done when the written program is smaller (instructions, planned results and constants
+    counted, not the constants' bytes alone), when ``to_edge`` could not take its ops, or when it gives
     a conv / linear / matmul the static weight a delegate needs, within ``max_growth`` for the
     whole program; other folds are declined. Each result that the rest of the graph reads
     becomes a parameter named after the weight it feeds (``decoder.0.weight``: the consuming
     module and argument), identical results are stored once, and constants left unused
     (``weight_orig``, ``weight_u``, ``weight_v``, ``parametrizations.*.original*``) leave the
     program. The result's ``report`` holds one ``EG201`` info finding per folded constant (its
-    name, the ops folded, and the bytes before and after) and one ``EG203`` per declined fold
-    that computes something (the reason, and the setting that allows it). Tensor subclasses
+    name, the ops folded, what the written program gains, the constants' bytes before and
+    after) and one ``EG203`` per declined fold that computes something (the reason, and the
+    setting that allows it; folds that read alike are one finding). Tensor subclasses
     (torchao's quantized weights) are left as they are: ``to_edge`` unpacks them.
 
     Works on an ATen-dialect ``ExportedProgram`` before lowering and in
