@@ -213,3 +213,13 @@ def test_merged_reports_keep_each_finding_once_and_distinct_ones_all() -> None:
     same_step_twice = [_finding("conv reads a computed weight", "conv", code="EG210"), _finding("conv's bias is computed", "conv", code="EG210")]
     merged = once([Report.of([first, again, *same_step_twice]), Report.of([after_to_edge, other])])
     assert list(merged) == [first, *same_step_twice, other]
+
+
+def test_a_step_that_does_not_know_its_method_matches_any() -> None:
+    before_the_quantizer = _finding("left the computation (expand, mul)", "mul")
+    in_transform_passes = Finding("EG203", before_the_quantizer.severity, "left the computation (expand_copy, mul)", method="forward", subjects=("mul",))
+    in_another_method = Finding("EG203", before_the_quantizer.severity, "left the computation (expand_copy, mul)", method="other", subjects=("mul",))
+    merged = once([Report.of([before_the_quantizer]), Report.of([in_transform_passes, in_another_method])])
+    assert list(merged) == [before_the_quantizer]
+    by_method = once([Report.of([in_transform_passes]), Report.of([in_another_method])])
+    assert list(by_method) == [in_transform_passes, in_another_method]  # two methods, two findings

@@ -155,25 +155,35 @@ def without_symptoms(report: Report) -> Report:
 
 def once(steps: Iterable[Report]) -> Report:
     """The reports of an export's steps merged, each finding once: a finding equal to one
-    already kept (the same report recorded twice) is left out, and so is one whose code and
-    method an earlier step reported about one of its ``subjects`` (one computation that the
-    fold before the quantizer and the fold in ``transform_passes`` both saw: one problem, one
-    finding, as the first stage reported it). Findings of one step about one subject are kept:
-    a rule that reports a node twice says two different things."""
+    already kept (the same report recorded twice) is left out, and so is one whose code an
+    earlier step reported about one of its ``subjects`` in the same method (one computation that
+    the fold before the quantizer and the fold in ``transform_passes`` both saw: one problem,
+    one finding, as the first stage reported it; a step that does not know its method, such as
+    the fold before the quantizer, matches any). Findings of one step about one subject are
+    kept: a rule that reports a node twice says two different things."""
     kept: list[Finding] = []
     seen: set[Finding] = set()
-    earlier: set[tuple[str, str | None, str]] = set()
+    earlier: dict[tuple[str, str], set[str | None]] = {}
     suppressed: list[Finding] = []
+
+    def reported(found: Finding) -> bool:
+        for subject in found.subjects:
+            methods = earlier.get((found.code, subject), set())
+            if methods and (found.method is None or None in methods or found.method in methods):
+                return True
+        return False
+
     for step in steps:
-        mine: set[tuple[str, str | None, str]] = set()
+        mine: list[Finding] = []
         for found in step.findings:
-            about = {(found.code, found.method, subject) for subject in found.subjects}
-            if found in seen or about & earlier:
+            if found in seen or reported(found):
                 continue
             seen.add(found)
-            mine |= about
-            kept.append(found)
-        earlier |= mine
+            mine.append(found)
+        for found in mine:
+            for subject in found.subjects:
+                earlier.setdefault((found.code, subject), set()).add(found.method)
+        kept += mine
         suppressed += [f for f in step.suppressed if f not in suppressed]
     return Report(tuple(kept), tuple(suppressed))
 
