@@ -223,7 +223,9 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     root = roots[0]
     consumer = next(u for u in root.users if u not in plan.foldable)
     shown = consumer if node_location(consumer) or not node_location(root) else root
-    subjects = tuple(dict.fromkeys(node_origin(r) for r in roots))
+    # The parameter is a subject too: a weight folded before to_edge and folded again after it
+    # (to_edge decomposed its reader) keeps its name, and is one finding, the first.
+    subjects = (f"constant '{fqn}'", *dict.fromkeys(node_origin(r) for r in roots))
     return finding(CATALOG["EG201"], Hit(message, shown, fqn, fix=fix, subjects=subjects), locate=node_site)
 
 
