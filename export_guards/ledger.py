@@ -22,7 +22,7 @@ from export_guards.analysis.programs import Program, methods_of
 from export_guards.analysis.source import source_lines
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
-from export_guards.ruleset import Stage, known_rules, settle, without_symptoms
+from export_guards.ruleset import Stage, known_rules, once, settle, without_symptoms
 from export_guards.ruleset.noqa import unused_noqa_report
 from export_guards.settings import Settings
 
@@ -70,11 +70,13 @@ class Ledger:
 
     def report(self, settings: Settings) -> Report:
         """The export's report: the program-stage lint, the guards' findings as ``settings``
-        select them, what stopped the export, and the partitioned-stage lint. A finding whose
+        select them, what stopped the export, and the partitioned-stage lint, each finding once
+        (``once``: a finding another step already reported is left out). A finding whose
         cause another stage reported is left out (``without_symptoms``); where selected, each
         ``# noqa`` on the torch.export program's lines that suppressed nothing is an EG003
         finding."""
-        report = self._lint("program", settings) + settle(self.findings, settings) + self._stopped + self._lint("partitioned", settings)
+        steps = [settle(found, settings) for found in self._entries.values()]
+        report = once([self._lint("program", settings), *steps, self._stopped, self._lint("partitioned", settings)])
         report = without_symptoms(report)
         ran = {"action", *self._lints}
         return report + settle(unused_noqa_report(report, self._program_lines, settings, ran, known_rules), settings)

@@ -1,17 +1,20 @@
 """Which computations of a program depend only on constants, and which of them a fold stores:
 the plan that the fold pass carries out and that the lint's weight rules read.
 
-A fold is judged on the whole program, not op by op: the computations that share constants
-are one fold, done when it shrinks the program, when ``to_edge`` could not take its ops (outside
-core ATen), or when it gives a delegate the static weight it needs, as long as all such growth
-stays within one budget for the whole program. Any other fold is declined, with the reason.
+A fold is judged on the whole program and on the program it writes, not op by op: the
+computations that share constants are one fold, done when the written program is smaller (the
+instructions and planned results it removes, and the constants only they read, outweigh the
+constants it stores: :mod:`export_guards.analysis.program_bytes`), when ``to_edge`` could not
+take its ops (outside core ATen), or when it gives a delegate the static weight it needs, as
+long as all such growth stays within one budget for the whole program. Any other fold is
+declined, with the reason.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import final
 
@@ -32,11 +35,12 @@ from export_guards.analysis.ops import (
     is_written,
     static_operand,
 )
+from export_guards.analysis.program_bytes import constant_cost, instruction_cost
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
 from export_guards.analysis.storage import storage_problem, stored_bytes
 from export_guards.settings import DEFAULT_MAX_GROWTH
 
-__all__ = ["DEFAULT_MAX_GROWTH", "DeclinedFold", "FoldPlan", "outside_core_aten", "plan_fold"]
+__all__ = ["DEFAULT_MAX_GROWTH", "DeclinedFold", "FoldPlan", "outside_core_aten", "plan_fold", "written_growth"]
 
 # Of the quantization ops, only a quantize of constants folds: that is the integer weight a
 # delegate expects in front of its dequantize, which is what convert_pt2e's default
@@ -46,7 +50,9 @@ _FOLDABLE_QUANTIZE = frozenset(
 )
 # Conversions that only change a tensor's dtype or layout: with views, what a fold of no
 # computation is made of (a constant reshaped or copied, not a weight computed).
-_CONVERSIONS = frozenset({"_to_copy", "to", "_to_dim_order_copy", "clone", "contiguous", "alias", "lift_fresh_copy"})
+_CONVERSIONS = frozenset(
+    {"_to_copy", "to", "_to_dim_order_copy", "clone", "_clone_dim_order", "contiguous", "alias", "lift_fresh_copy"}
+)
 _SMALL_BYTES = 4096
 
 
@@ -57,7 +63,8 @@ class DeclinedFold:
 
     Attributes:
         roots: the nodes whose results the fold would have stored.
-        growth: the bytes the program would have grown by (negative: shrunk).
+        growth: about how many bytes the written program would have grown by (negative:
+            shrunk): see :func:`written_growth`.
         reason: why it is left, in words for the user.
     """
 
@@ -99,12 +106,14 @@ def plan_fold(program: ExportedProgram, *, max_growth: float = DEFAULT_MAX_GROWT
     dequantize (a delegate matches it; an integer-to-float conversion of a constant is one
     too), no delegate call, no control flow, and of the quantization ops only a quantize.
 
-    The computable nodes that share constants make one fold. A fold is done when it shrinks
-    the program's constants, when one of its ops is outside core ATen (``to_edge`` must
-    decompose or reject it), or when it gives a conv / linear / matmul the static weight a
-    delegate needs; the growth of the last kind, added up over the whole program, stays within
-    ``max_growth`` times the program's constant bytes (or 4 KiB). Other folds are declined,
-    unless ``max_growth`` is infinite: then every computation on constants is folded.
+    The computable nodes that share constants make one fold. A fold is done when it makes the
+    written program smaller (:func:`written_growth`: its instructions, their planned results
+    and the constants only they read, against the constants it stores), when one of its ops is
+    outside core ATen (``to_edge`` must decompose or reject it), or when it gives a conv /
+    linear / matmul the static weight a delegate needs; the growth of the last kind, added up
+    over the whole program, stays within ``max_growth`` times the program's constant bytes (or
+    4 KiB). Other folds are declined, unless ``max_growth`` is infinite: then every computation
+    on constants is folded.
     """
     if not max_growth >= 1:
         raise ValueError(f"max_growth must be at least 1 (the program's size), not {max_growth!r}")
@@ -168,12 +177,13 @@ class _Fold:
             if self.growth <= budget:
                 return None
             return (
-                f"it would add {self.growth:,} bytes, over what is left of the fold's budget for the whole "
-                f"program ({max(int(budget), 0):,} bytes)"
+                f"the written program would grow by about {self.growth:,} bytes, over what is left of the fold's "
+                f"budget for the whole program ({max(int(budget), 0):,} bytes)"
             )
-        if self.growth == 0:
-            return "it would save no bytes, and no conv / linear / matmul needs its result as a static weight"
-        return f"it would add {self.growth:,} bytes, and no conv / linear / matmul needs its result as a static weight"
+        return (
+            f"the written program would not be smaller (about {self.growth:,} bytes more: the constant it stores "
+            "against the instructions it removes), and no conv / linear / matmul needs its result as a static weight"
+        )
 
 
 def _folds(candidates: tuple[Node, ...], computable: set[Node], constants: Mapping[Node, ProgramConstant]) -> list[_Fold]:
@@ -192,15 +202,32 @@ def _folds(candidates: tuple[Node, ...], computable: set[Node], constants: Mappi
 
 def _judged(roots: tuple[Node, ...], reached: set[Node], computable: set[Node], constants: Mapping[Node, ProgramConstant]) -> _Fold:
     nodes = frozenset(n for n in reached if n in computable)
-    leaving = [n for n in reached if n in constants and all(u in nodes or _is_assertion(u) for u in n.users)]
-    growth = sum(_val_bytes(r.meta.get("val")) or 0 for r in roots) - sum(stored_bytes(constants[n].tensor) for n in leaving)
     return _Fold(
         roots,
         nodes,
-        growth,
+        written_growth(roots, nodes, constants),
         outside_core=any(outside_core_aten(n.target) for n in nodes),
         feeds_a_weight=any(_feeds_a_weight(r) for r in roots),
         computes=any(not _only_moves(n) for n in nodes),
+    )
+
+
+def written_growth(roots: Iterable[Node], nodes: Iterable[Node], constants: Mapping[Node, ProgramConstant]) -> int:
+    """About how many bytes folding ``nodes`` into constants for ``roots`` adds to the written
+    program (negative: removes): the constants it stores, less the instructions and planned
+    results of the nodes it removes and the constants that only those nodes read
+    (:mod:`export_guards.analysis.program_bytes`)."""
+    roots, nodes = list(roots), set(nodes)
+    removed = [n for n in nodes if n in roots or all(u in nodes for u in n.users)]
+    gone = set(removed)
+    leaving = {
+        i for n in gone for i in n.all_input_nodes
+        if i in constants and all(u in gone or _is_assertion(u) for u in i.users)
+    }
+    return (
+        sum(constant_cost(r.meta.get("val")) for r in roots)
+        - sum(instruction_cost(n) for n in removed)
+        - sum(constant_cost(constants[c].tensor) for c in leaving)
     )
 
 
@@ -329,16 +356,24 @@ def _is_pure(target: object) -> bool:
 
 
 def _dequantizes(node: Node) -> bool:
-    """A conversion of integer values to floating point: a quantized weight's dequantize
-    (torchao's int8 weight-only ``to(float32)``), which stays for the same reason a
-    ``dequantize_*`` does: folded, it would store the weight unquantized."""
+    """A conversion of integer values to a wider floating point: a quantized weight's
+    dequantize (torchao's int8 weight-only ``to(float32)``), which stays for the same reason a
+    ``dequantize_*`` does: folded, it would store the weight unquantized. An integer as wide as
+    the float or wider (the ``int64`` scalar ``3`` that ``hardsigmoid`` adds as ``float32``)
+    is no quantized weight: folded, it takes fewer bytes."""
     value = node.meta.get("val")
     inputs = [i.meta.get("val") for i in node.all_input_nodes]
     return (
         aten_name(node.target) in _CONVERSIONS
         and isinstance(value, torch.Tensor)
         and value.dtype.is_floating_point
-        and any(isinstance(i, torch.Tensor) and not i.dtype.is_floating_point and i.dtype != torch.bool for i in inputs)
+        and any(
+            isinstance(i, torch.Tensor)
+            and not i.dtype.is_floating_point
+            and i.dtype != torch.bool
+            and i.element_size() < value.element_size()
+            for i in inputs
+        )
     )
 
 

@@ -22,11 +22,12 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
-from export_guards.analysis.fold_plan import DeclinedFold, FoldPlan, outside_core_aten, plan_fold
+from export_guards.analysis.fold_plan import DeclinedFold, FoldPlan, outside_core_aten, plan_fold, written_growth
+from export_guards.analysis.program_bytes import constant_cost
 from export_guards.analysis.ops import ancestors, argument_name, aten_name, is_view
 from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.reparametrization import reparametrized_tensor
-from export_guards.analysis.source import node_location, node_site
+from export_guards.analysis.source import node_location, node_origin, node_site
 from export_guards.analysis.storage import plain_tensors
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
@@ -75,15 +76,17 @@ class FoldConstantsPass(ExportedProgramPassBase):
     Anything a user input or a mutated buffer reaches stays in the graph.
 
     A fold is judged on the whole program (:func:`~export_guards.analysis.fold_plan.plan_fold`):
-    done when it shrinks the program, when ``to_edge`` could not take its ops, or when it gives
+    done when the written program is smaller (instructions, planned results and constants
+    counted, not the constants' bytes alone), when ``to_edge`` could not take its ops, or when it gives
     a conv / linear / matmul the static weight a delegate needs, within ``max_growth`` for the
     whole program; other folds are declined. Each result that the rest of the graph reads
     becomes a parameter named after the weight it feeds (``decoder.0.weight``: the consuming
     module and argument), identical results are stored once, and constants left unused
     (``weight_orig``, ``weight_u``, ``weight_v``, ``parametrizations.*.original*``) leave the
     program. The result's ``report`` holds one ``EG201`` info finding per folded constant (its
-    name, the ops folded, and the bytes before and after) and one ``EG203`` per declined fold
-    that computes something (the reason, and the setting that allows it). Tensor subclasses
+    name, the ops folded, what the written program gains, the constants' bytes before and
+    after) and one ``EG203`` per declined fold that computes something (the reason, and the
+    setting that allows it; folds that read alike are one finding). Tensor subclasses
     (torchao's quantized weights) are left as they are: ``to_edge`` unpacks them.
 
     Works on an ATen-dialect ``ExportedProgram`` before lowering and in
@@ -108,7 +111,7 @@ class FoldConstantsPass(ExportedProgramPassBase):
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
         plan = plan_fold(exported_program, max_growth=self.max_growth)
-        declined = Report.of([_declined(fold, self.max_growth) for fold in plan.declined])
+        declined = _declined_report(plan.declined, self.max_growth)
         if not plan.roots:
             return GuardPassResult(exported_program, False, declined)
         folded, report = _apply(exported_program, plan)
@@ -155,7 +158,10 @@ def _apply(ep: ExportedProgram, plan: FoldPlan) -> tuple[ExportedProgram, Report
     constants = plan.constants
     values = _evaluate(plan)
     fqn_of = {node: constant.fqn for node, constant in constants.items()}
-    taken = set(ep.state_dict) | set(ep.constants)
+    # The names of the constants that leave are free again: a weight folded twice (before
+    # to_edge, then what to_edge's decompositions made of its reader) keeps one name.
+    leaving = {fqn_of[n] for n in constants if n.users and all(u in plan.foldable for u in n.users)}
+    taken = (set(ep.state_dict) | set(ep.constants)) - leaving
     parameters: dict[str, torch.Tensor] = {}  # the new parameters, by FQN
     stored_as: dict[Node, str] = {}  # root -> the FQN of the parameter that replaces it
     by_layout: dict[tuple[object, ...], list[str]] = {}  # (dtype, shape, stride) -> FQNs
@@ -190,10 +196,21 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     before = sum(plan.constants[s].tensor.nbytes for s in sources if s not in staying)
     shared = f" (one value for {len(roots)} computations)" if len(roots) > 1 else ""
     kept = f"; {', '.join(_named(plan.constants[s]) for s in staying)} stay, read elsewhere" if staying else ""
+    # Identical results are stored once: one constant for all of ``roots``.
+    growth = written_growth(roots, ops, plan.constants) - constant_cost(value) * (len(roots) - 1)
+    instructions = sum(1 for n in ops if aten_name(n.target) and n.op == "call_function" and n.target is not operator.getitem)
+    written = (
+        f"the written program about {-growth:,} bytes smaller" if growth < 0
+        else f"the written program about {growth:,} bytes larger" if growth > 0
+        else "the written program no smaller"
+    )
+    constants = (
+        f"constants {before:,} -> {value.nbytes:,} bytes" if before != value.nbytes else f"constants of the same size, {before:,} bytes"
+    )
     message = (
         f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(list(ops))}) on "
         f"{', '.join(_named(plan.constants[s]) for s in sources)} into parameter '{fqn}'{shared}: "
-        f"{before:,} -> {value.nbytes:,} bytes{kept}"
+        f"{written} ({instructions} instruction{'s' if instructions != 1 else ''} fewer, {constants}){kept}"
     )
     fix = None
     if staying and not before:  # every source stays: the program holds the data twice
@@ -206,7 +223,10 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     root = roots[0]
     consumer = next(u for u in root.users if u not in plan.foldable)
     shown = consumer if node_location(consumer) or not node_location(root) else root
-    return finding(CATALOG["EG201"], Hit(message, shown, fqn, fix=fix), locate=node_site)
+    # The parameter is a subject too: a weight folded before to_edge and folded again after it
+    # (to_edge decomposed its reader) keeps its name, and is one finding, the first.
+    subjects = (f"constant '{fqn}'", *dict.fromkeys(node_origin(r) for r in roots))
+    return finding(CATALOG["EG201"], Hit(message, shown, fqn, fix=fix, subjects=subjects), locate=node_site)
 
 
 
@@ -282,15 +302,31 @@ def _named(constant: ProgramConstant) -> str:
     return f"a tensor constant of '{module}'" if module else "a tensor constant"
 
 
-def _declined(fold: DeclinedFold, max_growth: float) -> Finding:
-    """The EG203 finding for a fold left in the program."""
-    root = fold.roots[0]
-    consumer = next(u for u in root.users)
+def _declined_report(folds: Iterable[DeclinedFold], max_growth: float) -> Report:
+    """One EG203 finding per declined computation, except that computations which would read
+    the same (one source line, module, ops and reason: ``tanh(x / torch.tensor(cap)) *
+    torch.tensor(cap)`` lifts two constants on one line) are one finding that counts them."""
+    groups: dict[tuple[object, ...], list[DeclinedFold]] = {}
+    for fold in folds:
+        consumer = next(iter(fold.roots[0].users))
+        key = (node_location(consumer), _module_path(consumer), _declined_ops(fold), fold.reason)
+        groups.setdefault(key, []).append(fold)
+    return Report.of(_declined(group, max_growth) for group in groups.values())
+
+
+def _declined_ops(fold: DeclinedFold) -> str:
+    computed = {n for r in fold.roots for n in ancestors(r, lambda i: i.op == "call_function")}
+    return _summary([n for n in fold.roots[0].graph.nodes if n in computed])
+
+
+def _declined(folds: list[DeclinedFold], max_growth: float) -> Finding:
+    """The EG203 finding for computations left in the program (several that read alike)."""
+    fold = folds[0]
+    consumer = next(iter(fold.roots[0].users))
     module = _module_path(consumer)
     where = f" in '{module}'" if module else ""
-    computed = {n for r in fold.roots for n in ancestors(r, lambda i: i.op == "call_function")}
-    ops = _summary([n for n in root.graph.nodes if n in computed])
-    message = f"left the computation on constants{where} ({ops}) in the program: {fold.reason}"
+    what = "the computation" if len(folds) == 1 else f"{len(folds)} computations"
+    message = f"left {what} on constants{where} ({_declined_ops(fold)}) in the program: {fold.reason}"
     if "budget" in fold.reason:
         allow = f"raise the fold's budget above {max_growth:g} (the growth allowed, in times the program's constants)"
     else:
@@ -299,7 +335,8 @@ def _declined(fold: DeclinedFold, max_growth: float) -> Finding:
         f"Nothing to do if the program is fine as it is. To fold it anyway, {allow}: fold-max-growth in "
         "[tool.export-guards], --fold-max-growth, or guard_passes(max_growth=...)"
     )
-    return finding(CATALOG["EG203"], Hit(message, consumer, fix=fix), locate=node_site)
+    subjects = tuple(dict.fromkeys(node_origin(r) for f in folds for r in f.roots))
+    return finding(CATALOG["EG203"], Hit(message, consumer, fix=fix, subjects=subjects), locate=node_site)
 
 
 def _module_path(node: Node) -> str:
@@ -392,7 +429,8 @@ def _constant_name(root: Node, readers: frozenset[Node], sources: dict[str, int]
     if argument in ("weight", "bias") and path:
         return f"{path}.{argument}"
     largest = max(sources, key=sources.__getitem__)
-    return reparametrized_tensor(largest, sources) or f"{largest}_folded"
+    folded_already = largest.endswith("_folded")  # folded before to_edge, folded again after it
+    return reparametrized_tensor(largest, sources) or (largest if folded_already else f"{largest}_folded")
 
 
 def _unique(name: str, taken: set[str]) -> str:

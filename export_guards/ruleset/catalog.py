@@ -121,9 +121,9 @@ _RULES = (
         "EG203",
         "fold-declined",
         Severity.INFO,
-        "A computation on constants only was left in the program: folding it would neither shrink "
-        "the program nor give a delegate a static weight, or its growth is over the fold's budget "
-        "for the whole program.",
+        "A computation on constants only was left in the program: folding it would neither make "
+        "the written program smaller (its instructions, planned results and constants counted) nor "
+        "give a delegate a static weight, or its growth is over the fold's budget for the whole program.",
         "Nothing to do if the program is fine as it is. To fold it anyway, raise the budget (inf "
         "folds every computation on constants): fold-max-growth in [tool.export-guards], "
         "--fold-max-growth, or guard_passes(max_growth=...).",

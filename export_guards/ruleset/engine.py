@@ -15,7 +15,7 @@ from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 from export_guards.ruleset.selection import Selection
 
-__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "run", "settle", "without_symptoms"]
+__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "once", "run", "settle", "without_symptoms"]
 
 
 Locate = Callable[[Any], Mapping[str, Any]]
@@ -151,6 +151,41 @@ def without_symptoms(report: Report) -> Report:
     return Report(
         tuple(f for f in report.findings if not symptom(f)), tuple(f for f in report.suppressed if not symptom(f))
     )
+
+
+def once(steps: Iterable[Report]) -> Report:
+    """The reports of an export's steps merged, each finding once: a finding equal to one
+    already kept (the same report recorded twice) is left out, and so is one whose code an
+    earlier step reported about one of its ``subjects`` in the same method (one computation that
+    the fold before the quantizer and the fold in ``transform_passes`` both saw: one problem,
+    one finding, as the first stage reported it; a step that does not know its method, such as
+    the fold before the quantizer, matches any). Findings of one step about one subject are
+    kept: a rule that reports a node twice says two different things."""
+    kept: list[Finding] = []
+    seen: set[Finding] = set()
+    earlier: dict[tuple[str, str], set[str | None]] = {}
+    suppressed: list[Finding] = []
+
+    def reported(found: Finding) -> bool:
+        for subject in found.subjects:
+            methods = earlier.get((found.code, subject), set())
+            if methods and (found.method is None or None in methods or found.method in methods):
+                return True
+        return False
+
+    for step in steps:
+        mine: list[Finding] = []
+        for found in step.findings:
+            if found in seen or reported(found):
+                continue
+            seen.add(found)
+            mine.append(found)
+        for found in mine:
+            for subject in found.subjects:
+                earlier.setdefault((found.code, subject), set()).add(found.method)
+        kept += mine
+        suppressed += [f for f in step.suppressed if f not in suppressed]
+    return Report(tuple(kept), tuple(suppressed))
 
 
 def describe_error(error: BaseException) -> str:
