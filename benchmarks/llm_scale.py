@@ -14,7 +14,8 @@ lint's runtime child included). Stock and each guarded way alternate in pairs, t
   + ``to_executorch()``, the bytes in hand;
 - guarded: ``torch.export`` + ``lower_with_guards`` + ``to_pte()`` (target: time and peak memory
   at most 1.05 x and 1.1 x stock's);
-- passes: the pass list with the guarded partitioners and ``emit_passes()`` (the same targets);
+- passes: the pass list with the guarded partitioners, ``emit_passes()`` and ``store_once`` (the
+  same targets);
 - lint: ``export-guards lint`` on a factory that returns the kept model, writing the program:
   it exports, lowers, writes, checks the program and runs it at every shape against eager
   (targets: 1.5 x stock's time, 1.2 x its peak memory).
@@ -74,7 +75,7 @@ def passes(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
     edge = to_edge_transform_and_lower(
         torch.export.export(model, inputs), transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
     )
-    return len(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+    return len(eg.store_once(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))))
 
 
 def lint(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
