@@ -59,6 +59,18 @@ class Lowering:
         """Whether the user chose anything here (else the guarded export's defaults stand)."""
         return self.partitioners is not None or self.compile_config is not None or self.backend_config is not None
 
+    def refuse_recipe(self, recipe: str | None) -> None:
+        """Nothing, unless ``recipe`` is named as well as a chosen lowering.
+
+        Raises:
+            ValueError: both are named: a recipe lowers with its own partitioners and configs.
+        """
+        if recipe is not None and self.chosen:
+            raise ValueError(
+                f"the recipe {recipe} lowers with its own partitioners and configs: name either the recipe or the lowering "
+                "(partitioners, compile_config, backend_config), not both"
+            )
+
     def emit_config(self, passes: Sequence[Any]) -> ExecutorchBackendConfig:
         """The ``ExecutorchBackendConfig`` to write the program with: the user's, with ``passes``
         (the guards' emit passes) after its own; or ExecuTorch's default with ``passes``."""

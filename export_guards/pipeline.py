@@ -47,7 +47,7 @@ from export_guards.recipes import guard_recipe, ledger_of, linted_session, quant
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error, run, with_project_rules
 from export_guards.settings import Backend, PlacementPolicy, Settings
-from export_guards.targets import StepFailed, load_target, step, target_file
+from export_guards.targets import load_target, step, target_file
 
 __all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "ProgramRuns", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
@@ -382,8 +382,7 @@ def export_with_guards(
         ValueError: both a recipe and a ``lowering`` are named.
     """
     if config is not None and config.recipe is not None:
-        if lowering is not None and lowering.chosen:
-            raise ValueError(f"the recipe {config.recipe} lowers with its own partitioners and configs: name either the recipe or the lowering, not both")
+        (lowering or Lowering()).refuse_recipe(config.recipe)
         given = {"placement": placement, "fold": fold}
         return export_with_recipe(
             model, example_inputs, config.recipe, config=config.updated({k: v for k, v in given.items() if v is not None}), dynamic_shapes=dynamic_shapes, strict=strict
@@ -437,9 +436,8 @@ def export_in_steps(
     timed = each_step or _as_is
     inputs = tuple(example_inputs)
     if settings.recipe is not None:
-        if lowering is not None and lowering.chosen:
-            raise StepFailed("lowering", f"the recipe {settings.recipe} lowers with its own partitioners and configs: name either the recipe or the lowering (partitioners, compile_config, backend_config), not both")
         with timed(f"exporting, linting and lowering with the recipe {settings.recipe}"), step(f"exporting with the recipe {settings.recipe}", source):
+            (lowering or Lowering()).refuse_recipe(settings.recipe)
             return export_with_recipe(model, inputs, settings.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     with timed("torch.export"), step("torch.export", source):
         program = _torch_export(model, inputs, dynamic_shapes, strict)

@@ -91,6 +91,8 @@ def test_a_lowering_that_is_not_what_executorch_takes_is_a_clear_error(cli: Call
     done = cli("lint", f"{MODELS}:not_a_partitioner")
     assert done.returncode == 2
     assert "partitioners must be a list of ExecuTorch Partitioner instances" in done.stderr
+    both = cli("lint", f"{MODELS}:per_op", "--recipe", "xnnpack_fp32")
+    assert both.returncode == 2 and "name either the recipe or the lowering" in both.stderr
     with pytest.raises(ValueError, match="name either the recipe or the lowering"):
         made = load_target(f"{MODELS}:per_op")
         eg.export_with_guards(made.model, made.inputs, config=eg.Settings(recipe="xnnpack_fp32"), lowering=made.lowering)
