@@ -34,7 +34,8 @@ def llm_config(config_file: str, folder: Path, name: str, embedding_quantize: bo
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlmConfig), shipped))
     config.base.params, config.base.checkpoint = str(folder / "params.json"), str(folder / "model.pth")
     config.export.max_seq_length = config.export.max_context_length = 32
-    config.export.output_dir, config.export.output_name = str(folder), name
+    # An output name ending in .pte is used as the path itself (output_dir ignored): a full path.
+    config.export.output_dir, config.export.output_name = str(folder), str(folder / name)
     if not embedding_quantize:
         config.quantization.embedding_quantize = None
     return config
