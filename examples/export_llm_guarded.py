@@ -1,0 +1,104 @@
+"""ExecuTorch's ``export_llm`` on one of its shipped config files, stock and guarded, side by side.
+
+A small Llama (``PARAMS``) with deterministic weights, written by code to a temporary
+checkpoint (no download), goes through ``export_llama`` as the config says (stock), then
+through the same builder lowered with the guards (``guarded``); both programs run in
+``executorch.runtime`` over decode steps, and their argmax tokens are compared. docs/exporters.md
+explains each step.
+
+    python examples/export_llm_guarded.py [llama_xnnpack.yaml] [--no-embedding-quantize]
+
+(``--no-embedding-quantize`` drops the config's ``embedding_quantize``, whose
+``quantized_decomposed::embedding_4bit`` kernel the pip wheel's runtime does not register: the
+programs are still compared byte for byte, but only such a program runs here.)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+PARAMS = {"dim": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32, "norm_eps": 1e-5}
+
+
+def llm_config(config_file: str, folder: Path, name: str, embedding_quantize: bool = True):  # noqa: ANN201 (an LlmConfig)
+    import executorch.examples.models.llama as llama
+    from executorch.extension.llm.export.config.llm_config import LlmConfig
+    from omegaconf import OmegaConf
+
+    shipped = OmegaConf.load(Path(llama.__file__).parent / "config" / config_file)
+    config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlmConfig), shipped))
+    config.base.params, config.base.checkpoint = str(folder / "params.json"), str(folder / "model.pth")
+    config.export.max_seq_length = config.export.max_context_length = 32
+    # An output name ending in .pte is used as the path itself (output_dir ignored): a full path.
+    config.export.output_dir, config.export.output_name = str(folder), str(folder / name)
+    if not embedding_quantize:
+        config.quantization.embedding_quantize = None
+    return config
+
+
+def write_model(folder: Path) -> None:
+    """``params.json`` and a checkpoint of deterministic weights (``export_llama`` without one
+    leaves its RMSNorm weights uninitialized: two exports would differ)."""
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    (folder / "params.json").write_text(json.dumps(PARAMS))
+    torch.manual_seed(0)
+    torch.save(construct_transformer(ModelArgs(**PARAMS)).state_dict(), folder / "model.pth")
+
+
+def stock(config) -> bytes:  # noqa: ANN001
+    from executorch.examples.models.llama.export_llama_lib import export_llama
+
+    return Path(export_llama(config)).read_bytes()
+
+
+def guarded(config) -> bytes:  # noqa: ANN001
+    """``_export_llama``'s XNNPACK lowering (no PT2E quantizer in the shipped XNNPACK configs),
+    with the guard passes, its partitioners guarded and the emit passes."""
+    from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
+    from executorch.extension.llm.export.partitioner_lib import get_xnnpack_partitioner
+
+    import export_guards as eg
+
+    builder = _prepare_for_llama_export(config).export()
+    builder.run_canonical_optimizations()
+    partitioners = [get_xnnpack_partitioner(dynamic_quant_only_partitioner=True)]
+    if config.backend.xnnpack.extended_ops:
+        partitioners.append(get_xnnpack_partitioner(dynamic_quant_only_partitioner=False))
+    partitioners = eg.guard_partitioners(partitioners)
+    builder = builder.to_edge_transform_and_lower(partitioners, transform_passes=eg.guard_passes(partitioner=partitioners))
+    return builder.to_executorch(passes=[*eg.emit_passes()]).export_program.buffer
+
+
+def decode(pte: bytes, steps: int = 6) -> list[torch.Tensor]:
+    """The logits of ``steps`` single-token decode steps, through one loaded method."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(pte)
+    method = program.load_method("forward")
+    return [method.execute([torch.tensor([[(37 * p) % PARAMS["vocab_size"]]]), torch.tensor([p])])[0] for p in range(steps)]
+
+
+def main(argv: list[str]) -> None:
+    config_file = next((a for a in argv if not a.startswith("--")), "llama_xnnpack.yaml")
+    embedding_quantize = "--no-embedding-quantize" not in argv
+    folder = Path(tempfile.mkdtemp())
+    write_model(folder)
+    stock_pte = stock(llm_config(config_file, folder, "stock.pte", embedding_quantize))
+    guarded_pte = guarded(llm_config(config_file, folder, "guarded.pte", embedding_quantize))
+    same = "byte for byte" if stock_pte == guarded_pte else "different bytes"
+    print(f"{config_file}: stock {len(stock_pte):,} bytes, guarded {len(guarded_pte):,} bytes ({same})")
+    if embedding_quantize:
+        return
+    for step, (theirs, ours) in enumerate(zip(decode(stock_pte), decode(guarded_pte), strict=True)):
+        print(f"step {step}: same token {torch.equal(ours.argmax(-1), theirs.argmax(-1))}, max logit difference {(ours - theirs).abs().max().item():.2g}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
