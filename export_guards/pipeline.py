@@ -103,7 +103,7 @@ class GuardedExport:
                     progress.now("emitting the program")
                     written = self.edge.to_executorch(self.lowering.emit_config(emit_passes()))
                     progress.now("serializing the program, each weight stored once")
-                    pte = store_once(written)
+                    pte = store_once(written)  # written once, rewritten in place: never held twice
             except RuntimeError as error:
                 named = grad_mode_write(error, self.edge.exported_program())
                 if named is None:

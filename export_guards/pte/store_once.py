@@ -10,14 +10,18 @@ segment, at a constant's offset, hands a delegate the very bytes the runtime's k
 The flatbuffer keeps its layout: only the numbers of its ``DataSegment`` table change, in place
 (every segment keeps its index, so every named-data entry and delegate still names the same
 one), and the segments after a dropped copy move up, each at an offset as aligned as before.
-The result is read back and compared with the input, entry by entry, before it is returned: a
-program this cannot rewrite exactly is returned unchanged.
+The rewrite is done in place, in the one buffer the program is written into, so that a
+100M-parameter program is never held twice; what each reader reads (each segment, each
+named-data entry) is checked against what it read before. A program this cannot rewrite
+exactly is returned unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import mmap
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, final
@@ -73,16 +77,54 @@ def store_once(program: bytes | mmap.mmap | Any, *, alignments: Mapping[str, int
     """
     if not isinstance(program, (bytes, bytearray, memoryview, mmap.mmap)):
         alignments = {**named_data_alignments(program), **(alignments or {})}
-        program = program.buffer
-    data = bytes(program)
-    if not named_data_regions(data):  # no named data (read without parsing the whole table): nothing repeats
-        return data
-    pte = PteFile(data)
-    copies = _plan(pte, alignments or {})
-    if not copies:
-        return data
-    rewritten = _rewrite(pte, copies)
-    return rewritten if rewritten is not None and _same_reads(pte, PteFile(rewritten)) else data
+    stream = _written_into(program)
+    try:
+        with stream.getbuffer() as view:
+            size = _stored_once(view, alignments or {})
+    except _ReadsChanged:  # the rewrite's own bug, caught: the program as written
+        size, stream = None, _written_into(program)
+    if size is None:
+        return program if isinstance(program, bytes) else stream.getvalue()
+    stream.truncate(size)
+    return stream.getvalue()  # the buffer itself, not a copy of it
+
+
+def _written_into(program: bytes | mmap.mmap | Any) -> io.BytesIO:
+    """A buffer holding the program's bytes: a manager's pieces are written into it once, not
+    joined into bytes first."""
+    stream = io.BytesIO()
+    if isinstance(program, (bytes, bytearray, memoryview, mmap.mmap)):
+        stream.write(program)
+    else:
+        program.write_to_file(stream)
+    return stream
+
+
+class _ReadsChanged(Exception):
+    """A reader of the rewritten program would read other bytes than before."""
+
+
+def _stored_once(view: memoryview, alignments: Mapping[str, int]) -> int | None:
+    """Rewrite the program in ``view`` in place, each copy pointed at its target; the size it
+    now has, or ``None`` where nothing repeats (``view`` unchanged).
+
+    Raises:
+        _ReadsChanged: a reader would read other bytes than before (``view`` is then spoilt).
+    """
+    if not named_data_regions(view):  # no named data (read without parsing the whole table): nothing repeats
+        return None
+    pte = PteFile(view)
+    copies = _plan(pte, alignments)
+    layout = _layout(pte, copies) if copies else None
+    if layout is None:
+        return None
+    before = _reads(pte)
+    if before is None:
+        return None
+    end = _move(view, pte, layout)
+    if _reads(PteFile(view[: pte.segment_base + end])) != before:
+        raise _ReadsChanged
+    return pte.segment_base + end
 
 
 def shared_copies(program: bytes, *, alignments: Mapping[str, int] | None = None) -> tuple[SharedCopy, ...]:
@@ -107,7 +149,7 @@ def _plan(pte: PteFile, alignments: Mapping[str, int]) -> list[SharedCopy]:
     for index, region in enumerate(pte.segments):
         if index not in keys or index in others or not region.size or not pte.in_file(region):
             continue
-        content = pte.read(region)
+        content = memoryview(pte.data)[region.start : region.end]  # hashed where it lies: no copy
         digest = hashlib.sha256(content).digest()
         needs = max(MIN_ALIGNMENT, *(alignments.get(key, MIN_ALIGNMENT) for key in keys[index]))
         found = next(
@@ -149,9 +191,9 @@ def _constant_targets(pte: PteFile) -> dict[tuple[int, bytes], list[tuple[str, i
     return found
 
 
-def _rewrite(pte: PteFile, copies: list[SharedCopy]) -> bytes | None:
-    """The file with each copy's segment pointed at its target and the others laid out again,
-    or None where a segment's offset cannot be rewritten in place."""
+def _layout(pte: PteFile, copies: list[SharedCopy]) -> dict[int, int] | None:
+    """Each segment's new offset from the segment base: each copy at its target, the others
+    laid out again; ``None`` where an offset cannot be rewritten in place."""
     fields = segment_offset_fields(pte.data)
     header = pte.header
     if fields is None or header is None or len(fields) != len(pte.segments) or header.length < ExtendedHeader.EXPECTED_LENGTH:
@@ -169,39 +211,43 @@ def _rewrite(pte: PteFile, copies: list[SharedCopy]) -> bytes | None:
         offsets[index] = old if old <= end else -(-end // step) * step
         end = max(end, offsets[index] + region.size)
     for index, copy in aliased.items():
-        target = copy.offset
-        if copy.target.startswith("segment "):
-            target = offsets[int(copy.target.split()[1])]
-        offsets[index] = target
-    data = bytearray(pte.data[:base])
-    for index, offset in offsets.items():
-        old = pte.segments[index].start - base
-        if offset != old and fields[index] is None:
-            return None  # an offset the flatbuffer leaves out (0) has no bytes to rewrite
-        if fields[index] is not None:
-            data[fields[index] : fields[index] + 8] = offset.to_bytes(8, "little")
-    data[8 + 24 : 8 + 32] = end.to_bytes(8, "little")  # the extended header's segment data size
-    parts: list[bytes | bytearray | memoryview] = [data]
+        offsets[index] = offsets[int(copy.target.split()[1])] if copy.target.startswith("segment ") else copy.offset
+    if any(offset != pte.segments[index].start - base and fields[index] is None for index, offset in offsets.items()):
+        return None  # an offset the flatbuffer leaves out (0) has no bytes to rewrite
+    return offsets
+
+
+def _move(view: memoryview, pte: PteFile, offsets: dict[int, int]) -> int:
+    """Rewrite ``view`` in place: each segment's bytes moved up to its new offset (never later
+    than its old one, so nothing is overwritten before it moves), the padding between them
+    zeros, the offsets and the header's segment data size written; the end of the segments,
+    from the segment base."""
+    fields = segment_offset_fields(view)
+    assert fields is not None
+    base = pte.segment_base
+    regions = pte.segments
     at = 0  # from the segment base: the bytes laid so far
-    for index, offset in sorted(((i, o) for i, o in offsets.items() if i not in aliased), key=lambda item: item[1]):
-        region = pte.segments[index]
-        if offset < at:  # inside bytes laid already (stored once before): _same_reads checks they are its own
-            if offset + region.size > at:
-                return None
+    for index, offset in sorted(offsets.items(), key=lambda item: (item[1], item[0])):
+        region = regions[index]
+        if offset + region.size <= at:  # a copy, or a segment stored once before: inside bytes laid already
             continue
-        parts += [bytes(offset - at), memoryview(pte.data)[region.start : region.end]]
+        view[base + at : base + offset] = bytes(offset - at)
+        view[base + offset : base + offset + region.size] = view[region.start : region.end]
         at = offset + region.size
-    parts.append(bytes(end - at))
-    return b"".join(parts)  # one copy of the program's bytes
+    for index, offset in offsets.items():
+        if fields[index] is not None:
+            view[fields[index] : fields[index] + 8] = offset.to_bytes(8, "little")
+    view[8 + 24 : 8 + 32] = at.to_bytes(8, "little")  # the extended header's segment data size
+    return at
 
 
-def _same_reads(before: PteFile, after: PteFile) -> bool:
-    """Whether every reader of ``after`` reads what it read in ``before``: the same program
-    table but for its segments, each segment's bytes, each named-data entry's bytes."""
-    if after.program is None or before.program is None or len(after.segments) != len(before.segments):
-        return False
-    if not all(after.in_file(region) and after.read(region) == before.read(old) for region, old in zip(after.segments, before.segments)):
-        return False
-    return after.named_data.keys() == before.named_data.keys() and all(
-        after.read(after.named_data[key]) == before.read(region) for key, region in before.named_data.items()
+def _reads(pte: PteFile) -> tuple[list[int], dict[str, int]] | None:
+    """What the program's readers read: the CRC of each segment's bytes, by index, and of each
+    named-data entry's, by key (a check of the rewrite's own moves: CRC-32 reads a gigabyte a second)."""
+    if pte.program is None or not all(pte.in_file(region) for region in pte.segments):
+        return None
+    view = memoryview(pte.data)
+    return (
+        [zlib.crc32(view[region.start : region.end]) for region in pte.segments],
+        {key: zlib.crc32(view[region.start : region.end]) for key, region in pte.named_data.items()},
     )
