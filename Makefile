@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-known-wrong delegate-numerics operator-table same-outcome clean
+.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-known-wrong delegate-numerics operator-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -151,6 +151,11 @@ bench-export-ab: $(INSTALLED)
 # The quantized decoder's guarded export against stock, side by side (issue 45: at most 1.05x, no more bytes).
 bench-llm: $(INSTALLED)
 	$(PY) benchmarks/llm_export.py
+
+# The guarded flows (lower_with_guards, the pass list, the lint) against stock at the small and
+# the 100M-parameter decoder, fp32 and 8da4w: time and peak memory, paired (about an hour).
+bench-llm-scale: $(INSTALLED)
+	$(PY) benchmarks/llm_scale.py
 
 # The same findings, programs and bytes as REV (default HEAD) on the flow matrix, the examples
 # and the device flows: a refactor's proof (issue 39). About 16 minutes on 2 cores.
