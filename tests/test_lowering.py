@@ -43,7 +43,9 @@ def test_the_lint_lowers_with_the_compile_config_the_factory_names_and_says_so_w
     done = cli("lint", f"{MODELS}:select_with_config", "--pte", str(written))
     assert done.returncode == 0, done.stderr[-2000:]
     made = load_target(f"{MODELS}:select_with_config")
-    assert written.read_bytes() == stock(made.model, made.inputs, compile_config=made.compile_config)
+    mine = stock(made.model, made.inputs, compile_config=made.compile_config)
+    assert b"masked_select" in written.read_bytes() and delegates(written.read_bytes()) == delegates(mine) == 0
+    assert len(written.read_bytes()) <= len(mine)  # the fold stores `* 2`'s constant converted: smaller, never larger
 
 
 @pytest.mark.runs_program
