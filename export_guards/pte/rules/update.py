@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from export_guards.pte.weight_cache import CacheDiff, WeightChange
+from export_guards.pte.weight_cache import CacheDiff, Weight, WeightChange
 from export_guards.ruleset import Hit, rule
 
 
@@ -17,14 +17,12 @@ def weight_repacked_same_source(diff: CacheDiff) -> Iterator[Hit]:
         said.add(change.weight.cache_key)  # one finding per packed entry: its first weight explains it
         weight, old = change.weight, change.old
         assert old is not None
-        yield Hit(
+        yield _on(
+            weight,
             f"{weight} re-packs after the update, although its source did not change: {change.why}; "
             f"its cache key was '{_short(old.cache_key)}' and is '{_short(weight.cache_key)}': "
             f"{_entry_bytes(diff, change):,} bytes re-packed on every device for nothing",
-            constant=weight.key,
-            method=weight.method or None,
-            artifact=diff.new,
-            region=weight.region,
+            diff.new,
         )
 
 
@@ -35,13 +33,11 @@ def weight_cache_stale(diff: CacheDiff) -> Iterator[Hit]:
         if change.cause != "stale" or change.weight.cache_key in said:
             continue
         said.add(change.weight.cache_key)
-        yield Hit(
+        yield _on(
+            change.weight,
             f"{change.weight} keeps its cache key '{_short(change.weight.cache_key)}' across the update, but "
             f"{change.why}: a cache keyed by name serves the old packing, so the new build computes with the old weight",
-            constant=change.weight.key,
-            method=change.weight.method or None,
-            artifact=diff.new,
-            region=change.weight.region,
+            diff.new,
         )
 
 
@@ -51,25 +47,21 @@ def weight_repacked(diff: CacheDiff) -> Iterator[Hit]:
         if change.cause == "same-source":
             continue
         because = {"new": "it is new", "changed": "its source changed", "partner": "what it is packed with changed"}[change.cause]
-        yield Hit(
+        yield _on(
+            change.weight,
             f"{change.weight} re-packs after the update ({change.weight.nbytes:,} bytes): {because} ({change.why})",
-            constant=change.weight.key,
-            method=change.weight.method or None,
-            artifact=diff.new,
-            region=change.weight.region,
+            diff.new,
         )
 
 
 @rule("EG533")
 def weight_orphaned(diff: CacheDiff) -> Iterator[Hit]:
     for change in diff.of("orphaned"):
-        yield Hit(
+        yield _on(
+            change.weight,
             f"{change.weight} of the shipped program is orphaned: no weight of the new build uses its cache key "
             f"'{_short(change.weight.cache_key)}', whose {change.weight.nbytes:,} bytes a cache that keeps old entries holds for nothing",
-            constant=change.weight.key,
-            method=change.weight.method or None,
-            artifact=diff.old,
-            region=change.weight.region,
+            diff.old,
         )
 
 
@@ -78,18 +70,21 @@ def weight_reused(diff: CacheDiff) -> Iterator[Hit]:
     for change in diff.of("reused"):
         if change.cause == "stale":
             continue
-        yield Hit(
+        yield _on(
+            change.weight,
             f"{change.weight} is reused: its cache key '{_short(change.weight.cache_key)}' is in both programs",
-            constant=change.weight.key,
-            method=change.weight.method or None,
-            artifact=diff.new,
-            region=change.weight.region,
+            diff.new,
         )
 
 
 @rule("EG535")
 def weight_cache_account(diff: CacheDiff) -> Iterator[Hit]:
     yield Hit(f"from {diff.old} to {diff.new}: {diff.summary()}", artifact=diff.new)
+
+
+def _on(weight: Weight, message: str, artifact: str) -> Hit:
+    """The finding ``message`` about ``weight``, in the program ``artifact`` names."""
+    return Hit(message, constant=weight.key, method=weight.method or None, artifact=artifact, region=weight.region)
 
 
 def _entry_bytes(diff: CacheDiff, change: WeightChange) -> int:
