@@ -20,6 +20,7 @@ from torch.fx import GraphModule
 
 from export_guards.analysis.programs import Program, methods_of
 from export_guards.analysis.source import source_lines
+from export_guards.internals import name_pass
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import Stage, known_rules, once, settle, without_symptoms
@@ -114,7 +115,9 @@ class Recorded(ExportedProgramPassBase):
 def _recorded(guard: ExportedProgramPassBase, ledger: Ledger, method: str | None) -> Recorded:
     """``guard``, recorded; named as ``guard``'s class, by which ExecuTorch's pass manager
     names a pass that fails."""
-    return type(type(guard).__name__, (Recorded,), {})(guard, ledger, method)
+    recorded = Recorded(guard, ledger, method)
+    name_pass(recorded, type(guard).__name__)
+    return recorded
 
 
 def _in_method(findings: Iterable[Finding], method: str | None) -> list[Finding]:

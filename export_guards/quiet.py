@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, final
 
+from export_guards.internals import warning_filters_changed
+
 __all__ = [
     "BUFFER_WARNING", "CPU_PROBE", "KNOWN_NOISE", "LIBRARIES", "KnownLine", "buffer_warning_answered", "filter_known_noise", "libraries_quiet",
     "runtime_chatter_dropped", "show_known_noise",
@@ -193,7 +195,7 @@ def show_known_noise() -> None:
         logger.removeFilter(dropping)
     ours = {(line.message, line.source) for line in KNOWN_NOISE if not isinstance(line.source, str)}
     warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[1].pattern, f[2]) in ours)]
-    getattr(warnings, "_filters_mutated", lambda: None)()  # what warnings.filterwarnings does after a change
+    warning_filters_changed()
 
 
 BUFFER_WARNING = r"Mutation on a buffer in the model is detected"

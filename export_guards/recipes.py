@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from export_guards.backends import partitioned_lint_applies
+from export_guards.internals import export_recipe_of
 from export_guards.ledger import Ledger, Recorded
 from export_guards.linter import lint, lint_guarded
 from export_guards.passes.defaults import guard_passes
@@ -131,7 +132,7 @@ def recipe_report(session: ExportSession, config: Settings | None = None) -> Rep
     Raises:
         ValueError: the session did not export with a guarded recipe, or has not run.
     """
-    recipe = getattr(session, "_export_recipe", None)
+    recipe = export_recipe_of(session)
     if _guards_of(recipe) is None or not session_programs(session):
         raise ValueError(
             "recipe_report needs a session exported with a guarded recipe: "

@@ -25,6 +25,7 @@ ROOT = PACKAGE.parent
 
 # Each room may import only the rooms before it in this order (and itself).
 LAYERS = [
+    {"internals"},
     {"report", "backends", "quiet", "compat", "progress"},
     {"ruleset"},
     {"settings", "lowering"},

@@ -12,6 +12,7 @@ from torch.export import ExportedProgram
 
 from export_guards import progress
 from export_guards.errors import GuardError
+from export_guards.internals import pass_error
 from export_guards.passes.fold import FoldConstantsPass
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner
@@ -42,8 +43,9 @@ class GuardPasses(ExportedProgramPassManager):
         try:
             return super().__call__(exported_program, override_verifiers)
         except Exception as wrapped:
-            if isinstance(wrapped.__cause__, GuardError):  # ExecuTorch's wrapper: hand over what the guard raised
-                raise wrapped.__cause__ from None
+            raised = pass_error(wrapped)
+            if isinstance(raised, GuardError):  # ExecuTorch's wrapper: hand over what the guard raised
+                raise raised from None
             raise
 
     def check(self, exported_program: ExportedProgram) -> None:

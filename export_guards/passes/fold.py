@@ -9,7 +9,6 @@ its result: a parameter named after the weight it feeds.
 
 from __future__ import annotations
 
-import copy
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -29,6 +28,7 @@ from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_origin, node_site
 from export_guards.analysis.storage import plain_tensors
+from export_guards.internals import program_with_parts
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
@@ -281,16 +281,18 @@ def _rebuilt(
         for i, spec in enumerate(ep.graph_signature.output_specs)
     ]
     dropped = {fqn_of[n] for n in fqn_of if n not in kept}
-    program = copy.copy(ep)  # as ExecuTorch's pass manager does: the same program, new parts
-    program._graph_module = torch.fx.GraphModule(ep.graph_module, graph)
-    program._graph_module.meta.update(ep.graph_module.meta)
-    program._graph_signature = ExportGraphSignature(input_specs, output_specs)
-    program._state_dict = {
-        **{k: v for k, v in ep.state_dict.items() if k not in dropped},
-        **{fqn: torch.nn.Parameter(value, requires_grad=False) for fqn, value in parameters.items()},
-    }
-    program._constants = {k: v for k, v in ep.constants.items() if k not in dropped}
-    return program
+    graph_module = torch.fx.GraphModule(ep.graph_module, graph)
+    graph_module.meta.update(ep.graph_module.meta)
+    return program_with_parts(  # as ExecuTorch's pass manager does: the same program, new parts
+        ep,
+        graph_module=graph_module,
+        graph_signature=ExportGraphSignature(input_specs, output_specs),
+        state_dict={
+            **{k: v for k, v in ep.state_dict.items() if k not in dropped},
+            **{fqn: torch.nn.Parameter(value, requires_grad=False) for fqn, value in parameters.items()},
+        },
+        constants={k: v for k, v in ep.constants.items() if k not in dropped},
+    )
 
 
 def _named(constant: ProgramConstant) -> str:

@@ -25,6 +25,7 @@ from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, 
 from export_guards.analysis.ops import aten_name
 from export_guards.analysis.source import node_origin, node_site
 from export_guards.errors import KnownWrongDelegationError
+from export_guards.internals import updated_program
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset import CATALOG, Hit, finding
@@ -64,7 +65,7 @@ class KnownWrongDelegationPass(ExportedProgramPassBase):
         for original in dict.fromkeys(step for match in matches for step in match.path):
             _detach(copied[original])
         report = Report.of([_finding(match, kept=True) for match in matches])
-        return GuardPassResult(exported_program._update(module, exported_program.graph_signature), True, report)
+        return GuardPassResult(updated_program(exported_program, module, exported_program.graph_signature), True, report)
 
 
 def _copied(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:

@@ -18,6 +18,7 @@ from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
 from export_guards.analysis.reparametrization import SPECTRAL_NORM_STATE, WEIGHT_NORM_STATE
+from export_guards.internals import forward_pre_hooks, own_parametrized_class
 from export_guards.report import Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
@@ -67,7 +68,7 @@ def _deepcopy(model: nn.Module) -> nn.Module:
     # may share a detached alias.
     memo: dict[int, object] = {}
     for module in model.modules():
-        for hook in module._forward_pre_hooks.values():
+        for hook in forward_pre_hooks(module):
             if isinstance(hook, (SpectralNorm, WeightNorm)):
                 weight = getattr(module, hook.name, None)
                 if isinstance(weight, torch.Tensor) and not weight.is_leaf:
@@ -77,7 +78,7 @@ def _deepcopy(model: nn.Module) -> nn.Module:
 
 def _reparametrizations(module: nn.Module) -> Iterator[tuple[str, str, int]]:
     """``(tensor name, API, bytes of the state behind it)`` for each reparametrized tensor."""
-    for hook in module._forward_pre_hooks.values():
+    for hook in forward_pre_hooks(module):
         if isinstance(hook, SpectralNorm):
             yield hook.name, "torch.nn.utils.spectral_norm", _bytes(module, hook.name, SPECTRAL_NORM_STATE)
         elif isinstance(hook, WeightNorm):
@@ -103,19 +104,7 @@ def _remove(module: nn.Module, tensor_name: str, api: str) -> None:
         # The parametrizations' eval mode skips spectral norm's power iteration; the chain is
         # removed right after, so its training flags need no restoring.
         module.parametrizations[tensor_name].eval()
-        _own_class(module)
+        own_parametrized_class(module)  # deepcopy shares the class that holds the parametrized property
         with torch.no_grad():
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
 
-
-def _own_class(module: nn.Module) -> None:
-    """Give ``module`` a private copy of its parametrized class.
-
-    ``parametrize`` keeps each tensor's property on a class made for the module, and
-    ``remove_parametrizations`` deletes it from that class. ``deepcopy`` shares the class
-    between a module and its copies, so removing from one would break the others (the
-    caller's model, when a copy is folded).
-    """
-    cls = type(module)
-    namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
-    module.__class__ = type(cls.__name__, cls.__bases__, namespace)

@@ -17,6 +17,7 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from export_guards.errors import GuardError
+from export_guards.internals import replace_constants_in_place
 from export_guards.passes.control_flow import ControlFlowOutputsPass
 from export_guards.passes.placement.host_copy import host_constants, host_graph
 from export_guards.passes.placement.messages import placement_error
@@ -119,5 +120,5 @@ class EmitPlacementPass(PassBase):
         # The graph is twinned alone: to_executorch has made it non-functional (buffer
         # write-backs), which an ExportedProgram refuses. An earlier pass may have replaced it.
         copies, graph = plan.copies() + plan.kept_decompositions(graph_module), host_graph(graph_module, plan.to_copy)
-        program._state_dict, program._constants = host_constants(program)  # their setters refuse
+        replace_constants_in_place(program, *host_constants(program))
         return GuardGraphPassResult(graph, True, copies)

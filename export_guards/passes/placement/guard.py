@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 
 from export_guards.analysis.programs import Program, methods_of
 from export_guards.errors import ConstantPlacementError
+from export_guards.internals import name_pass, unname_pass
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.plan import check_policy, plan_placement
 from export_guards.passes.result import GuardPassResult
@@ -124,7 +125,7 @@ class ConstantPlacementPass(ExportedProgramPassBase):
         self.defer_device_constants = defer_device_constants
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
-        self.__class__ = getattr(type(self), "_named_from", type(self))  # a failed call's name is not kept
+        unname_pass(self)  # a failed call's name is not kept
         plan = plan_placement(self.method, exported_program, self.policy, defer_device_constants=self.defer_device_constants)
         try:
             return plan.carried_out(exported_program)
@@ -133,13 +134,12 @@ class ConstantPlacementPass(ExportedProgramPassBase):
             # bare Exception whose message names the pass by its class's name, and nothing
             # else: this call's class is named after the constants, so that that line names
             # each one and its device too.
-            self.__class__ = _named_after(type(self), error.report)
+            name_pass(self, _named_after(type(self).__name__, error.report))
             raise
 
 
-def _named_after(cls: type[ConstantPlacementPass], stops: Report) -> type[ConstantPlacementPass]:
-    """A subclass of ``cls`` whose name lists ``stops``' constants, each with why the host
+def _named_after(name: str, stops: Report) -> str:
+    """The pass's name ``name``, followed by ``stops``' constants, each with why the host
     cannot read it (its device)."""
     listed = "; ".join(f"{f.code} {f.message}" for f in stops.errors)
-    name = f"{cls.__name__}, which stopped {len(stops.errors)} constant{'s' * (len(stops.errors) != 1)}: {listed}"
-    return type(name, (cls,), {"_named_from": cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return f"{name}, which stopped {len(stops.errors)} constant{'s' * (len(stops.errors) != 1)}: {listed}"

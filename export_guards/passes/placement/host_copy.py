@@ -17,7 +17,6 @@ from collections.abc import Sequence
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from executorch.exir.pass_base import ExportPass
-from executorch.exir.program._program import _transform
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, TensorArgument
 from torch.fx import GraphModule
@@ -25,6 +24,7 @@ from torch.utils import _pytree as pytree
 
 from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.storage import unreadable_constants
+from export_guards.internals import set_example_inputs, set_original_program, transform_program, updated_program
 
 __all__ = ["host_constants", "host_graph", "host_twin"]
 
@@ -37,12 +37,12 @@ def host_twin(ep: ExportedProgram, moving: Sequence[ProgramConstant]) -> Exporte
     the example inputs are moved too.
     """
     state_dict, constants = host_constants(ep)
-    moved = ep._update(_moved_graph(ep.graph_module, moving), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
-    twin = _transform(moved, ExportPass())  # the retrace, and the signature that follows its names
+    moved = updated_program(ep, _moved_graph(ep.graph_module, moving), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
+    twin = transform_program(moved, ExportPass())  # the retrace, and the signature that follows its names
     _keep_input_names(ep.graph_module, twin.graph_module, twin.graph_signature)
     _keep_requires_grad(ep.graph_module, twin.graph_module)
     if ep.example_inputs is not None:
-        twin._example_inputs = pytree.tree_map_only(torch.Tensor, _on_host, ep.example_inputs)
+        set_example_inputs(twin, pytree.tree_map_only(torch.Tensor, _on_host, ep.example_inputs))
     return twin
 
 
@@ -86,7 +86,7 @@ def _moved_graph(graph_module: GraphModule, moving: Sequence[ProgramConstant]) -
         if isinstance(module, LoweredBackendModule) and _traced_on_device(module.original_module):
             inner = module.original_module
             on_device = [c for c, problem in unreadable_constants(None, inner) if problem.on_device]
-            module._original_exported_program = host_twin(inner, on_device)
+            set_original_program(module, host_twin(inner, on_device))
     for node in graph.graph.nodes:
         if "device" in node.kwargs:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}

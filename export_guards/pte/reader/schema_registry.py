@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from export_guards.internals import operator_schemas
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -45,11 +47,11 @@ def live_table() -> dict[str, list[object]]:
     returns, meta]``, each argument ``[name, type, element type when optional else None,
     written, keyword-only]``, each return ``[type, element type]``, and whether EG519 can
     replay it on meta tensors. The first schema of a name and overload wins, as torch's
-    ``_jit_get_schemas_for_operator`` lists them."""
+    ``dispatcher lists them (``internals.operator_schemas``)."""
     torch = torch_with_executorch_operators()
     table: dict[str, list[object]] = {}
-    for name in sorted({schema.name for schema in torch._C._jit_get_all_schemas()}):
-        for schema in torch._C._jit_get_schemas_for_operator(name):
+    for name, schemas in operator_schemas(torch):
+        for schema in schemas:
             key = f"{name}.{schema.overload_name}"
             if key in table:
                 continue
