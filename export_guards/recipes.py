@@ -103,23 +103,37 @@ def guard_recipe(
     check_policy(placement)
     ledger = Ledger()
     early = [*([_CopyToHost(ledger)] if placement == "copy" else []), *([_FoldNonCore(ledger, max_growth)] if fold else [])]
-    lowering = recipe.lowering_recipe or LoweringRecipe()
+    lowering = _guarded_lowering(recipe.lowering_recipe or LoweringRecipe(), ledger, fold, max_growth, device_backends)
+    config = recipe.executorch_backend_config or ExecutorchBackendConfig()
+    return dataclasses.replace(
+        recipe,
+        quantization_recipe=_guarded_quantization(recipe.quantization_recipe, ledger, fold, max_growth),
+        aten_transform_passes=[*(recipe.aten_transform_passes or []), *early],
+        lowering_recipe=lowering,
+        executorch_backend_config=dataclasses.replace(config, passes=[*config.passes, *emit_passes()]),
+    )
+
+
+def _guarded_lowering(
+    lowering: LoweringRecipe, ledger: Ledger, fold: bool, max_growth: float, device_backends: Iterable[str]
+) -> LoweringRecipe:
+    """A copy of ``lowering`` whose partitioners are guarded and whose edge transform passes
+    start with the guards, which record in ``ledger``."""
     partitioners = guard_partitioners(lowering.partitioners, device_backends=device_backends) if lowering.partitioners else None
     guards = _RecipeGuards(ledger, fold, max_growth, partitioners)
-    config = recipe.executorch_backend_config or ExecutorchBackendConfig()
-    quantization = _sparing_reparametrized(recipe.quantization_recipe)
+    return dataclasses.replace(lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])])
+
+
+def _guarded_quantization(
+    quantization: QuantizationRecipe | None, ledger: Ledger, fold: bool, max_growth: float
+) -> QuantizationRecipe | None:
+    """``quantization`` sparing reparametrized modules (a torchao config), and with the fold
+    on, folding constant-only computations before a PT2E quantizer sees the captured graph."""
+    quantization = _sparing_reparametrized(quantization)
     if fold and quantization is not None and quantization.quantizers:
         before = [*(quantization.pre_prepare_passes or []), _FoldBeforeQuantizer(ledger, max_growth)]
         quantization = dataclasses.replace(quantization, pre_prepare_passes=before)
-    return dataclasses.replace(
-        recipe,
-        quantization_recipe=quantization,
-        aten_transform_passes=[*(recipe.aten_transform_passes or []), *early],
-        lowering_recipe=dataclasses.replace(
-            lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])]
-        ),
-        executorch_backend_config=dataclasses.replace(config, passes=[*config.passes, *emit_passes()]),
-    )
+    return quantization
 
 
 def recipe_report(session: ExportSession, config: Settings | None = None) -> Report:

@@ -84,9 +84,8 @@ def guard_passes(
 
     They run after ``to_edge`` and before any partitioner:
 
-    1. ``ConstantPlacementPass(placement)``: a constant that a delegate's preprocess or the
-       emitter would read from device memory is reported instead of crashing the process
-       (it runs first, so that nothing is evaluated on such a constant); with
+    1. ``ConstantPlacementPass(placement)``, first: a constant that a delegate's preprocess or
+       the emitter would read from device memory is reported instead of crashing the process; with
        ``placement="copy"`` the method becomes its host twin instead, whose ``.pte`` is the
        CPU export's, byte for byte (one ``EG103`` per copy).
     2. ``FoldConstantsPass(max_growth=max_growth)`` unless ``fold=False``: weights computed
@@ -94,13 +93,11 @@ def guard_passes(
        static parameters that delegates such as XNNPACK take.
     3. ``KnownWrongDelegationPass``: what a delegate of this ExecuTorch is known to compute
        wrong (a weight-only quantized linear on XNNPACK) is left to the runtime's kernels,
-       which compute it right (one ``EG405`` each). With guarded partitioners, only their
-       backends' patterns apply; without, every backend's (the partitioners are not known).
+       which compute it right (one ``EG405`` each): their backends' patterns, with guarded
+       partitioners; every backend's, without.
 
-    A ``torch.cond`` result that outlives its branch's memory (EG518) gets its own bytes at
-    emission, from :func:`~export_guards.emit_passes` (``to_executorch(ExecutorchBackendConfig(
-    passes=emit_passes()))``), not here: a copy made before partitioning is taken into a
-    delegate, or moved after the next ``cond``, by the partitioner.
+    A ``torch.cond`` result that outlives its branch's memory (EG518) is copied at emission, by
+    :func:`~export_guards.emit_passes`, not here (a partitioner would take or move the copy).
 
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
@@ -122,9 +119,25 @@ def guard_passes(
 
     Raises:
         TypeError: a partitioner is not guarded.
-        ValueError: ``partitioner`` holds no partitioner for some method (nothing would
-            check what that method's backends or the emitter read), or ``placement`` is not
-            a placement policy.
+        ValueError: ``partitioner`` holds no partitioner for some method (nothing would check
+            what its backends or the emitter read), or ``placement`` is not a policy.
+    """
+    lists = _partitioner_lists(partitioner)
+    if placement == "copy":
+        _hand_the_copy_to(lists)
+    passes: list[PassType] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
+    if fold:
+        passes.append(FoldConstantsPass(max_growth=max_growth))
+    passes.append(KnownWrongDelegationPass(_backend_ids(lists)))
+    return GuardPasses(passes)
+
+
+def _partitioner_lists(partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None) -> list[Sequence[Partitioner]]:
+    """Each method's list of ``partitioner`` (one list for all methods, when it is a list).
+
+    Raises:
+        TypeError: a partitioner is not guarded.
+        ValueError: a list is empty.
     """
     lists = list(partitioner.values()) if isinstance(partitioner, Mapping) else [partitioner] if partitioner is not None else []
     for parts in lists:
@@ -140,15 +153,16 @@ def guard_passes(
                 "wrap them with guard_partitioners([...]) and pass the same list to "
                 "to_edge_transform_and_lower(partitioner=...)"
             )
-    if placement == "copy":
-        for parts in lists:  # the copy before decomposition is theirs: ExecuTorch hands them the program then
-            for part in parts:
-                part.placement = "copy"
-    passes: list[PassType] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
-    if fold:
-        passes.append(FoldConstantsPass(max_growth=max_growth))
-    passes.append(KnownWrongDelegationPass(_backend_ids(lists)))
-    return GuardPasses(passes)
+    return lists
+
+
+def _hand_the_copy_to(lists: list[Sequence[Partitioner]]) -> None:
+    """Set ``placement="copy"`` on each guarded partitioner: the copy before decomposition is
+    theirs, as ExecuTorch hands the program to them alone then, and the caller hands these
+    same objects to ``to_edge_transform_and_lower``."""
+    for parts in lists:
+        for part in parts:
+            part.placement = "copy"  # type: ignore[attr-defined]
 
 
 def _backend_ids(lists: list[Sequence[Partitioner]]) -> list[str] | None:

@@ -241,12 +241,40 @@ def _rebuilt(
     folded nodes and the constants they alone read, with one placeholder per new parameter
     (after the existing parameters) standing for the roots. ``ep`` is not modified."""
     kept = _kept_nodes(ep.graph, plan, stored_as)
+    graph, new, input_specs = _copied_graph(ep, kept, stored_as, parameters)
+    output_specs = [
+        replace(spec, arg=TensorArgument(new[_output_node(ep.graph, i)].name))
+        if isinstance(spec.arg, TensorArgument)
+        else spec
+        for i, spec in enumerate(ep.graph_signature.output_specs)
+    ]
+    dropped = {fqn_of[n] for n in fqn_of if n not in kept}
+    graph_module = torch.fx.GraphModule(ep.graph_module, graph)
+    graph_module.meta.update(ep.graph_module.meta)
+    return program_with_parts(  # as ExecuTorch's pass manager does: the same program, new parts
+        ep,
+        graph_module=graph_module,
+        graph_signature=ExportGraphSignature(input_specs, output_specs),
+        state_dict={
+            **{k: v for k, v in ep.state_dict.items() if k not in dropped},
+            **{fqn: torch.nn.Parameter(value, requires_grad=False) for fqn, value in parameters.items()},
+        },
+        constants={k: v for k, v in ep.constants.items() if k not in dropped},
+    )
+
+
+def _copied_graph(
+    ep: ExportedProgram, kept: set[Node], stored_as: Mapping[Node, str], parameters: Mapping[str, torch.Tensor]
+) -> tuple[torch.fx.Graph, dict[Node, Node], list[InputSpec]]:
+    """A new graph of ``ep``'s ``kept`` nodes, each original node's copy, and the input specs
+    of the new graph: a placeholder per new parameter, after the existing parameters, which
+    each node ``stored_as`` names reads instead."""
     specs = {spec.arg.name: spec for spec in ep.graph_signature.input_specs}
     fake_mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
     graph = torch.fx.Graph()
     new: dict[Node, Node] = {}
     placeholder_of: dict[str, Node] = {}
-    input_specs = []
+    input_specs: list[InputSpec] = []
 
     root_of = {fqn: root for root, fqn in reversed(list(stored_as.items()))}
 
@@ -274,25 +302,7 @@ def _rebuilt(
         if node.op == "placeholder":
             new[node].name = node.name  # node_copy renames names such as "input"
             input_specs.append(specs[node.name])
-    output_specs = [
-        replace(spec, arg=TensorArgument(new[_output_node(ep.graph, i)].name))
-        if isinstance(spec.arg, TensorArgument)
-        else spec
-        for i, spec in enumerate(ep.graph_signature.output_specs)
-    ]
-    dropped = {fqn_of[n] for n in fqn_of if n not in kept}
-    graph_module = torch.fx.GraphModule(ep.graph_module, graph)
-    graph_module.meta.update(ep.graph_module.meta)
-    return program_with_parts(  # as ExecuTorch's pass manager does: the same program, new parts
-        ep,
-        graph_module=graph_module,
-        graph_signature=ExportGraphSignature(input_specs, output_specs),
-        state_dict={
-            **{k: v for k, v in ep.state_dict.items() if k not in dropped},
-            **{fqn: torch.nn.Parameter(value, requires_grad=False) for fqn, value in parameters.items()},
-        },
-        constants={k: v for k, v in ep.constants.items() if k not in dropped},
-    )
+    return graph, new, input_specs
 
 
 def _named(constant: ProgramConstant) -> str:
