@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from export_guards.compat import RuntimeMismatch, runtime_mismatch
-from export_guards.pte.context import PteContext
+from export_guards.pte.context import Need, PteContext, needs_of
 from export_guards.pte.digests import ContentDigests
 from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
@@ -18,9 +18,8 @@ from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES
-from export_guards.pte.rules.delegates import named_data_hash_mismatch
-from export_guards.pte.rules.kernels import kernel_call_inconsistent, replay_calls, verdicts
-from export_guards.pte.smoke import SmokeInputs, SmokeWorker
+from export_guards.pte.rules.kernels import replay_calls
+from export_guards.pte.smoke import SmokeInputs, SmokeWorker, StartedSmoke
 from export_guards.pte.weight_cache import CacheDiff, ProgramUpdate, diff_weights
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
@@ -45,20 +44,9 @@ def check_pte(
     digests: ContentDigests | None = None,
     inputs: str | os.PathLike[str] | None = None,
 ) -> Report:
-    """Check a written ExecuTorch program without running it (unless ``runtime``).
-
-    Reads the file with ExecuTorch's own deserializer and reports, with rule codes EG501-EG509,
-    EG512-EG521 and EG523:
-    the header, magic and version; every segment and constant offset inside the file; the
-    alignment of constant and delegate data; each tensor's constant buffer and memory slot against
-    its shape and dtype; each delegate's processed data; every named-data key a delegate or an
-    external tensor uses (present, unique, in bounds, large enough); the ``.ptd`` files; each
-    instruction's operator, delegate and values; each XNNPACK delegate call against its graph,
-    and the graph itself; dim orders; values written before they are read; live tensors kept
-    apart in the arenas; out tensors against what their operators compute; named data against
-    the content hash that names it; and, against a runtime, the kernels and backends it lacks. What the runtime ignores is at most a warning
-    (docs/check.md).
-    The file is memory-mapped: only the headers, the flatbuffer and delegate payloads are read.
+    """Check a written ExecuTorch program, read with ExecuTorch's own deserializer and not run
+    (unless ``runtime``), with the program-file rules (docs/check.md says what each checks; what
+    the runtime ignores is at most a warning). Only headers, flatbuffer and payloads are read.
 
     Args:
         program: the ``.pte`` path, or its bytes.
@@ -68,37 +56,78 @@ def check_pte(
             each method once on inputs it makes up (EG511); a crash is reported, never raised.
         runtime_timeout_s: how long that child may take.
         inputs: with ``runtime``, the inputs to run ``forward`` on instead of made-up ones (a
-            file that ``torch.save`` wrote: the list of the method's inputs, ``None`` in the
-            place of an input given as ``None``). A failure on made-up inputs that may be their
-            fault (integers out of the program's range) is a warning; on these, an error.
+            ``torch.save`` file: the list of the method's inputs, ``None`` for an input given
+            as ``None``). A failure on made-up inputs that may be their fault is a warning.
         against: the runtime whose kernels and backends the program must find (EG521); with
-            ``runtime``, the installed ``executorch.runtime`` (as its child finds it) unless
-            another is given.
+            ``runtime``, by default the installed one (as its child finds it).
         locate: places a finding about an operator (``"aten::sort.values"``) on the user's
             line, where the caller has the program's graph (``GuardedExport.check_program``).
         rules: the rule set to run (default ``PTE_RULES`` and the installed project rules).
-        replay: also replay each ATen call that writes a tensor on torch's meta tensors
-            (EG519: out tensors of another shape than the kernel computes, inputs the operator
-            refuses together). Imports torch (seconds); with ``runtime``, always, in the
-            runtime's child, which imports torch anyway: with ``runtime``, this process
-            imports neither torch nor the runtime.
+        replay: also replay each ATen call that writes a tensor on torch's meta tensors (EG519),
+            which imports torch; with ``runtime``, always, in the runtime's child, not here.
         digests: the weights' hashes (EG523) where the caller started them already
-            (``ContentDigests.start``: the command starts them before it imports the rules);
-            those it lacks are started here.
+            (``ContentDigests.start``); those it lacks are started here.
 
     Raises:
-        OSError: ``program`` or a data file is not a readable file (missing, a directory),
-            with a message naming it. A malformed file is never an exception: it is a finding.
+        OSError: ``program`` or a data file is not a readable file (missing, a directory).
+            A malformed file is never an exception: it is a finding.
         ValueError: ``runtime`` with more than one data file, or ``inputs`` without ``runtime``.
         RuntimeMismatch: ``runtime``, and executorch's runtime cannot run with the installed
-            torch (it was built for a newer one): the one line says which it needs.
+            torch: the one line says which it needs.
     """
     config = config or Settings()
+    program, data_files = _normalized(program, data_files)
+    _check_arguments(runtime, inputs, data_files)
+    pte, ptds = _opened(program, data_files)
+    rules = rules or with_project_rules(PTE_RULES)
+    needed = needs_of(rules, config)
+    context = functools.partial(PteContext, pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests(), needs=needed)
+    found = functools.partial(run, rules, settings=config, name=pte.name, artifact=None if isinstance(program, bytes) else pte.name)
+    if not runtime:
+        return found("pte", context(), locate=locate)
+    with SmokeWorker() as worker, _as_file(program) as path:  # the child imports the runtime meanwhile
+        calls = replay_calls(pte) if Need.REPLAYED in needed else []
+        started = _started(worker, path, pte, ptds, runtime_timeout_s, inputs, inventory=against is None, replay=calls)
+        report = found("pte", context(answers=started, replay_calls=calls), locate=locate)
+        return report + found("runtime", started.result())
+
+
+def _started(
+    worker: SmokeWorker,
+    path: str,
+    pte: PteFile,
+    ptds: tuple[PtdFile, ...],
+    timeout_s: float,
+    inputs: str | os.PathLike[str] | None,
+    *,
+    inventory: bool,
+    replay: list[object],
+) -> StartedSmoke:
+    """The runtime's child handed the program, even one with structural errors (whether the
+    runtime survives them is the question). It started first, and imports the runtime (most
+    of the run's cost) while this process reads the program; it also answers what needs the
+    runtime or torch (the inventory, EG519's replay), so that this process loads neither."""
+    runs = [SmokeInputs(os.fspath(inputs), os.devnull, f"{pte.name} on the inputs in {os.fspath(inputs)}")] if inputs is not None else []
+    return worker.start(path, [p.name for p in ptds], timeout_s, name=pte.name, runs=runs, inventory=inventory, replay=replay)
+
+
+def _normalized(program: PathOrBytes, data_files: Iterable[str | os.PathLike[str]]) -> tuple[PathOrBytes, tuple[str | os.PathLike[str], ...]]:
+    """``program`` as a path or ``bytes``, and the data files as a tuple (one path alone too)."""
     if isinstance(program, (bytearray, memoryview)):
         program = bytes(program)
     if isinstance(data_files, (str, os.PathLike)):
         data_files = (data_files,)
-    data_files = tuple(data_files)
+    return program, tuple(data_files)
+
+
+def _opened(program: PathOrBytes, data_files: tuple[str | os.PathLike[str], ...]) -> tuple[PteFile, tuple[PtdFile, ...]]:
+    """The program file and its data files, memory-mapped (a program given as bytes, as they are)."""
+    pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
+    return pte, tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
+
+
+def _check_arguments(runtime: bool, inputs: object, data_files: tuple[object, ...]) -> None:
+    """Raise for what ``check_pte`` cannot do with these arguments (its Raises)."""
     if runtime and (mismatch := runtime_mismatch()) is not None:
         raise RuntimeMismatch(mismatch)
     if inputs is not None and not runtime:
@@ -107,38 +136,6 @@ def check_pte(
         raise ValueError(
             f"the runtime smoke run loads one data file (executorch.runtime takes one data_path); {len(data_files)} were given"
         )
-    pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
-    ptds = tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
-    # the runtime's child starts first, and imports the runtime (most of the run's cost) while
-    # this process reads the program; it also answers what needs the runtime or torch (the
-    # inventory, EG519's replay), so that this process loads neither
-    with SmokeWorker() if runtime else contextlib.nullcontext() as worker:
-        artifact = None if isinstance(program, bytes) else pte.name  # findings point at the file; bytes are none
-        context = PteContext(pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests())
-        rules = rules or with_project_rules(PTE_RULES)
-        if named_data_hash_mismatch.code in rules.rules and config.enabled(named_data_hash_mismatch.code):
-            _ = context.content_digests  # hashing the weights starts now, beside the other rules
-        with _as_file(program) if runtime else contextlib.nullcontext("") as path:
-            started = None
-            if worker is not None:  # even for a program with structural errors: whether the runtime survives them is the question
-                calls = replay_calls(context) if kernel_call_inconsistent.code in rules.rules and config.enabled(kernel_call_inconsistent.code) else []
-                runs = [SmokeInputs(os.fspath(inputs), os.devnull, f"{pte.name} on the inputs in {os.fspath(inputs)}")] if inputs is not None else []
-                started = worker.start(path, [p.name for p in ptds], runtime_timeout_s, name=pte.name, runs=runs, inventory=against is None, replay=calls)
-                if against is None:
-                    context.runtime = _inventory(started.answer("inventory"))
-                if calls and (answered := started.answer("replayed")) is not None:
-                    context.replayed = verdicts(calls, answered)
-            report = run(rules, "pte", context, config, name=pte.name, artifact=artifact, locate=locate)
-            if started is not None:
-                report += run(rules, "runtime", started.result(), config, name=pte.name, artifact=artifact)
-    return report
-
-
-def _inventory(answered: Any) -> RuntimeInventory | None:
-    """The child's runtime, as it answered (None: it died first, which its result reports)."""
-    if answered is None:
-        return None
-    return RuntimeInventory(answered["name"], frozenset(answered["kernels"]), frozenset(answered["backends"]))
 
 
 @contextlib.contextmanager

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, Protocol, TypeVar
 
 from export_guards.pte.digests import ContentDigests, is_content_key
 from export_guards.pte.inventory import RuntimeInventory
@@ -16,23 +18,88 @@ from export_guards.pte.reader.paths import forward_paths
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.wheel import ExecutionPlan
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payload
+from export_guards.ruleset import RuleSet
+from export_guards.ruleset.selection import Selection
 
-__all__ = ["PteContext"]
+__all__ = ["Need", "PteContext", "RuntimeAnswers", "needs", "needs_of", "tupled", "verdicts"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Need(enum.Enum):
+    """What a program-file rule needs arranged before the rules run (``check_pte`` arranges
+    what the enabled rules declare with :func:`needs`)."""
+
+    REPLAYED = "replayed"
+    """The verdicts of the program's kernel calls replayed on torch's meta tensors by the
+    runtime's child (with ``runtime``): the calls go with the child's job."""
+    CONTENT_DIGESTS = "content_digests"
+    """The named data's hashes, started in background threads before the other rules run."""
+
+
+def needs(*wanted: Need) -> Callable[[F], F]:
+    """Declare what the decorated check needs arranged before it runs (under ``@rule``)."""
+
+    def declare(check: F) -> F:
+        check.needs = frozenset(wanted)  # type: ignore[attr-defined]
+        return check
+
+    return declare
+
+
+def needs_of(rules: RuleSet, settings: Selection) -> frozenset[Need]:
+    """What the program-file rules of ``rules`` that ``settings`` enable need arranged."""
+    return frozenset(need for r in rules.stage("pte") if settings.enabled(r.code) for need in getattr(r.check, "needs", ()))
+
+
+class RuntimeAnswers(Protocol):
+    """The runtime's child under way (``smoke.StartedSmoke``): what it answers before it runs."""
+
+    def answer(self, kind: str) -> Any: ...
 
 
 @dataclass
 class PteContext:
     """A program file and its data files, as the ``pte`` rules see them, the runtime it is
-    checked against, when one is given, and whether the kernel calls are replayed on torch's
-    meta tensors here (EG519; loads torch), or were ``replayed`` by another process (the
-    runtime's child: each call's verdict, by ``rules.kernels.replay_calls``'s call)."""
+    checked against (``against``, else the one the runtime's child answers), and whether the
+    kernel calls are replayed on torch's meta tensors here (EG519; loads torch), or were
+    replayed by the runtime's child (``answers``: each of ``replay_calls``' verdicts, by
+    ``rules.kernels.replay_calls``'s call). Built once, whole: what its rules need (``needs``,
+    :func:`needs_of`) starts when it is made."""
 
     pte: PteFile
     data_files: tuple[PtdFile, ...] = field(default=())
-    runtime: RuntimeInventory | None = None
+    against: RuntimeInventory | None = None
     replay: bool = False
-    replayed: Mapping[tuple[object, ...], object] | None = None
     digests: ContentDigests = field(default_factory=ContentDigests)
+    answers: RuntimeAnswers | None = None
+    replay_calls: Sequence[tuple[object, ...]] = ()
+    needs: frozenset[Need] = frozenset()
+
+    def __post_init__(self) -> None:
+        if Need.CONTENT_DIGESTS in self.needs:
+            _ = self.content_digests  # hashing the weights starts now, beside the other rules
+
+    @cached_property
+    def runtime(self) -> RuntimeInventory | None:
+        """The runtime whose kernels and backends the program must find: ``against``, else the
+        one the runtime's child answered (``None``: no child, or it died first, which its
+        result reports)."""
+        if self.against is not None or self.answers is None:
+            return self.against
+        answered = self.answers.answer("inventory")
+        if answered is None:
+            return None
+        return RuntimeInventory(answered["name"], frozenset(answered["kernels"]), frozenset(answered["backends"]))
+
+    @cached_property
+    def replayed(self) -> Mapping[tuple[object, ...], object] | None:
+        """Each of ``replay_calls``' verdicts, as the runtime's child replayed them, by call;
+        ``None`` where none were sent or it did not answer."""
+        if not self.replay_calls or self.answers is None:
+            return None
+        answered = self.answers.answer("replayed")
+        return verdicts(self.replay_calls, answered) if answered is not None else None
 
     @cached_property
     def named_data(self) -> dict[str, tuple[str, Region]]:
@@ -114,3 +181,14 @@ class PteContext:
                 payloads = {index: p for (method, index), p in self.xnnpack_graphs.items() if method == plan.name}
                 found.append((plan, [(path, path_accesses(plan, path, payloads)) for path in paths]))
         return found
+
+
+def verdicts(calls: Iterable[tuple[object, ...]], answered: Sequence[object]) -> dict[tuple[object, ...], object]:
+    """The replayed verdicts (``rules.kernels.replayed``'s answer, back from JSON: lists for
+    tuples), by call."""
+    return dict(zip(calls, (tupled(a) for a in answered), strict=True))
+
+
+def tupled(value: object) -> object:
+    """``value`` as it was before JSON carried it: its lists tuples again."""
+    return tuple(tupled(item) for item in value) if isinstance(value, (list, tuple)) else value

@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 
-from export_guards.pte.context import PteContext
+from export_guards.pte.context import Need, PteContext, needs
 from export_guards.pte.reader.backend_ids import KNOWN_BACKEND_IDS
 from export_guards.pte.reader.file import Delegate, PteFile
 from export_guards.pte.reader.flatc import DecodeError
@@ -208,6 +208,7 @@ def xnnpack_shared_conv_weights(context: PteContext) -> Iterator[Hit]:
 
 
 @rule("EG523")
+@needs(Need.CONTENT_DIGESTS)
 def named_data_hash_mismatch(context: PteContext) -> Iterator[Hit]:
     """Named data whose key is the SHA-256 of its content (XNNPACK's) that its bytes no longer
     match: a weights cache keyed by that name keeps the damage across launches."""

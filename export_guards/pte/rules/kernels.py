@@ -33,7 +33,8 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from export_guards.pte.context import PteContext
+from export_guards.pte.context import Need, PteContext, needs, tupled
+from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, Refused, refusal
 from export_guards.pte.reader.operators import ONE_DTYPE, spelled
 from export_guards.pte.reader.out_shapes import resized_out
@@ -79,6 +80,7 @@ Verdict = str | tuple[int, tuple[int, ...]] | None
 
 
 @rule("EG519")
+@needs(Need.REPLAYED)
 def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:
@@ -109,11 +111,11 @@ def kernel_call_inconsistent(context: PteContext) -> Iterator[Hit]:
                         yield Hit(f"{where} {problem}", method=plan.name, subjects=subjects)
 
 
-def replay_calls(context: PteContext) -> list[ReplayCall]:
+def replay_calls(pte: PteFile) -> list[ReplayCall]:
     """The distinct calls of the program that EG519 replays on meta tensors, found without
     torch: what a process that has torch (``check --runtime``'s child) replays for this one
     (:func:`replayed`), whose verdicts come back as ``PteContext.replayed``."""
-    program = context.pte.program
+    program = pte.program
     calls: dict[ReplayCall, None] = {}
     for plan in program.execution_plan if program is not None else ():
         for chain in plan.chains:
@@ -129,16 +131,7 @@ def replay_calls(context: PteContext) -> list[ReplayCall]:
 def replayed(calls: Iterable[Sequence[object]]) -> list[object]:
     """Each call of :func:`replay_calls` (as JSON gives it back: lists for tuples) replayed on
     meta tensors, its verdict as JSON carries it. Imports torch."""
-    return [_replay_signature(*_tupled(call)) for call in calls]  # type: ignore[arg-type]
-
-
-def verdicts(calls: Sequence[ReplayCall], answered: Sequence[object]) -> dict[ReplayCall, Verdict]:
-    """:func:`replayed`'s answer, back from JSON, by call."""
-    return dict(zip(calls, (_tupled(a) for a in answered), strict=True))  # type: ignore[arg-type]
-
-
-def _tupled(value: object) -> object:
-    return tuple(_tupled(item) for item in value) if isinstance(value, (list, tuple)) else value
+    return [_replay_signature(*tupled(call)) for call in calls]  # type: ignore[arg-type]
 
 
 def _replay_here(call: ReplayCall) -> Verdict:
