@@ -336,6 +336,19 @@ def test_guard_passes_hands_the_copy_to_the_partitioners_it_is_given() -> None:
     assert {p.placement for p in parts["forward"]} == {"copy"}
 
 
+def test_guard_passes_changes_nothing_else_of_the_callers_partitioners() -> None:
+    """Their ``placement``, under ``"copy"``, is all it hands them: the same objects, each
+    wrapped partitioner as it was, every other attribute as it was."""
+    parts = eg.guard_partitioners([XnnpackPartitioner(), XnnpackPartitioner()])
+    wrapped = [p.partitioner for p in parts]
+    before = [(dict(vars(p)), copy.copy(vars(p.partitioner))) for p in parts]
+    eg.guard_passes(partitioner=parts)
+    assert [(dict(vars(p)), vars(p.partitioner)) for p in parts] == before
+    eg.guard_passes(placement="copy", partitioner=parts)
+    assert [p.partitioner for p in parts] == wrapped
+    assert [({**vars(p), "placement": "error"}, vars(p.partitioner)) for p in parts] == before
+
+
 def test_report_renders_ruff_style_lines(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
     first = str(eg.check_constant_placement(ep)).splitlines()[0]
