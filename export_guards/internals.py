@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 __all__ = [
     "cause_of_type",
     "export_recipe_of",
+    "fake_mode_of",
     "forward_pre_hooks",
+    "is_fake",
+    "is_wrapper_subclass",
     "name_pass",
+    "new_fake_mode",
     "operator_schemas",
     "own_parametrized_class",
     "pass_error",
@@ -209,6 +213,47 @@ def operator_schemas(torch: Any) -> Iterator[tuple[str, list[Any]]]:
     Relies on ``torch._C._jit_get_all_schemas`` and ``torch._C._jit_get_schemas_for_operator``."""
     for name in sorted({schema.name for schema in torch._C._jit_get_all_schemas()}):
         yield name, list(torch._C._jit_get_schemas_for_operator(name))
+
+
+# torch's fake and wrapper tensors
+
+
+def fake_mode_of(values: Iterable[object]) -> Any:
+    """The ``FakeTensorMode`` the fake tensors among ``values`` belong to (a program's node
+    values), or ``None`` where there are none.
+
+    Relies on ``torch._guards.detect_fake_mode``."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(list(values))
+
+
+def new_fake_mode() -> Any:
+    """A new ``FakeTensorMode``, to compute a value's metadata without its data.
+
+    Relies on ``torch._subclasses.FakeTensorMode``."""
+    import torch
+
+    return torch._subclasses.FakeTensorMode()
+
+
+def is_fake(value: object) -> bool:
+    """Whether ``value`` is a fake tensor: its shape, dtype and device, and no data.
+
+    Relies on ``torch._subclasses.fake_tensor.FakeTensor``."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, FakeTensor)
+
+
+def is_wrapper_subclass(value: object) -> bool:
+    """Whether ``value`` is a tensor subclass whose data are inner tensors that it names
+    (``__tensor_flatten__``: torchao's quantized weights), not its own storage.
+
+    Relies on ``torch.utils._python_dispatch.is_traceable_wrapper_subclass``."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return is_traceable_wrapper_subclass(value)
 
 
 # Python's warnings

@@ -181,6 +181,50 @@ def test_operator_schemas_lists_the_dispatcher_s_schemas() -> None:
     assert all(schema.name == "aten::add" for schema in listed["aten::add"])
 
 
+def test_fake_mode_of_finds_the_programs_fake_mode_and_new_fake_mode_makes_fake_values(ep: ExportedProgram) -> None:
+    values = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"]
+    mode = internals.fake_mode_of(iter(values))
+    assert mode is not None and all(v.fake_mode is mode for v in values if internals.is_fake(v))
+    assert internals.fake_mode_of([torch.ones(1), None, 3]) is None
+    with internals.new_fake_mode():
+        made = torch.empty(2, 3)
+    assert internals.is_fake(made) and made.shape == (2, 3)
+
+
+def test_is_fake_tells_fake_tensors_from_real_and_meta_ones(ep: ExportedProgram) -> None:
+    value = next(n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder")
+    assert internals.is_fake(value)
+    assert not internals.is_fake(torch.ones(1)) and not internals.is_fake(torch.empty(1, device="meta"))
+    assert not internals.is_fake(nn.Parameter(torch.ones(1))) and not internals.is_fake(None)
+
+
+class _Wrapper(torch.Tensor):
+    """The smallest traceable wrapper subclass: its data is its inner tensor, as torchao's are."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> _Wrapper:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)  # type: ignore[attr-defined]
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], meta: None, size: object, stride: object) -> _Wrapper:
+        return _Wrapper(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: object, types: object, args: tuple[object, ...] = (), kwargs: object = None) -> object:
+        raise NotImplementedError(func)
+
+
+def test_is_wrapper_subclass_tells_tensors_whose_data_are_inner_tensors() -> None:
+    assert internals.is_wrapper_subclass(_Wrapper(torch.ones(2)))
+    assert not internals.is_wrapper_subclass(torch.ones(2)) and not internals.is_wrapper_subclass(nn.Parameter(torch.ones(2)))
+
+
 def test_warning_filters_changed_makes_an_in_place_edit_of_the_filters_count() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.resetwarnings()

@@ -22,7 +22,6 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from export_guards.analysis.ops import (
     MATMULS,
@@ -38,6 +37,7 @@ from export_guards.analysis.ops import (
 from export_guards.analysis.program_bytes import constant_cost, instruction_cost
 from export_guards.analysis.programs import ProgramConstant, iter_constants, mutated_constants
 from export_guards.analysis.storage import storage_problem, stored_bytes
+from export_guards.internals import is_wrapper_subclass
 from export_guards.settings import DEFAULT_MAX_GROWTH
 
 __all__ = ["DEFAULT_MAX_GROWTH", "DeclinedFold", "FoldPlan", "outside_core_aten", "plan_fold", "written_growth"]
@@ -150,7 +150,7 @@ def _foldable_constants(ep: ExportedProgram) -> dict[Node, ProgramConstant]:
         for c in iter_constants(None, ep)
         if c.node.op == "placeholder"
         and c.fqn not in mutated
-        and not is_traceable_wrapper_subclass(c.tensor)
+        and not is_wrapper_subclass(c.tensor)
         and storage_problem(c.tensor) is None
     }
 

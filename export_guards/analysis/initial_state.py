@@ -12,6 +12,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
 from export_guards.analysis.ops import aten_name, aten_overload, is_view
+from export_guards.internals import is_fake
 
 __all__ = ["initial_values_that_matter", "unmasked_read"]
 
@@ -151,4 +152,4 @@ def _differs(expected: list[object], got: list[object]) -> float:
 
 
 def _on_host(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cpu" and not isinstance(tensor, torch._subclasses.FakeTensor)
+    return tensor.device.type == "cpu" and not is_fake(tensor)

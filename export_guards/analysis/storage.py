@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import NamedTuple, final
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from export_guards.analysis.programs import ProgramConstant, iter_constants
+from export_guards.internals import is_fake, is_wrapper_subclass
 
 __all__ = [
     "Unreadable",
@@ -46,9 +45,9 @@ def storage_problem(tensor: torch.Tensor) -> Unreadable | None:
     """Why the host cannot read ``tensor``'s bytes; ``None`` if it can (zero-size included)."""
     if tensor.numel() == 0:
         return None
-    if is_traceable_wrapper_subclass(tensor):
+    if is_wrapper_subclass(tensor):
         return next((p for t in plain_tensors(tensor) if (p := storage_problem(t))), None)
-    if isinstance(tensor, FakeTensor):
+    if is_fake(tensor):
         return Unreadable(False, f"is a fake tensor (device {tensor.device}) with no data")
     if tensor.device.type == "meta":
         return Unreadable(False, "is on the meta device and has no data")
@@ -67,7 +66,7 @@ def plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The tensors that hold ``tensor``'s bytes: ``tensor`` itself, or for a tensor subclass
     (torchao's quantized weights) its inner tensors, asked of it (``__tensor_flatten__``),
     never its own storage, which has no data."""
-    if not is_traceable_wrapper_subclass(tensor):
+    if not is_wrapper_subclass(tensor):
         return [tensor]
     inner_names, _ = tensor.__tensor_flatten__()  # type: ignore[attr-defined]
     inner = (getattr(tensor, name) for name in inner_names)

@@ -16,7 +16,6 @@ from dataclasses import replace
 
 import torch
 from executorch.exir.pass_base import ExportedProgramPassBase
-from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
@@ -28,7 +27,7 @@ from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_origin, node_site
 from export_guards.analysis.storage import plain_tensors
-from export_guards.internals import program_with_parts
+from export_guards.internals import fake_mode_of, program_with_parts
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
@@ -270,7 +269,7 @@ def _copied_graph(
     of the new graph: a placeholder per new parameter, after the existing parameters, which
     each node ``stored_as`` names reads instead."""
     specs = {spec.arg.name: spec for spec in ep.graph_signature.input_specs}
-    fake_mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+    fake_mode = fake_mode_of(n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder")
     graph = torch.fx.Graph()
     new: dict[Node, Node] = {}
     placeholder_of: dict[str, Node] = {}

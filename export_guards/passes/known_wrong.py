@@ -17,7 +17,6 @@ import torch
 from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase
-from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
@@ -25,7 +24,7 @@ from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, 
 from export_guards.analysis.ops import aten_name
 from export_guards.analysis.source import node_origin, node_site
 from export_guards.errors import KnownWrongDelegationError
-from export_guards.internals import updated_program
+from export_guards.internals import fake_mode_of, new_fake_mode, updated_program
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset import CATALOG, Hit, finding
@@ -150,7 +149,7 @@ def _call(graph: Graph, op: object, args: tuple[object, ...], like: Node, **kwar
     user line and module."""
     node = graph.call_function(op, args, kwargs)  # type: ignore[arg-type]
     values = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-    with detect_fake_mode(values) or torch._subclasses.FakeTensorMode():
+    with fake_mode_of(values) or new_fake_mode():
         node.meta["val"] = op(*values, **kwargs)  # type: ignore[operator]
     node.meta.update({key: like.meta[key] for key in _KEPT_META if key in like.meta})
     return node

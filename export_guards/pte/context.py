@@ -85,9 +85,9 @@ class PteContext:
         """The runtime whose kernels and backends the program must find: ``against``, else the
         one the runtime's child answered (``None``: no child, or it died first, which its
         result reports)."""
-        if self.against is not None or self.answers is None:
+        if self.against is not None:
             return self.against
-        answered = self.answers.answer("inventory")
+        answered = self._answered.get("inventory")
         if answered is None:
             return None
         return RuntimeInventory(answered["name"], frozenset(answered["kernels"]), frozenset(answered["backends"]))
@@ -96,10 +96,18 @@ class PteContext:
     def replayed(self) -> Mapping[tuple[object, ...], object] | None:
         """Each of ``replay_calls``' verdicts, as the runtime's child replayed them, by call;
         ``None`` where none were sent or it did not answer."""
-        if not self.replay_calls or self.answers is None:
-            return None
-        answered = self.answers.answer("replayed")
+        answered = self._answered.get("replayed")
         return verdicts(self.replay_calls, answered) if answered is not None else None
+
+    @cached_property
+    def _answered(self) -> dict[str, Any]:
+        """What the runtime's child answered, asked in the order it answers (an answer asked
+        for reads past the ones before it): its runtime's inventory, unless ``against`` is
+        given, then the verdicts of ``replay_calls``, where there are any."""
+        if self.answers is None:
+            return {}
+        kinds = [*(["inventory"] if self.against is None else []), *(["replayed"] if self.replay_calls else [])]
+        return {kind: self.answers.answer(kind) for kind in kinds}
 
     @cached_property
     def named_data(self) -> dict[str, tuple[str, Region]]:

@@ -11,6 +11,7 @@ from torch.fx import Node
 from export_guards.analysis.initial_state import initial_values_that_matter, unmasked_read
 from export_guards.analysis.ops import writer
 from export_guards.analysis.programs import ConstantKind
+from export_guards.internals import is_fake
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
 
@@ -107,4 +108,4 @@ _MUTATIONS = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)
 
 
 def _has_data(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cpu" and not isinstance(tensor, torch._subclasses.FakeTensor)
+    return tensor.device.type == "cpu" and not is_fake(tensor)
