@@ -456,3 +456,30 @@ def test_a_negative_pad_is_refused_before_any_run_and_the_runtime_agrees() -> No
     (ran,) = check_pte(data, runtime=True, config=Settings(ignore=("EG519",))).with_code("EG511")
     assert "Padding values must be non-negative, but got pad[1] = -1" in ran.message
     assert not check_pte(written((1, 0, 0, 0)), runtime=True).findings  # a non-negative pad: no finding, and it runs
+
+
+def test_the_context_asks_the_runtimes_child_in_the_order_it_answers() -> None:
+    """The child answers its inventory, then the replayed verdicts, and an answer asked for
+    reads past those before it: whichever rule asks first (EG519 runs before EG521), the
+    context asks for both in that order, and what ``against`` gives is not asked for."""
+    from export_guards.pte.context import Need, PteContext, needs_of
+    from export_guards.pte.rules import PTE_RULES
+
+    class Child:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def answer(self, kind: str) -> object:
+            self.asked.append(kind)
+            return {"inventory": {"name": "child", "kernels": ["aten::add.out"], "backends": []}, "replayed": [["refused", [1]]]}[kind]
+
+    child = Child()
+    context = PteContext(PteFile(b"not a program", "x"), answers=child, replay_calls=[("aten::add.out",)])
+    assert context.replayed == {("aten::add.out",): ("refused", (1,))}
+    assert child.asked == ["inventory", "replayed"]
+    assert context.runtime is not None and context.runtime.name == "child" and child.asked == ["inventory", "replayed"]
+    given = PteContext(PteFile(b"not a program", "x"), against=context.runtime, answers=(other := Child()), replay_calls=[("aten::add.out",)])
+    assert given.replayed is not None and given.runtime is context.runtime and other.asked == ["replayed"]
+    assert PteContext(PteFile(b"not a program", "x"), answers=Child()).replayed is None
+    assert needs_of(PTE_RULES, Settings()) == {Need.REPLAYED, Need.CONTENT_DIGESTS}
+    assert needs_of(PTE_RULES, Settings(ignore=("EG519", "EG523"))) == frozenset()
