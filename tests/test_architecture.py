@@ -35,6 +35,7 @@ LAYERS = [
     {"ledger"},
     {"recipes"},
     {"pipeline"},
+    {"verify"},
     {"testing"},
     {"cli", "pytest_plugin", "workers"},
     {"__main__"},

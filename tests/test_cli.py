@@ -492,7 +492,7 @@ def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Cal
     strict export, and the written program computes what that export traced."""
     import torch
 
-    from export_guards.testing.compare import run_pte
+    from export_guards.verify import run_pte
 
     for factory, expected in (("strict", 6.0), ("not_strict", 4.0)):  # 3 * 2 where traced by TorchDynamo, else 3 + 1
         pte = tmp_path / f"{factory}.pte"

@@ -239,13 +239,13 @@ def test_float64_inputs_and_control_flow_branches_are_linted() -> None:
 
 
 def test_output_comparison_handles_bool_and_integer_outputs() -> None:
-    from export_guards.testing.compare import compare_outputs
+    from export_guards.verify import Tolerance, compare_outputs
 
-    (same,) = compare_outputs(torch.tensor([True, False]), [torch.tensor([True, False])], atol=0, rtol=0)
+    (same,) = compare_outputs(torch.tensor([True, False]), [torch.tensor([True, False])], Tolerance.absolute(atol=0, rtol=0))
     assert same.within
-    (wrapped,) = compare_outputs(torch.tensor([0, 255], dtype=torch.uint8), [torch.tensor([255, 255], dtype=torch.uint8)], atol=0, rtol=0)
-    assert not wrapped.within and "1 of 2 values differ" in str(wrapped)
-    nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], atol=1e-5, rtol=0)
+    (wrapped,) = compare_outputs(torch.tensor([0, 255], dtype=torch.uint8), [torch.tensor([255, 255], dtype=torch.uint8)], Tolerance.absolute(atol=0, rtol=0))
+    assert not wrapped.within and "differs from eager in 1 of 2 values" in str(wrapped)
+    nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], Tolerance.absolute(atol=1e-5, rtol=0))
     assert [e.within for e in nested] == [True, False] and nested[1].path == "['b'][0]"
 
 

@@ -125,6 +125,7 @@ def _lint(
     with stdout_to_stderr(), SmokeWorker() if runs else contextlib.nullcontext() as worker:  # stdout carries only the report, whatever the model prints
         with steps("loading ExecuTorch"):
             from export_guards.pipeline import export_in_steps
+            from export_guards.verify import check_program, run_program
 
         recipe_made_here(settings)
         try:
@@ -142,7 +143,7 @@ def _lint(
             with steps("writing the program (to_executorch)"), step("writing the program (to_executorch)"):
                 program = result.to_pte()
             with steps("checking the written program"):
-                checked = result.check_program(program, against=against, config=settings)
+                checked = check_program(result, program, against=against, settings=settings)
             found += checked
             # clean means it loads, runs and matches eager, here; a program that this runtime
             # cannot load (EG521's error) would only fail again
@@ -150,7 +151,7 @@ def _lint(
             runs = runs and not unloadable
             if runs:
                 with steps("running the program (executorch.runtime)"):
-                    done = result.run_program_at_shapes(program, model, inputs, config=settings, worker=worker)
+                    done = run_program(result, program, model, inputs, settings=settings, worker=worker)
                 found = without_symptoms(found + done.report)
                 bounds = done.shapes[1:]
                 if bounds:  # a dynamic export: say where it ran besides the example

@@ -75,7 +75,7 @@ def check_pte(
             ``runtime``, the installed ``executorch.runtime`` (as its child finds it) unless
             another is given.
         locate: places a finding about an operator (``"aten::sort.values"``) on the user's
-            line, where the caller has the program's graph (``GuardedExport.check_program``).
+            line, where the caller has the program's graph (``export_guards.verify.check_program``).
         rules: the rule set to run (default ``PTE_RULES`` and the installed project rules).
         replay: also replay each ATen call that writes a tensor on torch's meta tensors
             (EG519: out tensors of another shape than the kernel computes, inputs the operator
