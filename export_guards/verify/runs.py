@@ -23,7 +23,7 @@ from export_guards.pte.smoke import SmokeInputs, SmokeRun, SmokeWorker
 from export_guards.report import Report
 from export_guards.ruleset import run, with_project_rules
 from export_guards.settings import Settings
-from export_guards.targets import first_line
+from export_guards.ruleset import first_line
 from export_guards.verify.eager import EagerReference, Expected
 from export_guards.verify.outputs import Tolerance, compare_outputs
 

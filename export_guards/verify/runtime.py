@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from export_guards.compat import RuntimeMismatch, runtime_mismatch
-from export_guards.targets import first_line
+from export_guards.ruleset import first_line
 
 __all__ = ["LoadedMethod", "input_differences", "run_pte", "runtime_error_text"]
 
