@@ -26,10 +26,6 @@ LONG_RUN_S = 2.0  # a run this long gets a line per step: a shorter one is over 
 LONG_PART_S = 1.0  # a part of a step this long gets its own line: a quicker one is noise in a log
 
 
-def _line(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 @final
 class ProgressLines:
     """What one run says of its own progress on stderr (never its problems: :func:`problem`),
@@ -55,7 +51,7 @@ class ProgressLines:
     def say(self, message: str, *, ongoing: bool = True) -> None:
         """One line, ``export-guards: {message}...`` (``.`` when not ``ongoing``)."""
         if not self._quiet:
-            _line(f"export-guards: {message}{'...' if ongoing else '.'}")
+            print(f"export-guards: {message}{'...' if ongoing else '.'}", file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
     def timed(self, doing: str, *, always: bool = False) -> Iterator[None]:
