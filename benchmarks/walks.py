@@ -4,8 +4,9 @@ bundled decoder, and ``export-guards lint`` on it (issue 55's "two walks").
 The walk is what a reader opens to follow the call: the calls from one export-guards function
 to another, in the order they first happen, each (caller, callee) pair once however often it
 runs (a loop over constants is read once), as the rooms they enter (a room is a row of
-docs/design.md's table: a folder such as ``analysis/``, or a module such as ``pipeline.py``),
-each move from one room into another once. A stay is one entry in that walk; the rooms are
+docs/design.md's table: a folder such as ``analysis/``, or a module such as ``pipeline.py``):
+each call from one room into another (a call within a room stays in it, and what a module runs
+as it is imported is not followed), each such move once. A stay is one entry in that walk; the rooms are
 its distinct rooms; a return is a stay in a room visited before (stays - rooms). Fewer returns: a
 call that reads top to bottom.
 
@@ -27,6 +28,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 ROOM_DEPTH = 1  # a room is a row of docs/design.md's table: a folder (analysis/) or a module (pipeline.py)
 
 
+def room_of(module: str | None) -> str | None:
+    return ".".join(module.split(".")[1 : ROOM_DEPTH + 1]) if module is not None else None
+
+
 def walk(call: Callable[[], object]) -> list[str]:
     """The rooms ``call`` enters, each (caller, callee) pair of export-guards functions once, merged in a row."""
     rooms: list[str] = []
@@ -38,20 +43,22 @@ def walk(call: Callable[[], object]) -> list[str]:
         return module if module.startswith("export_guards") and module != "export_guards.progress" else None
 
     def profile(frame, event, arg):  # noqa: ANN001, ANN202 - sys.setprofile's signature
-        if event != "call" or ours(frame) is None:
+        if event != "call" or ours(frame) is None or frame.f_code.co_name == "<module>":
             return
         caller = frame.f_back
         while caller is not None and ours(caller) is None:  # through torch's and ExecuTorch's frames
             caller = caller.f_back
+        if caller is not None and caller.f_code.co_name == "<module>":
+            return  # a module's import is not the call's walk
         pair = (caller.f_code if caller is not None else None, frame.f_code)
         if pair in seen:
             return
         seen.add(pair)
-        room = ".".join(ours(frame).split(".")[1 : ROOM_DEPTH + 1])
-        move = (rooms[-1] if rooms else None, room)
-        if room != move[0] and move not in moves:  # each move from one room into another, once
+        move = (room_of(ours(caller)) if caller is not None else None, room_of(ours(frame)))
+        if move[0] != move[1] and move not in moves:  # a call within a room stays in it
             moves.add(move)
-            rooms.append(room)
+            if not rooms or rooms[-1] != move[1]:
+                rooms.append(move[1])
 
     sys.setprofile(profile)
     try:
