@@ -37,8 +37,9 @@ The cases, each model built under ``torch.manual_seed(0)`` (both trees build the
    ``copy`` and backend ``xnnpack`` and ``portable``, on the CPU and on the test device
    ``trapdev`` (every row has a ``trapdev`` program): the report and ``to_pte()``.
 3. ``example``: the ``examples/`` targets that the README, docs and Makefile lint, with the
-   options they give, through ``export_target`` then ``to_pte()`` and ``check_program``, as
-   ``export-guards lint`` does: the report, the program's check and the bytes (none is
+   options they give, through ``export_target``'s steps then ``to_pte()``, ``check_program`` and
+   ``run_program``, as ``export-guards lint`` does: the report, the program's check, its run
+   compared with eager, and the bytes (none is
    skipped: the slowest, segmentation at 400 x 400, takes about 13 s).
 4. ``recipe`` and ``placement``: on each ``trapdev`` program, ``guard_recipe`` (exported with
    ``executorch.export.export``, then ``recipe_report``) and ``export_with_recipe``, both with
@@ -170,9 +171,11 @@ def _is_report(value: object) -> bool:
     return isinstance(value, eg.Report)
 
 
-def guarded(result: Any, *, check: bool = False) -> Outcome:
+def guarded(result: Any, *, check: bool = False, run: tuple[Any, Any] | None = None) -> Outcome:
     """A ``GuardedExport``'s report and written program (or why ``to_pte`` failed); with
-    ``check``, the written program's check as ``export-guards lint`` runs it."""
+    ``check``, the written program's check as ``export-guards lint`` runs it; with ``run`` (the
+    model and its example inputs), the program's run in ``executorch.runtime`` compared with
+    eager, as the lint runs it."""
     outcome: Outcome = {"findings": findings(result.report)}
     try:
         pte = result.to_pte()
@@ -180,8 +183,30 @@ def guarded(result: Any, *, check: bool = False) -> Outcome:
         return {**outcome, **{k: v for k, v in failure(error).items() if k != "findings"}}
     outcome.update(program(pte))
     if check:
-        outcome["program_check"] = findings(result.check_program(pte))
+        outcome["program_check"] = findings(checked(result, pte))
+    if run is not None:
+        outcome["program_run"] = findings(ran(result, pte, *run))
     return outcome
+
+
+def checked(result: Any, pte: bytes) -> Any:
+    """The written program's check, through the tree's own API: ``export_guards.check_program``
+    (a baseline from before it: the export's own method)."""
+    try:
+        from export_guards import check_program
+    except ImportError:
+        return result.check_program(pte)
+    return check_program(result, pte)
+
+
+def ran(result: Any, pte: bytes, model: Any, inputs: Any) -> Any:
+    """The written program's run, compared with eager, through the tree's own API:
+    ``export_guards.run_program`` (a baseline from before it: the export's own method)."""
+    try:
+        from export_guards import run_program
+    except ImportError:
+        return result.run_program(pte, model, inputs)
+    return run_program(result, pte, model, inputs).report
 
 
 # --- recording what the drop-in passes report ---------------------------------------------
@@ -344,10 +369,15 @@ def pipeline_cases() -> Iterator[tuple[str, Case]]:
 
 def example(root: Path, target: str, arguments: dict[str, Any], settings: dict[str, Any]) -> Outcome:
     import export_guards as eg
-    from export_guards.pipeline import export_target
+    from export_guards.pipeline import export_in_steps
+    from export_guards.targets import load_target, target_file
 
     config = eg.Settings().updated(settings) if settings else None
-    return guarded(export_target(str(root / target), arguments, config=config), check=True)
+    made = load_target(str(root / target), arguments)  # export_target's own two steps, the model kept to run eager
+    result = export_in_steps(
+        made.model, made.inputs, config=config, source=target_file(str(root / target)), dynamic_shapes=made.dynamic_shapes, strict=made.strict, lowering=made.lowering
+    )
+    return guarded(result, check=True, run=(made.model, made.inputs))
 
 
 def example_cases(root: Path) -> Iterator[tuple[str, Case]]:

@@ -34,7 +34,7 @@ from executorch.runtime import Runtime
 
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.quiet import runtime_chatter_dropped
-from export_guards.testing.compare import compare_outputs
+from export_guards.verify import Tolerance, compare_outputs
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -162,8 +162,8 @@ def main() -> int:
         (plain_seconds, guarded_seconds), speedup, (plain_outputs, guarded_outputs) = latencies(
             [plain_pte, guarded_pte], list(inputs), args.runs
         )
-        plain_error = compare_outputs(eager, plain_outputs, atol=1e-3, rtol=1e-3)[0].max_abs
-        [comparison] = compare_outputs(eager, guarded_outputs, atol=1e-3, rtol=1e-3)
+        plain_error = compare_outputs(eager, plain_outputs, Tolerance.absolute(atol=1e-3, rtol=1e-3))[0].max_abs
+        [comparison] = compare_outputs(eager, guarded_outputs, Tolerance.absolute(atol=1e-3, rtol=1e-3))
         verdict = "within" if comparison.within else "NOT within"
         print(f"without export-guards: {plain_seconds * 1e3:,.0f} ms, max abs error vs eager {plain_error:.1e}")
         print(

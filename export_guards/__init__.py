@@ -90,6 +90,11 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
     from export_guards.ruleset import Rule as Rule
     from export_guards.settings import PlacementPolicy as PlacementPolicy, Settings as Settings
     from export_guards.targets import Exportable as Exportable
+    from export_guards.verify import (
+        Tolerance as Tolerance,
+        check_program as check_program,
+        run_program as run_program,
+    )
     from export_guards.lowering import Lowering as Lowering
 
 _EXPORTS = {
@@ -126,9 +131,11 @@ _EXPORTS = {
     "RuntimeInventory": "export_guards.pte.inventory",
     "Settings": "export_guards.settings",
     "Severity": "export_guards.report",
+    "Tolerance": "export_guards.verify",
     "SourceLocation": "export_guards.report",
     "check_constant_placement": "export_guards.passes.placement",
     "check_pte": "export_guards.pte.check",
+    "check_program": "export_guards.verify",
     "check_reproducible": "export_guards.pte.check",
     "compare_pte": "export_guards.pte.check",
     "diff_pte": "export_guards.pte.check",
@@ -149,6 +156,7 @@ _EXPORTS = {
     "recipe_named": "export_guards.recipes",
     "recipe_names": "export_guards.recipes",
     "recipe_report": "export_guards.recipes",
+    "run_program": "export_guards.verify",
     "shared_copies": "export_guards.pte.store_once",
     "store_once": "export_guards.pte.store_once",
 }

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, final
 
 import torch
-import torch.utils._pytree as pytree
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import Partitioner
 from executorch.export import ExportRecipe
@@ -21,11 +19,9 @@ from torch.export import ExportedProgram
 from export_guards import progress
 from export_guards.analysis.delegation import DelegationSummary, delegation_summary
 from export_guards.analysis.fold_plan import plan_fold
-from export_guards.analysis.outputs import output_mismatches
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.programs import mutated_constants
-from export_guards.analysis.shape_bounds import shape_bounds
-from export_guards.analysis.source import location_named_in, node_location, operator_sites
+from export_guards.analysis.source import location_named_in, node_location
 from export_guards.backends import backend_named, device_backend_ids, partitioned_lint_applies
 from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, SharedMemoryError
 from export_guards.ledger import Ledger
@@ -37,19 +33,17 @@ from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
-from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.rules import PTE_RULES, portable
 from export_guards.pte.rules.values import arena_overlap
-from export_guards.pte.smoke import SmokeInputs, SmokeWorker
 from export_guards.pte.store_once import store_once
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report, SourceLocation
-from export_guards.ruleset import RuleSet, describe_error, run, with_project_rules
+from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings
 from export_guards.targets import load_target, step, target_file
 
-__all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "ProgramRuns", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+__all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
 WRITTEN_PROGRAM_RULES = PTE_RULES.without(RuleSet.of(portable))
 """The check of a guarded export's written program: EG520 (compute with no delegate) aside, since
@@ -115,135 +109,6 @@ class GuardedExport:
         if calls:
             refuse_shared_memory(pte, calls)
         return pte
-
-    def check_program(self, pte: bytes, *, against: RuntimeInventory | None = None, config: Settings | None = None) -> Report:
-        """``pte``, this export's written program (:meth:`to_pte`), checked as ``export-guards
-        check`` checks a file (structure, delegate data, kernels: ``WRITTEN_PROGRAM_RULES``),
-        against the runtime that will load it: ``against``, by default the installed
-        ``executorch.runtime`` (``RuntimeInventory.from_file`` reads a selective build's list). A finding about an
-        operator, such as one the runtime has no kernel for (EG521, an error), is placed on the
-        user's line that made it. ``export-guards lint`` and the ``check_export`` fixture run it
-        before they keep a program, so that a clean verdict means the program loads."""
-        return check_pte(
-            pte,
-            config=config,
-            against=against or RuntimeInventory.installed(),
-            locate=operator_sites(self.edge) if self.edge is not None else None,
-            rules=with_project_rules(WRITTEN_PROGRAM_RULES),
-            replay=True,  # torch is loaded: the export made the program
-        )
-
-    def run_program(
-        self,
-        pte: bytes,
-        model: torch.nn.Module,
-        example_inputs: Sequence[object],
-        *,
-        config: Settings | None = None,
-        timeout_s: float = 120.0,
-        worker: SmokeWorker | None = None,
-        at_bounds: bool = True,
-    ) -> Report:
-        """Run ``pte``, this export's written program, on ``example_inputs`` in
-        ``executorch.runtime``, in a child process (a crash is a finding), and compare each output
-        with eager's at a tolerance that fits its dtype. A failed run is EG511, naming the
-        kernel that refused its call, the runtime's reason and the user's line that made the op;
-        an output beyond the tolerance is EG522, with its largest difference and where.
-
-        Where the export has dynamic shapes (and ``at_bounds``), the program also runs at each
-        dynamic dimension's bounds, in the same child (:meth:`run_program_at_shapes`); a
-        finding there names the shape (``at length=64 (the upper bound)``).
-
-        Eager is ``model`` itself; for a recipe, or a model off the host, the recipe's or the
-        host's torch.export program (which a quantizing recipe has quantized: the reference of
-        what the program computes). Outputs that eager does not repeat on a second run (a random
-        op) are not compared. ``worker``: a child started ahead (:class:`SmokeWorker`, whose
-        import of the runtime overlapped the export), else one starts now."""
-        return self.run_program_at_shapes(pte, model, example_inputs, config=config, timeout_s=timeout_s, worker=worker, at_bounds=at_bounds).report
-
-    def run_program_at_shapes(
-        self,
-        pte: bytes,
-        model: torch.nn.Module,
-        example_inputs: Sequence[object],
-        *,
-        config: Settings | None = None,
-        timeout_s: float = 120.0,
-        worker: SmokeWorker | None = None,
-        at_bounds: bool = True,
-    ) -> ProgramRuns:
-        """:meth:`run_program`, saying at which shapes the program ran.
-
-        The inputs at the bounds are the example inputs cropped or tiled along the dynamic
-        dimensions (:func:`~export_guards.analysis.shape_bounds.inputs_at_bounds`), each run on
-        the program loaded afresh and on eager from the state it had before the example's run
-        (its mutable buffers, a KV cache, put back). A bound where eager raises on those inputs
-        (they break a relation between sizes that the export assumed, or index past a table) is
-        not run: ``skipped`` says so. A bound's findings are reported only where the example
-        inputs ran clean: a program that fails on its example fails at its bounds for the same reason."""
-        settings = config or Settings()
-        inputs = _on_host(list(example_inputs))
-        on_host = all(t.device.type == "cpu" for t in [*pytree.tree_leaves(list(example_inputs)), *model.parameters(), *model.buffers()] if isinstance(t, torch.Tensor))
-        reference = model if on_host and settings.recipe is None else self.program.module()
-        made = shape_bounds(self.program, inputs) if at_bounds else None
-        bounds = made.inputs if made is not None else []
-        state = _state_of(reference, self.program) if bounds else {}
-        runs: list[tuple[str, list[object], object, frozenset[int]]] = []
-        skipped: list[str] = list(made.not_made) if made is not None else []
-        progress.now(f"running eager on {1 + len(bounds)} input set{'s' if bounds else ''}")
-        for label, given in [("", inputs), *((b.label, b.inputs) for b in bounds)]:
-            try:
-                expected, unsteady = _eager(reference, given, state)
-            except Exception as error:
-                if not label:
-                    raise  # the example inputs are the user's own: their failure is theirs to see
-                skipped.append(f"{label}: eager raised {type(error).__name__}: {_first_line(error)}")
-                continue
-            runs.append((label, given, expected, unsteady))
-        _put_back(reference, state)  # the buffers the runs wrote, as they were before them
-        quantized = any("quantize" in str(node.target) for node in self.program.graph.nodes)
-        with tempfile.TemporaryDirectory(prefix="export-guards-run-") as scratch:
-            folder = Path(scratch)
-            (folder / "program.pte").write_bytes(pte)
-            sets = []
-            for index, (label, given, _, _) in enumerate(runs):
-                torch.save(pytree.tree_leaves(given), folder / f"inputs-{index}.pt")
-                name = f"the written program at {label}" if label else "the written program"
-                sets.append(SmokeInputs(str(folder / f"inputs-{index}.pt"), str(folder / f"outputs-{index}.pt"), name))
-            progress.now(f"running the program on {len(sets)} input set{'s' if len(sets) > 1 else ''} in executorch.runtime")
-            with contextlib.nullcontext(worker) if worker is not None else SmokeWorker() as child:
-                done = child.run_each(folder / "program.pte", sets, timeout_s=timeout_s)
-            compared = []
-            for ran, (_, _, expected, unsteady), each in zip(done, runs, sets):
-                if "ran forward" in ran.steps and Path(each.outputs).is_file():
-                    actual = torch.load(each.outputs, weights_only=True)
-                    ran = replace(ran, mismatches=tuple(output_mismatches(expected, actual, quantized=quantized, unsteady=unsteady)))
-                compared.append(ran)
-        locate = operator_sites(self.edge) if self.edge is not None else None
-        reports = [run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name=ran.program, locate=locate) for ran in compared]
-        report = reports[0]
-        if not report:  # else the bounds fail for the example's reason: said once
-            for at_bound in reports[1:]:
-                report += at_bound
-        shapes = ["the example inputs", *(label for label, *_ in runs[1:])]
-        return ProgramRuns(report, tuple(shapes[: len(done)]), tuple(skipped))
-
-
-@final
-@dataclass(frozen=True)
-class ProgramRuns:
-    """What :meth:`GuardedExport.run_program_at_shapes` found and where it ran.
-
-    Attributes:
-        report: the run's findings (EG511, EG522), each naming the shape where it happened.
-        shapes: the input sets the program ran on, in order: ``"the example inputs"``, then
-            each dynamic dimension's bound (``"length=64 (the upper bound)"``).
-        skipped: each bound not run, and why (``"length=64 (the upper bound): eager raised ..."``).
-    """
-
-    report: Report
-    shapes: tuple[str, ...]
-    skipped: tuple[str, ...] = ()
 
 
 def _control_flow_calls(edge: EdgeProgramManager) -> list[torch.fx.Node]:
@@ -321,46 +186,6 @@ def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> Non
     )
 
 
-def _on_host(inputs: list[object]) -> list[object]:
-    return pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, inputs)
-
-
-def _state_of(reference: torch.nn.Module, program: ExportedProgram) -> dict[str, torch.Tensor]:
-    """The buffers that ``program`` writes (a KV cache), as ``reference`` holds them now: put
-    back before each eager run, as the runtime starts each run from a freshly loaded program."""
-    state = {}
-    for name in sorted(mutated_constants(program) & set(program.graph_signature.buffers)):
-        with contextlib.suppress(AttributeError):
-            state[name] = reference.get_buffer(name).detach().clone()
-    return state
-
-
-def _put_back(reference: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
-    with torch.no_grad():
-        for name, value in state.items():
-            reference.get_buffer(name).copy_(value)
-
-
-def _eager(reference: torch.nn.Module, inputs: list[object], state: Mapping[str, torch.Tensor]) -> tuple[object, frozenset[int]]:
-    """``reference``'s outputs on ``inputs`` from ``state``, and the flat indices of those that
-    a second run does not repeat (a random op: not compared)."""
-    _put_back(reference, state)
-    with torch.no_grad():
-        expected, again = reference(*inputs), reference(*inputs)
-    return expected, frozenset(i for i, (a, b) in enumerate(zip(pytree.tree_leaves(expected), pytree.tree_leaves(again))) if not _same(a, b))
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else "(no message)"
-
-
-def _same(first: object, second: object) -> bool:
-    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
-        return first.shape == second.shape and bool(torch.equal(first.nan_to_num(), second.nan_to_num()))
-    return bool(first == second)
-
-
 def export_with_guards(
     model: torch.nn.Module,
     example_inputs: Sequence[object],
@@ -383,10 +208,8 @@ def export_with_guards(
     """
     if config is not None and config.recipe is not None:
         (lowering or Lowering()).refuse_recipe(config.recipe)
-        given = {"placement": placement, "fold": fold}
-        return export_with_recipe(
-            model, example_inputs, config.recipe, config=config.updated({k: v for k, v in given.items() if v is not None}), dynamic_shapes=dynamic_shapes, strict=strict
-        )
+        settings = _with_keywords(config, "export_with_guards", placement=placement, fold=fold)
+        return export_with_recipe(model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     return lower_with_guards(
         _torch_export(model, tuple(example_inputs), dynamic_shapes, strict),
         backend=backend,
@@ -531,69 +354,41 @@ def lower_with_guards(
 ) -> GuardedExport:
     """Guard, lint and lower a torch.export program; never crashes on a device constant.
 
-    ``backend``, ``placement`` and ``fold`` default to ``config``'s (``"xnnpack"``,
-    ``"error"``, on). ``lowering``: the user's own partitioners, ``EdgeCompileConfig`` and
-    ``ExecutorchBackendConfig`` (:class:`Lowering`), lowered with instead of ``backend``'s
-    default partitioner and ExecuTorch's default configs.
-
-    1. The placement plan (:func:`plan_placement`), decided once: a constant the host cannot
-       read (EG101 / EG102) stops the export here, whatever the settings select (lowering
-       would crash): the report says why, and ``edge`` is ``None``; ``placement="copy"``
-       copies device constants to the host instead (EG103 findings). With ``"cuda"``, whose
-       backend holds device constants on purpose, a device constant stops the export only
-       where a host reader would read it: the guarded partitioner says so after it decides.
-    2. With the fold on, constant-only computations that use ops outside core ATen (which
-       ``to_edge`` rejects: ``orthogonal``'s matrix exponential, say), or quantize weights,
-       are folded on the torch.export program first (:func:`fold_non_core_constants`).
-    3. ``to_edge_transform_and_lower`` with the fold pass, the pass that keeps what the
-       backend computes wrong off it (:class:`KnownWrongDelegationPass`, EG405), and the backend's partitioner
-       (guarded: :func:`guard_partitioners`), recording the partitioner's reason for each
-       node it leaves out.
-    4. The program-stage lint (EG1xx-EG3xx), the partitioned-stage lint (EG4xx; for
-       ``"xnnpack"``, whose decisions those rules explain) and the fold's findings (EG201).
-
-    ``GuardedExport.to_pte`` emits with :func:`emit_passes` as well.
-
-    The lint does not raise: compare ``report`` with a fail level, as the command line does.
+    ``backend``, ``placement`` and ``fold`` default to ``config``'s (``"xnnpack"``, ``"error"``,
+    on); ``lowering``: the user's own partitioners and configs (:class:`Lowering`), lowered with
+    instead of ``backend``'s. In order: the placement plan (:func:`plan_placement`: a constant the
+    host cannot read stops the export here, ``edge=None``, or is copied with ``placement="copy"``;
+    a backend that holds device constants on purpose defers to its guarded partitioner); the fold
+    of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the program-stage
+    lint; ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
+    (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
+    where its rules apply (XNNPACK). ``GuardedExport.to_pte`` emits with :func:`emit_passes`. The
+    lint does not raise: compare ``report`` with a fail level, as the command line does.
 
     Raises:
         ValueError: an unknown backend or placement policy.
         LoweringFailed: ExecuTorch could not lower the program; its ``report`` holds the
             lint's findings, which often say why.
     """
-    given = {"backend": backend, "placement": placement, "fold": fold}
-    settings = (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, "lower_with_guards")
+    settings = _with_keywords(config, "lower_with_guards", backend=backend, placement=placement, fold=fold)
     ledger = Ledger()
     lowering = lowering or Lowering()
-    backend = _backend_of(settings.backend, lowering)
-    partitioners = guard_partitioners(list(backend.partitioners))
+    chosen = _backend_of(settings.backend, lowering)
     # Placement is decided once, here: a constant no host reader can take stops the export
     # before lowering (lowering would crash), whatever the settings select; the guarded
     # partitioners then see only who reads the device constants this plan leaves to them.
     progress.now("planning where constants live and what folds")
-    plan = plan_placement("forward", program, settings.placement, defer_device_constants=backend.holds_device_memory)
+    plan = plan_placement("forward", program, settings.placement, defer_device_constants=chosen.holds_device_memory)
     if plan.stops:
         ledger.put_lint("program", program, lint_guarded(program, settings))
         ledger.stop(plan.stops)
         return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     placed = plan.carried_out(program)
-    program = placed.exported_program
     ledger.put(None, "copy", placed.report)
-
-    fold_plan = None
-    if settings.fold:  # what to_edge would reject (non-core ATen weight math) is folded before it
-        fold_plan = plan_fold(program, max_growth=settings.fold_max_growth)  # the lint reads it too, unless the early fold made a new program
-        folded, early = fold_non_core_constants(program, plan=fold_plan)
-        program, fold_plan = folded, fold_plan if folded is program else None
-        ledger.put(None, "fold before to_edge", early)
-    progress.now("linting the program")
-    ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
+    program = _folded_and_linted(placed.exported_program, settings, ledger)
     progress.now(f"decomposing {sum(n.op == 'call_function' for n in program.graph.nodes):,} ops to the edge dialect")
-    fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
-    passes = GuardPasses(ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(backend.backend_ids)]))
     try:
-        with capture_partitioner_reasons() as reasons:
-            edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners, compile_config=lowering.compile_config)
+        edge, reasons = _lowered(program, settings, chosen, lowering, ledger)
     except ConstantPlacementError as error:  # a partition would have read device memory
         ledger.stop(error.report)
         return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
@@ -603,10 +398,46 @@ def lower_with_guards(
         raise LoweringFailed(
             f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(settings), location_named_in(program.graph, str(error))
         ) from error
-    if backend.partitioned_lint:
+    if chosen.partitioned_lint:
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
     return GuardedExport(program, edge, ledger.report(settings), lowering=lowering)
+
+
+def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Ledger) -> ExportedProgram:
+    """``program`` with what ``to_edge`` would reject (weight math outside core ATen) folded
+    first, where the fold is on, and linted at the program stage (with the fold plan, unless the
+    early fold made a new program): each recorded in ``ledger``."""
+    fold_plan = None
+    if settings.fold:
+        fold_plan = plan_fold(program, max_growth=settings.fold_max_growth)
+        folded, early = fold_non_core_constants(program, plan=fold_plan)
+        program, fold_plan = folded, fold_plan if folded is program else None
+        ledger.put(None, "fold before to_edge", early)
+    progress.now("linting the program")
+    ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
+    return program
+
+
+def _lowered(
+    program: ExportedProgram, settings: Settings, chosen: _Backend, lowering: Lowering, ledger: Ledger
+) -> tuple[EdgeProgramManager, Mapping[str, str]]:
+    """``to_edge_transform_and_lower`` with the fold pass, the known-wrong pass (each call's
+    report recorded in ``ledger``) and the guarded partitioners; and the partitioners' reason for
+    each node they left out."""
+    fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
+    passes = GuardPasses(ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(chosen.backend_ids)]))
+    with capture_partitioner_reasons() as reasons:
+        edge = to_edge_transform_and_lower(
+            program, transform_passes=passes, partitioner=guard_partitioners(list(chosen.partitioners)), compile_config=lowering.compile_config
+        )
+    return edge, reasons
+
+
+def _with_keywords(config: Settings | None, caller: str, **given: object) -> Settings:
+    """``config`` (by default ``Settings()``) with the keyword arguments a caller gave (those not
+    ``None``), checked as settings are: the one place keywords and settings merge."""
+    return (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, caller)
 
 
 class _Backend(NamedTuple):

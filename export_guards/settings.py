@@ -5,6 +5,7 @@ and the pytest marker and options all make one. Imports neither torch nor ExecuT
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -166,6 +167,26 @@ class Settings:
         except ValueError as error:
             raise ValueError(f"{error} (in {where})") from None
 
+    def to_json(self) -> str:
+        """Every field, whole, as JSON: what a child process is handed
+        (:meth:`from_json` makes the equal settings again). Severities are their names."""
+        return json.dumps({f.name: _plain(getattr(self, f.name)) for f in fields(self)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        """The settings :meth:`to_json` wrote, equal to those it was given.
+
+        Raises:
+            ValueError: ``text`` is not such settings (not JSON, a field missing or unknown, or
+                a bad value), saying which.
+        """
+        values = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        if not isinstance(values, dict) or set(values) != names:
+            got = sorted(values) if isinstance(values, dict) else type(values).__name__
+            raise ValueError(f"serialised settings hold exactly the fields {sorted(names)}; not {got}")
+        return cls(**values)
+
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> Settings:
         """Settings from a ``[tool.export-guards]`` table (see :meth:`updated`)."""
@@ -227,6 +248,17 @@ def _table(path: Path) -> Mapping[str, Any] | None:
     if table is not None and not isinstance(table, Mapping):
         raise ValueError(f"[tool.export-guards] of {path} must be a table of settings, not {table!r}")
     return table
+
+
+def _plain(value: object) -> object:
+    """A field's value as JSON holds it: a tuple as a list, a severity as its name."""
+    if isinstance(value, Severity):
+        return value.value
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 def _codes(value: object, key: str) -> tuple[str, ...]:

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from export_guards.report import Report, SourceLocation
-from export_guards.ruleset import CATALOG, Hit, finding
+from export_guards.ruleset import CATALOG, Hit, finding, first_line
 
 if TYPE_CHECKING:
     from export_guards.lowering import Lowering
 
-__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "first_line", "load_target", "parse_arguments", "step", "target_file"]
+__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "load_target", "parse_arguments", "step", "target_file"]
 
 
 class Exportable(NamedTuple):
@@ -456,9 +456,3 @@ def _found_before(error: BaseException) -> str:
         return ""
     lines = [f"  {found}" + (f"\n    fix: {found.fix}" if found.fix else "") for found in errors]
     return "\nfound before it failed:\n" + "\n".join(lines)
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"

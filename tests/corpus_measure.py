@@ -6,7 +6,7 @@ A script, not a test. For each model (all, or the names given):
 2. ``export_guards.lint(torch.export.export(model, inputs))``, the pre-lowering lint, timed
    (and the same lint with the fold off, ``Settings(fold=False)``);
 3. the ``.pte`` (``to_executorch()``), its size, ``check_pte`` on its bytes, and a run in
-   ``executorch.runtime`` compared with eager (``export_guards.testing.compare``).
+   ``executorch.runtime`` compared with eager (``export_guards.verify``).
 
 Printed per model: the times, the findings per code and severity of each report, every
 warning / error finding in full, every info finding in full except the per-weight fold codes
@@ -39,7 +39,7 @@ sys.path.insert(0, str(TESTS))
 import torch  # noqa: E402
 
 import export_guards as eg  # noqa: E402
-from export_guards.testing.compare import compare_outputs, run_pte  # noqa: E402
+from export_guards.verify import Tolerance, compare_outputs, run_pte  # noqa: E402
 from precision_corpus import FACTORIES  # noqa: E402
 
 # Float models: XNNPACK's kernels reorder sums (and fold BN), so agreement to ~1e-4 relative is
@@ -204,7 +204,7 @@ def measure(name: str) -> bool:
             print("  RUNTIME FAILED:")
             print("    " + traceback.format_exc().replace("\n", "\n    "))
             return False
-        errors = compare_outputs(eager, outputs, atol=atol, rtol=rtol)
+        errors = compare_outputs(eager, outputs, Tolerance.absolute(atol=atol, rtol=rtol))
         print(f"  runtime: {ran:.2f} s; vs eager (atol {atol:g}, rtol {rtol:g}):")
         for error in errors:
             print(f"    {error}")

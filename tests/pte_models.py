@@ -48,6 +48,24 @@ def unseeded() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return ConvLinear().eval(), (torch.randn(1, 3, 8, 8),)
 
 
+class Broadcast(torch.nn.Module):
+    """A conv whose weight is a small constant repeated 64 times: folded only with a fold budget
+    (``fold-max-growth``) far over the default's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row = torch.nn.Parameter(torch.randn(1, 3, 3, 3) * 0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(x, self.row.repeat(64, 1, 1, 1), padding=1)
+
+
+def broadcast() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A factory for ``export-guards check --reproducible --fold-max-growth 64``."""
+    torch.manual_seed(0)
+    return Broadcast().eval(), (torch.randn(1, 3, 8, 8),)
+
+
 @dataclass(frozen=True)
 class Written:
     pte: Path

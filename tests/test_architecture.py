@@ -36,6 +36,7 @@ LAYERS = [
     {"ledger"},
     {"recipes"},
     {"pipeline"},
+    {"verify"},
     {"testing"},
     {"cli", "pytest_plugin", "workers"},
     {"__main__"},
@@ -373,3 +374,18 @@ def test_every_public_name_is_in_the_table_and_re_exported_for_type_checkers() -
         if alias.asname == alias.name
     }
     assert typed == set(eg.__all__)
+
+
+LONGEST_FUNCTION = 60
+
+
+def test_no_function_is_longer_than_a_screen() -> None:
+    """Every function of the package, its docstring included, fits in ``LONGEST_FUNCTION``
+    lines: one a reader can hold whole (the house rule of issue 55)."""
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+    ]
+    assert not long, f"functions over {LONGEST_FUNCTION} lines:\n" + "\n".join(long)

@@ -492,7 +492,7 @@ def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Cal
     strict export, and the written program computes what that export traced."""
     import torch
 
-    from export_guards.testing.compare import run_pte
+    from export_guards.verify import run_pte
 
     for factory, expected in (("strict", 6.0), ("not_strict", 4.0)):  # 3 * 2 where traced by TorchDynamo, else 3 + 1
         pte = tmp_path / f"{factory}.pte"
@@ -525,3 +525,24 @@ def test_check_reproducible_exports_with_the_factorys_dynamic_shapes(cli: Callab
     # shapes that contradict the example inputs (a length of 6, at least 8): torch.export says so
     refused = cli("check", "--reproducible", f"{MODELS}:dynamic_out_of_range")
     assert refused.returncode != 0 and "torch.export failed: ConstraintViolationError: 6 not in range [8, 64]" in refused.stderr, refused.stderr
+
+
+def test_the_command_line_is_read_once_into_frozen_options() -> None:
+    # argparse's answer stops where the parse ends (arguments.options_from): every command is
+    # handed its frozen options, with the settings made once.
+    import ast
+    import dataclasses
+
+    from export_guards.cli import options
+    from export_guards.cli.arguments import options_from, parser
+
+    cli = TESTS.parent / "export_guards" / "cli"
+    for module in sorted(cli.glob("*.py")):
+        names = {n.attr for n in ast.walk(ast.parse(module.read_text())) if isinstance(n, ast.Attribute)}
+        assert module.name == "arguments.py" or "Namespace" not in names, f"{module.name} reads argparse's Namespace"
+    parsed = options_from(parser().parse_args(["check", "--reproducible", f"{MODELS}:clean", "--fold-max-growth", "64", "--isolated"]))
+    assert isinstance(parsed, options.CheckOptions) and parsed.settings.fold_max_growth == 64
+    for kind in (options.LintOptions, options.CheckOptions, options.DiffOptions, options.ReportOptions):
+        assert kind.__dataclass_params__.frozen, kind  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.jobs = 2  # type: ignore[misc]

@@ -68,7 +68,7 @@ def test_check_runtime_and_run_pte_say_the_mismatch_in_one_line_and_the_rest_wor
 
     from export_guards.cli import main
     from export_guards.pte.check import check_pte
-    from export_guards.testing.compare import run_pte
+    from export_guards.verify import run_pte
 
     program = tmp_path / "linear.pte"  # type: ignore[operator]
     program.write_bytes(to_edge(torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))).to_executorch().buffer)

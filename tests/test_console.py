@@ -5,20 +5,20 @@ pseudo-terminal."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import pty
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from conftest import Ran
 
 from export_guards import progress
-from export_guards.cli.console import LONG_PART_S, LONG_RUN_S, Stages, colour_report, colours
+from export_guards.cli.console import LONG_PART_S, LONG_RUN_S, ProgressLines, colour_report, colours
 
 TESTS = Path(__file__).parent
 MODELS = TESTS / "cli_models.py"
@@ -38,13 +38,14 @@ class Clock:
         return self.now
 
 
-def stages(stream: io.StringIO, clock: Clock, *, quiet: bool = False) -> Stages:
-    return Stages(argparse.Namespace(quiet=quiet), clock=clock, stream=stream)
+def timed_lines(stream: io.StringIO, clock: Clock, *, quiet: bool = False) -> Callable[..., AbstractContextManager[None]]:
+    """A run's timed progress lines, on ``stream``, timed by ``clock``."""
+    return ProgressLines(quiet=quiet, clock=clock, stream=stream).timed
 
 
 def test_a_step_gets_its_timed_line_once_the_run_is_long() -> None:
     log, clock = io.StringIO(), Clock()
-    timed = stages(log, clock)
+    timed = timed_lines(log, clock)
     with timed("building the model"):
         clock.now += 0.5  # a short run so far: no line
     with timed("torch.export"):
@@ -54,16 +55,16 @@ def test_a_step_gets_its_timed_line_once_the_run_is_long() -> None:
     assert log.getvalue() == "export-guards: torch.export took 3.1 s\nexport-guards: writing the program (to_executorch) took 0.0 s\n"
 
     short, quick = io.StringIO(), Clock()
-    with stages(short, quick)("checking a.pte"):
+    with timed_lines(short, quick)("checking a.pte"):
         quick.now += LONG_RUN_S / 2
-    with stages(short, quick)("writing", always=True):  # always: however short the run
+    with timed_lines(short, quick)("writing", always=True):  # always: however short the run
         pass
     assert short.getvalue() == "export-guards: writing took 0.0 s\n"
 
 
 def test_a_terminal_shows_the_step_under_way_and_a_log_gets_no_carriage_return() -> None:
     screen, clock = Terminal(), Clock()
-    timed = stages(screen, clock)
+    timed = timed_lines(screen, clock)
     with timed("torch.export"):
         assert screen.getvalue() == "export-guards: torch.export..."
         clock.now += 2.5
@@ -72,7 +73,7 @@ def test_a_terminal_shows_the_step_under_way_and_a_log_gets_no_carriage_return()
         raise RuntimeError("lowering failed")
     assert screen.getvalue().endswith("took 2.5 s\nexport-guards: linting and lowering (xnnpack)...\r\x1b[K")  # gone; no line: it failed
     quiet = Terminal()
-    with stages(quiet, clock, quiet=True)("torch.export", always=True):
+    with timed_lines(quiet, clock, quiet=True)("torch.export", always=True):
         clock.now += 5
     assert quiet.getvalue() == ""
 
@@ -190,7 +191,7 @@ def test_a_recipe_run_on_a_terminal_shows_its_steps_in_colour_and_no_library_noi
 def test_a_long_step_says_each_long_part_as_it_ends_and_a_terminal_shows_each_part_under_way() -> None:
     log, clock = io.StringIO(), Clock()
     clock.now += LONG_RUN_S  # a long run: every step's line shows
-    with stages(log, clock)("linting and lowering (xnnpack)"):
+    with timed_lines(log, clock)("linting and lowering (xnnpack)"):
         progress.now("linting the program")
         clock.now += LONG_PART_S / 2  # quick: no line of its own
         progress.now("compiling 87 delegates (XnnpackBackend)")
@@ -202,14 +203,14 @@ def test_a_long_step_says_each_long_part_as_it_ends_and_a_terminal_shows_each_pa
     progress.now("outside any step")  # nobody shows it: nothing, and no error
 
     screen = Terminal()
-    with stages(screen, clock)("writing the program"):
+    with timed_lines(screen, clock)("writing the program"):
         progress.now("serializing the program")
         assert screen.getvalue() == "export-guards: writing the program...\r\x1b[Kexport-guards: writing the program: serializing the program..."
         clock.now += 2.5
     assert screen.getvalue().endswith("\r\x1b[Kexport-guards: writing the program: serializing the program took 2.5 s\n\r\x1b[Kexport-guards: writing the program took 2.5 s\n")
 
     failed = io.StringIO()
-    with pytest.raises(RuntimeError), stages(failed, clock)("running the program"):
+    with pytest.raises(RuntimeError), timed_lines(failed, clock)("running the program"):
         progress.now("running the program on 3 input sets in executorch.runtime")
         clock.now += 5
         raise RuntimeError("the child died")

@@ -14,7 +14,7 @@ from torch import nn
 from torch.export import Dim
 
 import export_guards as eg
-from export_guards.testing.compare import run_pte
+from export_guards.verify import run_pte
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from transformer import sinusoidal_positions  # noqa: E402 - examples/transformer.py

@@ -16,7 +16,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.extension.llm.export.builder import LLMEdgeManager
 
 import export_guards as eg
-from export_guards.testing.compare import LoadedMethod
+from export_guards.verify import LoadedMethod
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))

@@ -26,7 +26,7 @@ import executorch.kernels.quantized  # noqa: F401 - registers the quantized kern
 import export_guards as eg
 import models
 from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
-from export_guards.testing.compare import run_pte
+from export_guards.verify import run_pte
 from flow_models import ROWS, Inputs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from torch import nn
 
 import export_guards as eg
 from export_guards.recipes import recipe_named
-from export_guards.testing.compare import run_pte
+from export_guards.verify import run_pte
 
 MAPS = ("matrix_exp", "householder", "cayley")
 INPUT = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))

@@ -16,7 +16,7 @@ from torch.nn.utils import parametrizations
 import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.ops import aten_name
-from export_guards.testing.compare import run_pte
+from export_guards.verify import run_pte
 
 pytestmark = [pytest.mark.slow]  # models quantized, folded, lowered and run
 

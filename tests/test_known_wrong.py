@@ -18,7 +18,7 @@ import export_guards as eg
 from export_guards.analysis.known_wrong import XNNPACK_LINEAR_WEIGHT_MATH, known_wrong_in
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.recipes import recipe_named
-from export_guards.testing.compare import run_pte
+from export_guards.verify import run_pte
 from quantized_cases import CASES, as_partitioned
 
 pytestmark = [pytest.mark.slow]  # quantized models lowered stock and guarded, and run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -43,6 +44,23 @@ def test_config_selects_by_longest_prefix() -> None:
     assert eg.LintConfig(select=("EG", "EG003")).enabled("EG003") and not eg.LintConfig(select=("EG", "EG003"), ignore=("EG003",)).enabled("EG003")
     report = eg.lint(train_mode_program(), eg.LintConfig(ignore=("EG301",)))
     assert not report.with_code("EG301")
+
+
+def test_settings_serialise_whole_and_read_back_equal() -> None:
+    # What a child process is handed (check --reproducible's exports): every field, none dropped.
+    changed = {
+        "select": ("EG2", "EG501"), "ignore": ("EG210",), "severity": {"EG304": eg.Severity.ERROR}, "fail_level": eg.Severity.WARNING,
+        "backend": "portable", "placement": "copy", "fold": False, "fold_max_growth": 3.5, "recipe": "xnnpack_fp32", "show_info": True,
+    }  # fmt: skip
+    assert set(changed) == {f.name for f in dataclasses.fields(eg.Settings)}  # a new field is added here too
+    for settings in (eg.Settings(), eg.Settings(**changed)):
+        again = eg.Settings.from_json(settings.to_json())
+        assert again == settings and again.severity == settings.severity and again.fail_level is settings.fail_level
+    assert eg.Settings.from_json(eg.Settings(**changed).to_json()).severity["EG304"] is eg.Severity.ERROR
+    with pytest.raises(ValueError, match="exactly the fields"):
+        eg.Settings.from_json('{"backend": "portable"}')
+    with pytest.raises(ValueError, match="fold-max-growth must be"):
+        eg.Settings.from_json(eg.Settings().to_json().replace('"fold_max_growth": 1.25', '"fold_max_growth": 0.5'))
 
 
 def test_config_from_pyproject_and_its_errors(tmp_path: Path) -> None:
@@ -239,13 +257,13 @@ def test_float64_inputs_and_control_flow_branches_are_linted() -> None:
 
 
 def test_output_comparison_handles_bool_and_integer_outputs() -> None:
-    from export_guards.testing.compare import compare_outputs
+    from export_guards.verify import Tolerance, compare_outputs
 
-    (same,) = compare_outputs(torch.tensor([True, False]), [torch.tensor([True, False])], atol=0, rtol=0)
+    (same,) = compare_outputs(torch.tensor([True, False]), [torch.tensor([True, False])], Tolerance.absolute(atol=0, rtol=0))
     assert same.within
-    (wrapped,) = compare_outputs(torch.tensor([0, 255], dtype=torch.uint8), [torch.tensor([255, 255], dtype=torch.uint8)], atol=0, rtol=0)
-    assert not wrapped.within and "1 of 2 values differ" in str(wrapped)
-    nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], atol=1e-5, rtol=0)
+    (wrapped,) = compare_outputs(torch.tensor([0, 255], dtype=torch.uint8), [torch.tensor([255, 255], dtype=torch.uint8)], Tolerance.absolute(atol=0, rtol=0))
+    assert not wrapped.within and "differs from eager in 1 of 2 values" in str(wrapped)
+    nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], Tolerance.absolute(atol=1e-5, rtol=0))
     assert [e.within for e in nested] == [True, False] and nested[1].path == "['b'][0]"
 
 

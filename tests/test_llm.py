@@ -22,7 +22,7 @@ from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 import export_guards as eg
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.report import Severity
-from export_guards.testing.compare import LoadedMethod, run_pte
+from export_guards.verify import LoadedMethod, run_pte
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))

@@ -15,7 +15,7 @@ import torch
 
 import export_guards as eg
 import precision_corpus
-from export_guards.testing.compare import compare_outputs, run_pte
+from export_guards.verify import Tolerance, compare_outputs, run_pte
 
 pytestmark = [pytest.mark.slow]  # a corpus of architectures, exported and run
 
@@ -42,7 +42,7 @@ def test_an_ordinary_model_has_no_warning_and_one_finding_per_problem(name: str)
     with torch.no_grad():
         eager = model(*inputs)
     tolerance = TOLERANCE["quantized" if name.startswith("pt2e_") else "float"]
-    errors = compare_outputs(eager, run_pte(pte, inputs), atol=tolerance, rtol=tolerance)
+    errors = compare_outputs(eager, run_pte(pte, inputs), Tolerance.absolute(atol=tolerance, rtol=tolerance))
     assert all(e.within for e in errors), "\n".join(map(str, errors))
 
 

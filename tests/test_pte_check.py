@@ -18,6 +18,7 @@ from pte_mutations import rewrite
 from export_guards.pte.check import check_pte
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.xnnpack import read_payload
+from export_guards.pte.reproducible import export_twice
 from export_guards.report import Severity
 from export_guards.settings import Settings
 
@@ -303,6 +304,19 @@ def test_reproducible_export(cli: Callable[..., Ran], tmp_path: Path) -> None:
     done = cli("check", "--reproducible", "pte_models.py:example", "--format", "json")
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert json.loads(done.stdout)["findings"] == []
+
+
+@pytest.mark.subprocess
+def test_reproducible_export_hands_every_setting_to_its_children() -> None:
+    # The default budget declines the fold of pte_models.Broadcast's repeated weight (EG203,
+    # tests/test_fold.py); 64 times takes it. Each child exports with the settings given, whole.
+    from export_guards.pipeline import export_target
+
+    target = f"{TESTS / 'pte_models.py'}:broadcast"
+    folded, declined = (export_target(target, config=settings).to_pte() for settings in (Settings(fold_max_growth=64), Settings()))
+    assert len(folded) > len(declined) + 64 * 27 * 4 // 2  # the folded weight is 64 times the row's 27 floats
+    pair = export_twice(target, Settings(fold_max_growth=64))
+    assert pair.first == pair.second == folded
 
 
 @pytest.mark.subprocess

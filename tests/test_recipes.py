@@ -15,7 +15,7 @@ from torch import nn
 
 import export_guards as eg
 from export_guards.recipes import recipe_named
-from export_guards.testing.compare import run_pte
+from export_guards.verify import run_pte
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))

@@ -21,7 +21,7 @@ from export_guards.compat import named_data_alignments
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.named_regions import segment_offset_fields
 from export_guards.report import Severity
-from export_guards.testing.compare import LoadedMethod
+from export_guards.verify import LoadedMethod
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -101,7 +101,7 @@ def test_the_finding_says_the_weight_is_stored_once(tied: Built) -> None:
 
 
 def test_the_checks_accept_the_shared_program(tied: Built, cli: Callable[..., object], tmp_path: Path) -> None:
-    assert not tied.guarded.check_program(tied.pte).findings
+    assert not eg.check_program(tied.guarded, tied.pte).findings
     path = tmp_path / "shared.pte"
     path.write_bytes(tied.pte)
     for args in ((), ("--runtime",)):
@@ -160,7 +160,7 @@ def test_a_pair_of_readers_that_is_no_embedding_shares_too() -> None:
     assert "aten::index_select" in once.message and once.severity is Severity.INFO
     expected = LoadedMethod(stock)(inputs)
     assert all(torch.equal(a, b) for a, b in zip(expected, LoadedMethod(pte)(inputs), strict=True))
-    assert not guarded.check_program(pte).findings
+    assert not eg.check_program(guarded, pte).findings
 
 
 def test_a_head_quantized_apart_from_its_embedding_is_a_warning_with_the_bytes() -> None:

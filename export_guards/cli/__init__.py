@@ -9,7 +9,8 @@ go to stderr. Usage errors (bad options, missing or unparsable files, an unknown
 recipe, an output path that would overwrite an input or a file that is not the tool's) are
 found before torch or ExecuTorch loads.
 
-One module per command (``lint``, ``check``, ``diff``, ``codes``); ``arguments`` parses, ``outputs`` is
+One module per command (``lint``, ``check``, ``diff``, ``codes``), each handed its frozen options
+(``options``); ``arguments`` parses, into those options, ``outputs`` is
 the only code that writes or removes a file the user named, ``signals`` turns signals into
 one exception, ``console`` keeps stdout for the report and says what the run is doing on
 stderr (a line per step; colour on a terminal, ``NO_COLOR`` / ``FORCE_COLOR`` as ruff).
@@ -22,15 +23,16 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from export_guards.cli import check, codes, diff, lint
-from export_guards.cli.arguments import UsageError, parser, unrecognized
+from export_guards.cli.arguments import UsageError, options_from, parser, unrecognized
 from export_guards.cli.console import problem, write_stdout
+from export_guards.cli.options import CheckOptions, DiffOptions, ExplainOptions, LintOptions, RulesOptions
 from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR, said_failed
 from export_guards.cli.signals import Interrupted, Interrupts
 from export_guards.targets import StepFailed
 
 __all__ = ["main"]
 
-_COMMANDS = {"lint": lint.run, "check": check.run, "diff": diff.run, "rules": codes.rules, "explain": codes.explain}
+_COMMANDS = {LintOptions: lint.run, CheckOptions: check.run, DiffOptions: diff.run, RulesOptions: codes.rules, ExplainOptions: codes.explain}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,12 +64,13 @@ def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
         top.print_help(sys.stderr)
         return EXIT_ERROR
     try:
-        return _COMMANDS[args.command](args, interrupts)
+        options = options_from(args)
+        return _COMMANDS[type(options)](options, interrupts)  # type: ignore[operator]
     except UsageError as error:
         problem("error", str(error))
         return EXIT_ERROR
-    except StepFailed as error:
-        said_failed(args, error, interrupts)
+    except StepFailed as error:  # lint's, check's or diff's: each takes -v
+        said_failed(error, interrupts, verbose=args.verbose)
         return EXIT_ERROR
 
 

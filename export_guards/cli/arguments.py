@@ -1,4 +1,5 @@
-"""The command's arguments: the parser of every command, and the settings they make with
+"""The command's arguments: the parser of every command, and where the parse ends, the frozen
+options of the command given (``cli/options.py``), with the settings they make with
 ``[tool.export-guards]``. Imports neither torch nor ExecuTorch."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from export_guards.cli.options import CheckOptions, CommandOptions, DiffOptions, ExplainOptions, LintOptions, ReportOptions, RulesOptions
+from export_guards.compat import runtime_mismatch
 from export_guards.render import FORMATS, STATISTICS_FORMATS
 from export_guards.ruleset import ProjectRulesError, Rule, Stage, known_rules
 from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
@@ -16,7 +19,7 @@ from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
 if TYPE_CHECKING:
     from export_guards.pte.inventory import RuntimeInventory
 
-__all__ = ["UsageError", "kernels_from", "parser", "recipe_made_here", "settings_from", "unrecognized"]
+__all__ = ["UsageError", "baseline_from", "kernels_from", "options_from", "parser", "recipe_made_here", "unrecognized"]
 
 
 class UsageError(Exception):
@@ -142,13 +145,80 @@ def _report_options(command: argparse.ArgumentParser) -> None:
     loudness.add_argument("-v", "--verbose", action="store_true", help="list info findings too; show the libraries' warnings and log lines, and full tracebacks")
 
 
-def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings:
+def options_from(args: argparse.Namespace) -> CommandOptions:
+    """The options of the command that ``args`` (the parser's answer) gives, each checked as far
+    as the arguments alone allow, with its settings made once (``[tool.export-guards]``, then
+    the command line). The one reader of the parser's answer.
+
+    Raises:
+        UsageError: a bad option, key or value (see :func:`_settings_from`), or, for ``check``,
+            nothing to check, ``--jobs`` under 1, or ``--runtime`` where it cannot run.
+    """
+    if args.command == "rules":
+        return RulesOptions(args.output_format)
+    if args.command == "explain":
+        return ExplainOptions(args.code)
+    if args.command == "diff":
+        return DiffOptions(args.old, args.new, _settings_from(args, ("update",)), _report_options_from(args))
+    if args.command == "check":
+        return _check_options_from(args)
+    runs = args.run and args.kernels is None
+    return LintOptions(
+        targets=tuple(args.targets),
+        settings=_settings_from(args, ("program", "partitioned", "pte", "action", *(("runtime",) if runs else ()))),
+        report=_report_options_from(args),
+        arguments=tuple(args.arg),
+        pte=args.pte,
+        former_pte=args.output,
+        save_inputs=args.save_inputs,
+        kernels=args.kernels,
+        run=args.run,
+    )
+
+
+def _check_options_from(args: argparse.Namespace) -> CheckOptions:
+    if not args.programs and args.reproducible is None:
+        raise UsageError("give .pte files or folders to check, or --reproducible path/to/file.py:factory")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs takes a number of programs to check at once, 1 or more; not {args.jobs}")
+    if args.runtime and (mismatch := runtime_mismatch()) is not None:  # every run would fail with a C++ trace
+        raise UsageError(f"--runtime cannot run here: {mismatch}")
+    rule_stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
+    return CheckOptions(
+        settings=_settings_from(args, rule_stages + (("reproducible",) if args.reproducible else ())),
+        report=_report_options_from(args),
+        programs=tuple(args.programs),
+        data=tuple(args.data),
+        jobs=args.jobs,
+        runtime=args.runtime,
+        replay=args.replay,
+        inputs=args.inputs,
+        kernels=args.kernels,
+        reproducible=args.reproducible,
+    )
+
+
+def _report_options_from(args: argparse.Namespace) -> ReportOptions:
+    return ReportOptions(
+        output_format=args.output_format,
+        statistics=args.statistics,
+        report_file=args.report_file,
+        baseline=args.baseline,
+        write_baseline=args.write_baseline,
+        exit_zero=args.exit_zero,
+        force=args.force,
+        quiet=args.quiet,
+        verbose=args.verbose,
+    )
+
+
+def _settings_from(args: argparse.Namespace, rule_stages: Sequence[Stage]) -> Settings:
     """``[tool.export-guards]`` of ``--config`` (default: the nearest ``pyproject.toml`` with
     the table, from the working folder up; none with ``--isolated``), then the command line.
 
     Raises:
         UsageError: a bad option, key or value, or a selection that reports nothing that the
-            command checks (its ``stages``).
+            command checks (its rules' stages, ``rule_stages``).
     """
     if args.statistics and args.output_format not in STATISTICS_FORMATS:
         raise UsageError(f"--statistics counts findings as text or json, not {args.output_format}")
@@ -177,7 +247,7 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
         settings = settings.updated({k: v for k, v in given.items() if v is not None}, "the command line")
     except (OSError, ValueError) as error:
         raise UsageError(str(error)) from None
-    if not any(settings.enabled(code) for code, r in known_codes().items() if r.stage in stages):
+    if not any(settings.enabled(code) for code, r in known_codes().items() if r.stage in rule_stages):
         raise UsageError(
             f"the selection (select {list(settings.select)}, ignore {list(settings.ignore)}) reports nothing that "
             f"`{args.command}` checks; `export-guards rules` lists which codes each command reports"
@@ -185,36 +255,36 @@ def settings_from(args: argparse.Namespace, stages: Sequence[Stage]) -> Settings
     return settings
 
 
-def baseline_from(args: argparse.Namespace) -> frozenset[str] | None:
-    """The fingerprints of ``--baseline``, read before any work; ``None`` without one.
+def baseline_from(path: Path | None) -> frozenset[str] | None:
+    """The fingerprints of ``--baseline`` ``path``, read before any work; ``None`` without one.
 
     Raises:
         UsageError: the file is missing, unreadable, or not a baseline.
     """
-    if args.baseline is None:
+    if path is None:
         return None
     from export_guards.render.baseline import read_baseline
 
     try:
-        return read_baseline(args.baseline.read_text(encoding="utf-8"), f"--baseline {args.baseline}")
+        return read_baseline(path.read_text(encoding="utf-8"), f"--baseline {path}")
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read --baseline {args.baseline}: {getattr(error, 'strerror', None) or error}") from None
+        raise UsageError(f"cannot read --baseline {path}: {getattr(error, 'strerror', None) or error}") from None
     except ValueError as error:
         raise UsageError(str(error)) from None
 
 
-def kernels_from(args: argparse.Namespace) -> RuntimeInventory | None:
-    """The runtime that ``--kernels`` lists, read before any work; ``None`` without it.
+def kernels_from(path: Path | None) -> RuntimeInventory | None:
+    """The runtime that ``--kernels`` ``path`` lists, read before any work; ``None`` without it.
 
     Raises:
         UsageError: the file is missing, unreadable, or names no operator.
     """
-    if args.kernels is None:
+    if path is None:
         return None
     from export_guards.pte.inventory import RuntimeInventory
 
     try:
-        return RuntimeInventory.from_file(args.kernels)
+        return RuntimeInventory.from_file(path)
     except (OSError, ValueError) as error:
         raise UsageError(f"--kernels: {error}") from None
 

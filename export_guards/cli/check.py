@@ -3,25 +3,27 @@ model twice and compare the bytes. Reads programs without torch (``export_guards
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
 import mmap
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here, settings_from
-from export_guards.cli.console import Stages, quiet_libraries
+from export_guards.cli.arguments import UsageError, baseline_from, kernels_from, recipe_made_here
+from export_guards.cli.console import ProgressLines, quiet_libraries
+from export_guards.cli.options import CheckOptions
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
-from export_guards.compat import runtime_mismatch
 from export_guards.pte.digests import ContentDigests
 from export_guards.pte.reader.identity import file_kind_of
-from export_guards.ruleset import Stage
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.targets import StepFailed, TargetError, check_target
+
+if TYPE_CHECKING:
+    from export_guards.pte.inventory import RuntimeInventory
 
 __all__ = ["run"]
 
@@ -29,84 +31,92 @@ Program = tuple[Path, tuple[Path, ...]]  # a .pte, and the .ptd files it is chec
 HASH_CHECK = CATALOG["EG523"].code  # named-data-hash-mismatch: its hashing starts before the imports
 
 
-def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
-    """Check ``args.programs`` and/or ``args.reproducible``; exit code as
+def run(options: CheckOptions, interrupts: Interrupts) -> int:
+    """Check ``options.programs`` and/or export ``options.reproducible`` twice; exit code as
     :func:`~export_guards.cli.reporting.exit_code`."""
-    if not args.programs and args.reproducible is None:
-        raise UsageError("give .pte files or folders to check, or --reproducible path/to/file.py:factory")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs takes a number of programs to check at once, 1 or more; not {args.jobs}")
-    if args.runtime and (mismatch := runtime_mismatch()) is not None:  # every run would fail with a C++ trace
-        raise UsageError(f"--runtime cannot run here: {mismatch}")
-    stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
-    settings = settings_from(args, stages + (("reproducible",) if args.reproducible else ()))
-    programs = programs_to_check(args)
-    against = kernels_from(args)
+    settings, report = options.settings, options.report
+    programs = programs_to_check(options)
+    against = kernels_from(options.kernels)
     try:
-        source = check_target(args.reproducible) if args.reproducible is not None else None
+        source = check_target(options.reproducible) if options.reproducible is not None else None
     except TargetError as error:
         raise UsageError(str(error)) from None
     read = [path for program, data in programs for path in (program, *data)]
-    outputs = Outputs(inputs=[*read, source], force=args.force, interrupts=interrupts)
-    outputs.claim(args.report_file, "report", "--report-file")
-    outputs.claim(args.write_baseline, "report", "--write-baseline")
-    baseline = baseline_from(args)
-    steps = Stages(args)
+    outputs = Outputs(inputs=[*read, source], force=report.force, interrupts=interrupts)
+    outputs.claim(report.report_file, "report", "--report-file")
+    outputs.claim(report.write_baseline, "report", "--write-baseline")
+    baseline = baseline_from(report.baseline)
+    lines = ProgressLines(quiet=report.quiet)
     first = source or (programs[0][0] if programs else None)
-    with outputs, quiet_libraries(args.verbose, load_torch=False), reported_if_failed(args, outputs, first, args.reproducible):
+    with outputs, quiet_libraries(report.verbose, load_torch=False), reported_if_failed(report, outputs, first, options.reproducible):
         digests = _hashing(programs[0]) if programs and settings.enabled(HASH_CHECK) else None
-        from export_guards.pte.check import ExportFailed, check_pte, check_reproducible
-
-        def check(program: Program) -> Checked:
-            path, data = program
-            report = check_pte(
-                path, data_files=data, config=settings, runtime=args.runtime, against=against, replay=args.replay, digests=digests, inputs=args.inputs
-            )
-            return Checked(str(path), report, (f"program {path.stat().st_size:,} bytes", *_ran(args)))
-
-        checked: list[Checked] = []
-        if programs:
-            what = f"{programs[0][0]}" if len(programs) == 1 else f"{len(programs)} programs"
-            with steps(f"checking {what}" + (" and running each in executorch.runtime" if args.runtime else "")):
-                checked += _each(check, programs, args.jobs)
-        if args.reproducible is not None:
-            recipe_made_here(settings)
-            try:
-                with steps(f"exporting {args.reproducible} twice, in separate processes ({settings.recipe or settings.backend})"):
-                    report = check_reproducible(
-                        args.reproducible,
-                        backend=settings.backend,
-                        placement=settings.placement,
-                        fold=settings.fold,
-                        recipe=settings.recipe,
-                        config=settings,
-                    )
-                    checked.append(Checked(args.reproducible, report, ("exported twice",)))
-            except ExportFailed as error:
-                raise StepFailed("the reproducibility check", str(error)) from None
+        checked = _checked_programs(options, programs, against, digests, lines)
+        if options.reproducible is not None:
+            checked.append(_exported_twice(options.reproducible, options, lines))
         root = project_root(first)
-        checked, baselined = against_baseline(args, checked, baseline, outputs, root=root)
-        delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
+        checked, baselined = against_baseline(report, checked, baseline, outputs, root=root, lines=lines)
+        delivered = deliver(report, checked, outputs, root=root, show_info=settings.show_info)
     failed = bool(merged(checked).at_least(settings.fail_level))
-    return exit_code(args, failed=failed, complete=delivered and baselined)
+    return exit_code(report, failed=failed, complete=delivered and baselined)
 
 
-def _ran(args: argparse.Namespace) -> tuple[str, ...]:
+def _checked_programs(
+    options: CheckOptions, programs: list[Program], against: RuntimeInventory | None, digests: ContentDigests | None, lines: ProgressLines
+) -> list[Checked]:
+    """Each program's report, ``options.jobs`` at once, as one timed step."""
+    if not programs:
+        return []
+    from export_guards.pte.check import check_pte  # the rules load here, while the first program's weights hash
+
+    def check(program: Program) -> Checked:
+        path, data = program
+        report = check_pte(
+            path, data_files=data, config=options.settings, runtime=options.runtime, against=against, replay=options.replay, digests=digests, inputs=options.inputs
+        )
+        return Checked(str(path), report, (f"program {path.stat().st_size:,} bytes", *_ran(options)))
+
+    what = f"{programs[0][0]}" if len(programs) == 1 else f"{len(programs)} programs"
+    with lines.timed(f"checking {what}" + (" and running each in executorch.runtime" if options.runtime else "")):
+        return _each(check, programs, options.jobs)
+
+
+def _exported_twice(target: str, options: CheckOptions, lines: ProgressLines) -> Checked:
+    """``target`` exported twice, each in its own process, with the options' settings, and
+    the report of the differences and of the first program.
+
+    Raises:
+        StepFailed: an export failed.
+    """
+    from export_guards.pte.check import ExportFailed, check_reproducible
+
+    settings = options.settings
+    recipe_made_here(settings)
+    try:
+        with lines.timed(f"exporting {target} twice, in separate processes ({settings.recipe or settings.backend})"):
+            report = check_reproducible(target, config=settings)
+    except ExportFailed as error:
+        raise StepFailed("the reproducibility check", str(error)) from None
+    return Checked(target, report, ("exported twice",))
+
+
+def _ran(options: CheckOptions) -> tuple[str, ...]:
     """What the summary says of the run: on which inputs (made-up ones say so)."""
-    if not args.runtime:
+    if not options.runtime:
         return ()
-    return (f"ran in executorch.runtime: forward on the inputs in {args.inputs}" if args.inputs is not None else "ran in executorch.runtime on inputs it made up (--inputs FILE runs real ones)",)
+    if options.inputs is not None:
+        return (f"ran in executorch.runtime: forward on the inputs in {options.inputs}",)
+    return ("ran in executorch.runtime on inputs it made up (--inputs FILE runs real ones)",)
 
 
-def _inputs_fit(args: argparse.Namespace, programs: Sequence[Program]) -> None:
+def _inputs_fit(options: CheckOptions, programs: Sequence[Program]) -> None:
     """``--inputs`` goes with ``--runtime`` and one program, and names a file: else a usage error."""
-    if args.inputs is None:
+    if options.inputs is None:
         return
-    if not args.runtime:
+    if not options.runtime:
         raise UsageError("--inputs are what --runtime runs the program on: add --runtime")
     if len(programs) != 1:
         raise UsageError(f"--inputs goes with one program ({len(programs)} were given): check each with its own inputs")
-    _readable_file(args.inputs, "--inputs")
+    _readable_file(options.inputs, "--inputs")
 
 
 def _hashing(program: Program) -> ContentDigests:
@@ -137,8 +147,8 @@ def _each(check: Callable[[Program], Checked], programs: list[Program], jobs: in
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def programs_to_check(args: argparse.Namespace) -> list[Program]:
-    """The programs ``args.programs`` names, each with its data files, before any import: a
+def programs_to_check(options: CheckOptions) -> list[Program]:
+    """The programs ``options.programs`` names, each with its data files, before any import: a
     file as given (with ``--data``, when it is the only one); a folder, every ``.pte`` in it and
     below, each with the ``.ptd`` files beside it that are its own (:func:`data_beside`).
 
@@ -148,7 +158,7 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
             ``--inputs`` without ``--runtime`` or with several programs.
     """
     programs: list[Program] = []
-    for given in args.programs:
+    for given in options.programs:
         if given.is_dir():
             found = sorted(given.rglob("*.pte"))
             if not found:
@@ -162,18 +172,18 @@ def programs_to_check(args: argparse.Namespace) -> list[Program]:
         if file_kind_of(given) == "data":
             raise UsageError(f"{given} is an external data file (.ptd), not a program: pass it with --data next to its .pte")
         programs.append((given, ()))
-    for path in args.data:
+    for path in options.data:
         _readable_file(path, "--data")
         if file_kind_of(path) == "program":
             raise UsageError(f"--data {path} is a program (.pte), not a data file: give it as the program to check")
-    if args.data:
-        if len(programs) != 1 or args.programs[0].is_dir():
+    if options.data:
+        if len(programs) != 1 or options.programs[0].is_dir():
             raise UsageError("--data goes with one program file; with several, give their folder: each .pte there is checked with the .ptd files beside it")
-        programs = [(programs[0][0], tuple(args.data))]
+        programs = [(programs[0][0], options.data)]
     for program, data in programs:
-        if args.runtime and len(data) > 1:
+        if options.runtime and len(data) > 1:
             raise UsageError(f"--runtime loads one data file (executorch.runtime takes one data_path); {len(data)} were given for {program}")
-    _inputs_fit(args, programs)
+    _inputs_fit(options, programs)
     return programs
 
 

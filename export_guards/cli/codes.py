@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from export_guards.cli.arguments import UsageError, known_codes
 from export_guards.cli.console import write_stdout
+from export_guards.cli.options import ExplainOptions, RulesOptions
 from export_guards.cli.reporting import EXIT_CLEAN
 from export_guards.cli.signals import Interrupts
 from export_guards.ruleset import STAGES, Rule
@@ -18,11 +18,11 @@ from export_guards.settings import did_you_mean
 __all__ = ["explain", "rules"]
 
 
-def rules(args: argparse.Namespace, interrupts: Interrupts) -> int:
+def rules(options: RulesOptions, interrupts: Interrupts) -> int:
     """Every code, export-guards' own then each installed project's: one line each, or a JSON
     table that also says which package each comes from."""
     known = known_codes()
-    if args.output_format == "json":
+    if options.output_format == "json":
         table = [
             {
                 "code": r.code,
@@ -43,16 +43,16 @@ def rules(args: argparse.Namespace, interrupts: Interrupts) -> int:
     return EXIT_CLEAN
 
 
-def explain(args: argparse.Namespace, interrupts: Interrupts) -> int:
+def explain(options: ExplainOptions, interrupts: Interrupts) -> int:
     """One code's documentation: its summary, its fix and its section of ``docs/rules.md``."""
-    code = args.code.strip().upper()
+    code = options.code.strip().upper()
     if code in RETIRED:
         write_stdout(f"{code} is no longer reported: it was {RETIRED[code]}.\n")
         return EXIT_CLEAN
     known = known_codes()
     registered = known.get(code)
     if registered is None:
-        raise UsageError(f"no code {args.code!r}{did_you_mean(code)}")
+        raise UsageError(f"no code {options.code!r}{did_you_mean(code)}")
     package = _package(registered)
     page = _rule_page(code) if package == "export-guards" else ""
     text = (

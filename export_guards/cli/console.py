@@ -4,7 +4,6 @@ prints kept quiet, and a reader that goes away (``| head``)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import os
@@ -19,7 +18,7 @@ from typing import IO, Any, final
 from export_guards.progress import shown_by
 from export_guards.quiet import libraries_quiet, show_known_noise
 
-__all__ = ["Stages", "colour_report", "colours", "problem", "progress", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
+__all__ = ["ProgressLines", "colour_report", "colours", "problem", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
 
 
 _ERASE = "\r\x1b[K"  # back to the line's start, and clear it: a terminal's live line goes
@@ -27,37 +26,35 @@ LONG_RUN_S = 2.0  # a run this long gets a line per step: a shorter one is over 
 LONG_PART_S = 1.0  # a part of a step this long gets its own line: a quicker one is noise in a log
 
 
-def progress(args: argparse.Namespace, message: str, *, ongoing: bool = True) -> None:
-    """One progress line on stderr, unless ``-q``: every line the command prints about its own
-    progress (not its problems) goes through here or through :class:`Stages`."""
-    if not args.quiet:
-        _line(f"export-guards: {message}{'...' if ongoing else '.'}")
-
-
-def _line(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 @final
-class Stages:
-    """The steps of one run, timed: each step that ends once the run has taken
-    :data:`LONG_RUN_S` or more prints one line, ``export-guards: torch.export took 3.1 s``
-    (earlier, quicker ones print nothing: the run may be over before anyone waits). A step that
-    says what it is doing now (:func:`export_guards.progress.now`: decomposing, partitioning,
-    compiling N delegates) prints a line for each such part of :data:`LONG_PART_S` or more as it
-    ends, under the same rule: ``export-guards: linting and lowering (xnnpack): compiling 87
-    delegates (XnnpackBackend) took 41.2 s``. On a
-    terminal the step, or its part, under way shows too, as a line that its end line replaces (a
-    carriage return, on a terminal only: a CI log gets the end lines alone). Nothing with ``-q``."""
+class ProgressLines:
+    """What one run says of its own progress on stderr (never its problems: :func:`problem`),
+    nothing with ``-q``: a line when asked (:meth:`say`), and a timed line per step
+    (:meth:`timed`).
 
-    def __init__(self, args: argparse.Namespace, *, clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None) -> None:
-        self._quiet = bool(args.quiet)
+    A step that ends once the run has taken :data:`LONG_RUN_S` or more prints one line,
+    ``export-guards: torch.export took 3.1 s`` (earlier, quicker ones print nothing: the run may
+    be over before anyone waits). A step that says what it is doing now
+    (:func:`export_guards.progress.now`: decomposing, partitioning, compiling N delegates)
+    prints a line for each such part of :data:`LONG_PART_S` or more as it ends, under the same
+    rule: ``export-guards: linting and lowering (xnnpack): compiling 87 delegates
+    (XnnpackBackend) took 41.2 s``. On a terminal the step, or its part, under way shows too, as
+    a line that its end line replaces (a carriage return, on a terminal only: a CI log gets the
+    end lines alone)."""
+
+    def __init__(self, *, quiet: bool, clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None) -> None:
+        self._quiet = quiet
         self._clock = clock
         self._stream = stream
         self._started = clock()
 
+    def say(self, message: str, *, ongoing: bool = True) -> None:
+        """One line, ``export-guards: {message}...`` (``.`` when not ``ongoing``)."""
+        if not self._quiet:
+            print(f"export-guards: {message}{'...' if ongoing else '.'}", file=sys.stderr, flush=True)
+
     @contextlib.contextmanager
-    def __call__(self, doing: str, *, always: bool = False) -> Iterator[None]:
+    def timed(self, doing: str, *, always: bool = False) -> Iterator[None]:
         """Time the step ``doing`` (``"torch.export"``); ``always``: print its line however
         short the run."""
         stream = self._stream or sys.stderr

@@ -3,11 +3,11 @@ XNNPACK's packed-weight cache, weight by weight. Reads both programs without tor
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from export_guards.cli.arguments import UsageError, baseline_from, settings_from
-from export_guards.cli.console import Stages, progress, quiet_libraries
+from export_guards.cli.arguments import UsageError, baseline_from
+from export_guards.cli.console import ProgressLines, quiet_libraries
+from export_guards.cli.options import DiffOptions
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root
 from export_guards.cli.signals import Interrupts
@@ -17,32 +17,33 @@ from export_guards.report import Severity
 __all__ = ["run"]
 
 
-def run(args: argparse.Namespace, interrupts: Interrupts) -> int:
-    """Diff ``args.old`` and ``args.new``; exit 1 when a weight re-packs for nothing or the cache
-    would serve a stale one (at or above the fail level), 0 otherwise, 2 on bad input."""
-    settings = settings_from(args, ("update",))
-    for path, role in ((args.old, "OLD, the shipped program"), (args.new, "NEW, the new build")):
+def run(options: DiffOptions, interrupts: Interrupts) -> int:
+    """Diff ``options.old`` and ``options.new``; exit 1 when a weight re-packs for nothing or the
+    cache would serve a stale one (at or above the fail level), 0 otherwise, 2 on bad input."""
+    settings, report, old, new = options.settings, options.report, options.old, options.new
+    for path, role in ((old, "OLD, the shipped program"), (new, "NEW, the new build")):
         _program_file(path, role)
-    outputs = Outputs(inputs=[args.old, args.new], force=args.force, interrupts=interrupts)
-    outputs.claim(args.report_file, "report", "--report-file")
-    outputs.claim(args.write_baseline, "report", "--write-baseline")
-    baseline = baseline_from(args)
-    with outputs, quiet_libraries(args.verbose, load_torch=False):
+    outputs = Outputs(inputs=[old, new], force=report.force, interrupts=interrupts)
+    outputs.claim(report.report_file, "report", "--report-file")
+    outputs.claim(report.write_baseline, "report", "--write-baseline")
+    baseline = baseline_from(report.baseline)
+    with outputs, quiet_libraries(report.verbose, load_torch=False):
         from export_guards.pte.check import read_update, update_report
 
-        with Stages(args)(f"comparing the weights of {args.old} and {args.new}"):
+        lines = ProgressLines(quiet=report.quiet)
+        with lines.timed(f"comparing the weights of {old} and {new}"):
             try:
-                diff = read_update(args.old, args.new)
+                diff = read_update(old, new)
             except ValueError as error:
                 raise UsageError(f"{error}: give the .pte files that the export wrote (export-guards check FILE says what is wrong with one)") from None
-            checked = [Checked(f"{args.new} (update of {args.old})", update_report(diff, settings), (diff.summary(),))]
-        if args.output_format == "text" and not settings.show_info and merged(checked).at_least(Severity.WARNING):
-            progress(args, diff.summary(), ongoing=False)  # the summary line gives it only when all passed
-        root = project_root(args.new)
-        checked, baselined = against_baseline(args, checked, baseline, outputs, root=root)
-        delivered = deliver(args, checked, outputs, root=root, show_info=settings.show_info)
+            checked = [Checked(f"{new} (update of {old})", update_report(diff, settings), (diff.summary(),))]
+        if report.output_format == "text" and not settings.show_info and merged(checked).at_least(Severity.WARNING):
+            lines.say(diff.summary(), ongoing=False)  # the summary line gives it only when all passed
+        root = project_root(new)
+        checked, baselined = against_baseline(report, checked, baseline, outputs, root=root, lines=lines)
+        delivered = deliver(report, checked, outputs, root=root, show_info=settings.show_info)
     failed = bool(merged(checked).at_least(settings.fail_level))
-    return exit_code(args, failed=failed, complete=delivered and baselined)
+    return exit_code(report, failed=failed, complete=delivered and baselined)
 
 
 def _program_file(path: Path, role: str) -> None:

@@ -3,7 +3,6 @@ delivered to ``--report-file`` or stdout, and the exit code that says what was f
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import traceback
@@ -11,7 +10,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from export_guards.cli.console import colour_report, colours, problem, progress, write_stdout
+from export_guards.cli.console import ProgressLines, colour_report, colours, problem, write_stdout
+from export_guards.cli.options import ReportOptions
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.signals import Interrupts
 from export_guards.render import render
@@ -47,26 +47,26 @@ def merged(checked: Sequence[Checked]) -> Report:
     return sum((c.report for c in checked), Report())
 
 
-def deliver(args: argparse.Namespace, checked: Sequence[Checked], outputs: Outputs, *, root: Path, show_info: bool = False) -> bool:
+def deliver(options: ReportOptions, checked: Sequence[Checked], outputs: Outputs, *, root: Path, show_info: bool = False) -> bool:
     """Render the reports and write them to the claimed ``--report-file``, else to stdout.
     Text gives each input's findings and summary line, then, for several inputs, one line
     over them all; the machine formats and ``--statistics`` hold every input's findings as one
     report (each finding names its file). Findings are never lost: a report that cannot be
     written goes to stdout, and this returns ``False``. Text is coloured on stdout where
     :func:`~export_guards.cli.console.colours` says so; a file and the machine formats never are."""
-    if args.output_format != "text" or args.statistics or len(checked) == 1:
+    if options.output_format != "text" or options.statistics or len(checked) == 1:
         one = checked[0] if len(checked) == 1 else Checked("", merged(checked))
-        text = render(one.report, args.output_format, statistics=args.statistics, show_info=show_info, root=root, ran=one.ran)
+        text = render(one.report, options.output_format, statistics=options.statistics, show_info=show_info, root=root, ran=one.ran)
     else:
         blocks = [render_text(c.report, show_info=show_info, root=root, ran=c.ran, subject=c.subject) for c in checked]
         text = "\n".join(blocks) + "\n" + _over_all(checked) + "\n"
-    if args.report_file is None:
-        _to_stdout(args, text)
+    if options.report_file is None:
+        _to_stdout(options.output_format, text)
         return True
-    if outputs.write(args.report_file, text.encode()):
+    if outputs.write(options.report_file, text.encode()):
         return True
     print("export-guards: the report follows on stdout instead", file=sys.stderr)
-    _to_stdout(args, text)
+    _to_stdout(options.output_format, text)
     return False
 
 
@@ -81,21 +81,23 @@ def _over_all(checked: Sequence[Checked]) -> str:
     return said + (f", {len(problems)} with problems ({counts})." if problems else ".")
 
 
-def _to_stdout(args: argparse.Namespace, text: str) -> None:
-    write_stdout(colour_report(text) if args.output_format == "text" and colours(sys.stdout) else text)
+def _to_stdout(output_format: str, text: str) -> None:
+    write_stdout(colour_report(text) if output_format == "text" and colours(sys.stdout) else text)
 
 
-def against_baseline(args: argparse.Namespace, checked: Sequence[Checked], baseline: frozenset[str] | None, outputs: Outputs, *, root: Path) -> tuple[list[Checked], bool]:
+def against_baseline(
+    options: ReportOptions, checked: Sequence[Checked], baseline: frozenset[str] | None, outputs: Outputs, *, root: Path, lines: ProgressLines
+) -> tuple[list[Checked], bool]:
     """Each input's report less what ``--baseline`` holds (said on stderr); with
     ``--write-baseline``, every input's findings written there and then left out whole, as the
-    new baseline holds them all. Also whether that write succeeded. What it did is a progress
-    line: none with ``-q``. Fingerprints are those of all inputs' findings together, as the
+    new baseline holds them all. Also whether that write succeeded. What it did is one of the
+    run's progress ``lines``: none with ``-q``. Fingerprints are those of all inputs' findings together, as the
     baseline holds them."""
     checked = list(checked)
-    if args.write_baseline is not None:
-        written = outputs.write(args.write_baseline, render_baseline(merged(checked), root=root).encode())
+    if options.write_baseline is not None:
+        written = outputs.write(options.write_baseline, render_baseline(merged(checked), root=root).encode())
         if written:
-            progress(args, f"wrote {len(merged(checked))} finding(s) to the baseline {args.write_baseline}", ongoing=False)
+            lines.say(f"wrote {len(merged(checked))} finding(s) to the baseline {options.write_baseline}", ongoing=False)
         return [replace(c, report=Report((), c.report.suppressed)) for c in checked], written
     if baseline is None:
         return checked, True
@@ -103,14 +105,14 @@ def against_baseline(args: argparse.Namespace, checked: Sequence[Checked], basel
     kept = [replace(c, report=Report(tuple(f for f in c.report if not next(held)), c.report.suppressed)) for c in checked]
     left_out = len(merged(checked)) - len(merged(kept))
     if left_out:
-        progress(args, f"{left_out} finding(s) in the baseline {args.baseline} left out", ongoing=False)
+        lines.say(f"{left_out} finding(s) in the baseline {options.baseline} left out", ongoing=False)
     return kept, True
 
 
-def exit_code(args: argparse.Namespace, *, failed: bool, complete: bool = True) -> int:
+def exit_code(options: ReportOptions, *, failed: bool, complete: bool = True) -> int:
     """1 when findings reach the fail level (unless ``--exit-zero``), else 2 when an output
     could not be written, else 0."""
-    if failed and not args.exit_zero:
+    if failed and not options.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN if complete else EXIT_ERROR
 
@@ -122,25 +124,26 @@ def project_root(subject: Path | None) -> Path:
 
 
 @contextlib.contextmanager
-def reported_if_failed(args: argparse.Namespace, outputs: Outputs, source: Path | None, target: str | None) -> Iterator[None]:
+def reported_if_failed(options: ReportOptions, outputs: Outputs, source: Path | None, target: str | None) -> Iterator[None]:
     """A step that fails is a report too (one EG002 finding: the step, the innermost cause,
     the user's line), for a reader of JSON, SARIF, annotations or a report file; the error
     still goes to stderr and the exit code is still 2. Text on stdout would repeat stderr."""
     try:
         yield
     except StepFailed as failed:
-        if args.output_format != "text" or args.report_file is not None:
+        if options.output_format != "text" or options.report_file is not None:
             report = failed.report
             located = with_factory_location(report, target) if target else report
-            deliver(args, [Checked(target or str(source), located)], outputs, root=project_root(source))
+            deliver(options, [Checked(target or str(source), located)], outputs, root=project_root(source))
         raise
 
 
-def said_failed(args: argparse.Namespace, error: StepFailed, interrupts: Interrupts) -> None:
-    """A failed step on stderr: what failed and why, and the cause's traceback with ``-v``."""
+def said_failed(error: StepFailed, interrupts: Interrupts, *, verbose: bool) -> None:
+    """A failed step on stderr: what failed and why, and the cause's traceback with ``-v``
+    (``verbose``)."""
     interrupts.check()  # a library turned the interrupt into an error of its own
     problem(f"{error.step} failed", error.detail)
-    if getattr(args, "verbose", False) and error.__cause__ is not None:
+    if verbose and error.__cause__ is not None:
         traceback.print_exception(error.__cause__)
     elif error.__cause__ is not None:
         print("(run with -v for the full traceback)", file=sys.stderr)

@@ -61,7 +61,7 @@ def check_pte(
         against: the runtime whose kernels and backends the program must find (EG521); with
             ``runtime``, by default the installed one (as its child finds it).
         locate: places a finding about an operator (``"aten::sort.values"``) on the user's
-            line, where the caller has the program's graph (``GuardedExport.check_program``).
+            line, where the caller has the program's graph (``export_guards.verify.check_program``).
         rules: the rule set to run (default ``PTE_RULES`` and the installed project rules).
         replay: also replay each ATen call that writes a tensor on torch's meta tensors (EG519),
             which imports torch; with ``runtime``, always, in the runtime's child, not here.
@@ -153,23 +153,25 @@ def _as_file(program: PathOrBytes) -> Iterator[str]:
 def check_reproducible(
     target: str,
     *,
-    backend: str = "xnnpack",
-    placement: str = "error",
-    fold: bool = True,
+    backend: str | None = None,
+    placement: str | None = None,
+    fold: bool | None = None,
     recipe: str | None = None,
     config: Settings | None = None,
     timeout_s: float = 900.0,
 ) -> Report:
-    """Export ``target`` (``path/to/file.py:factory``) twice with the guarded pipeline (with
-    ``backend``, or with the ExecuTorch recipe named ``recipe``), each in a fresh process, and
+    """Export ``target`` (``path/to/file.py:factory``) twice with the guarded pipeline and
+    ``config`` (every setting, handed to each child whole; ``backend``, ``placement``, ``fold``
+    and ``recipe``, when given, applied over it), each in a fresh process, and
     report every difference in the program's terms (EG510), then check the first program's
     structure.
 
     Raises:
         ExportFailed: an export failed or ran past ``timeout_s``, saying how.
     """
-    config = config or Settings()
-    pair = export_twice(target, backend=backend, placement=placement, fold=fold, recipe=recipe, timeout_s=timeout_s)
+    given = {"backend": backend, "placement": placement, "fold": fold, "recipe": recipe}
+    config = (Settings() if config is None else config).updated({k: v for k, v in given.items() if v is not None}, "check_reproducible")
+    pair = export_twice(target, config, timeout_s=timeout_s)
     return run(with_project_rules(PTE_RULES), "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
 
 

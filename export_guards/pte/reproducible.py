@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import final
 
+from export_guards.settings import Settings
+
 __all__ = ["ExportFailed", "ExportPair", "export_twice"]
 
 WORKER = "export_guards.workers.export_once"
@@ -48,14 +50,12 @@ class ExportFailed(Exception):
 
 def export_twice(
     target: str,
+    settings: Settings = Settings(),
     *,
-    backend: str = "xnnpack",
-    placement: str = "error",
-    fold: bool = True,
-    recipe: str | None = None,
     timeout_s: float = 900.0,
 ) -> ExportPair:
-    """Export ``target`` twice, each in its own process, with the guarded pipeline.
+    """Export ``target`` twice, each in its own process, with the guarded pipeline and
+    ``settings``, handed to each child whole (``Settings.to_json``).
 
     Raises:
         ExportFailed: an export failed, ran past ``timeout_s``, or its lint stopped it.
@@ -63,7 +63,7 @@ def export_twice(
     with tempfile.TemporaryDirectory(prefix="export-guards-") as scratch:
         outputs = [Path(scratch) / f"export{i}.pte" for i in (1, 2)]
         for output in outputs:
-            command = [sys.executable, "-m", WORKER, target, str(output), backend, placement, str(fold), recipe or ""]
+            command = [sys.executable, "-m", WORKER, target, str(output), settings.to_json()]
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:

@@ -47,7 +47,7 @@ class SmokeRun:
         timed_out: whether it ran past its time limit.
         stderr: the runtime's log lines that say what went wrong (at most two).
         log: every log line of the runtime's.
-        mismatches: each output that differs from eager beyond its dtype's tolerance, described
+        mismatches: each output that differs from eager beyond the tolerance, described
             (the lint's run on its example inputs; the comparison is the caller's).
         made_up: the inputs the child made up for the method it ran last (``#0 float32[1, 8]
             random, #1 int64[1] zeros``), once that method loaded; ``None`` for inputs given.

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the plugin loads in every pytest run: torch and the pipelin
     from export_guards.pipeline import GuardedExport
     from export_guards.report import Report
     from export_guards.targets import StepFailed
-    from export_guards.testing.compare import OutputError
+    from export_guards.verify import EagerReference, InputSet, OutputError, Tolerance
 
 __all__ = ["ExportCheck", "assert_delegated", "check_export", "eg_device", "guarded_export"]
 
@@ -77,24 +77,19 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     strict=None, atol=1e-5, rtol=1e-5, **settings) -> ExportCheck``: export with the guards
     (``dynamic_shapes`` and ``strict`` as torch.export takes them), fail on lint findings at
     the fail level, run the ``.pte`` in ``executorch.runtime`` and fail on any output that
-    differs from eager beyond atol / rtol. The example inputs and each set of ``extra_inputs``
-    run on a freshly loaded program, and eagerly on a fresh copy of the model; ``steps`` run in
-    order through one loaded method, and eagerly through one copy, compared step by step (a
-    model with state: a decoder's prefill, then its decode steps). Without ``example_inputs``
-    the export takes the first step's. With ``dynamic_shapes``, the export's inputs also run
-    at each dynamic dimension's bounds, cropped or tiled to them (as ``export-guards lint``
-    runs them; a bound where eager raises on those inputs is not run), each on a freshly
-    loaded program. The caller's model is never run. Where executorch's
-    runtime cannot run with the installed torch, the test skips at the run, saying in one line
-    which torch it needs."""
-    import torch
-
+    differs from eager beyond atol / rtol (``Tolerance.absolute``). The example inputs and each
+    set of ``extra_inputs`` run on a freshly loaded program, and eagerly on a fresh copy of the
+    model; ``steps`` run in order through one loaded method, and eagerly through one copy,
+    compared step by step (a model with state: a decoder's prefill, then its decode steps).
+    Without ``example_inputs`` the export takes the first step's. With ``dynamic_shapes``, the
+    export's inputs also run at each dynamic dimension's bounds, cropped or tiled to them (the
+    input sets ``export-guards lint`` runs, ``export_guards.verify.input_sets``; a bound where
+    eager raises on those inputs is not run), each on a freshly loaded program. Outputs that
+    eager does not repeat from the same state (a random op) are not compared. The caller's model
+    is never run. Where executorch's runtime cannot run with the installed torch, the test
+    skips at the run, saying in one line which torch it needs."""
     with libraries_kept_quiet():
-        from export_guards.analysis.shape_bounds import shape_bounds
-        from export_guards.render import render_text
-        from export_guards.targets import StepFailed
-        from export_guards.compat import RuntimeMismatch
-        from export_guards.testing.compare import LoadedMethod, compare_outputs, input_differences, mutable_buffers
+        from export_guards.verify import EagerReference, Tolerance
 
         import_runtime()
 
@@ -114,72 +109,128 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         settings = with_keywords(export_guards_settings, overrides, "check_export", _OWN_KEYWORDS)
         if example_inputs is None and not steps:
             pytest.fail("export-guards: check_export(model, example_inputs) needs the example inputs, or steps=[...]", pytrace=False)
-        runs = [] if example_inputs is None else [("example inputs", [example_inputs])]
-        runs += [(f"extra inputs #{i}", [inputs]) for i, inputs in enumerate(extra_inputs)]
-        runs += [("steps", list(steps))] if steps else []
         pristine = copy.deepcopy(model)  # the state the program starts from, for each eager run
         inputs = steps[0] if example_inputs is None else example_inputs
-        result = _failed_or(lambda: _export_in_steps(settings, model, inputs, dynamic_shapes, strict, lowering))
-        if isinstance(result, StepFailed):  # failed here, out of the except block: no chained tracebacks
-            _eg_fail(_step_failed(result), _failed_report(result))
-        failing = result.report.at_least(settings.fail_level)
-        if failing or result.edge is None:
-            _eg_fail(
-                f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} "
-                f"({settings.recipe or settings.backend}):\n{render_text(type(result.report).of(failing), show_info=True)}",
-                result,
-            )
-        pte = _failed_or(result.to_pte, "writing the program (to_executorch)", _source_of(model))
-        if isinstance(pte, StepFailed):
-            _eg_fail(_step_failed(pte), result.report + _failed_report(pte))
-        with libraries_kept_quiet():
-            checked = result.check_program(pte, config=settings)  # as `export-guards check` against executorch.runtime
-        failing = checked.at_least(settings.fail_level)
-        if failing:
-            _eg_fail(
-                f"export-guards: the written program would not load or run in executorch.runtime: {len(failing)} "
-                f"finding(s) at or above {settings.fail_level.value}:\n{render_text(type(checked).of(failing), show_info=True)}",
-                result.report + checked,
-                pte,
-            )
-        state = mutable_buffers(result.program)
-        made = shape_bounds(result.program, inputs)
-        at_bounds = [(f"inputs at {bound.label}", [bound.inputs]) for bound in made.inputs]
-        bounds = {label for label, _ in at_bounds}
-        runs += at_bounds
-        comparisons, skipped = [], list(made.not_made)
-        for run, sequence in runs:
-            eager_model, method = copy.deepcopy(pristine), None  # both from the state before any call
-            for index, inputs in enumerate(sequence):
-                label = f"step #{index}" if run == "steps" else run
-                eager = _ran(lambda: _eager(eager_model, inputs)) if run in bounds else _eager(eager_model, inputs)
-                if isinstance(eager, Exception):  # inputs made for a bound that the model does not take: no reference there
-                    skipped.append(_not_run(label, eager))
-                    continue
-                method = method or _ran(lambda: LoadedMethod(pte))
-                actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
-                if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
-                    pytest.skip(str(actual))
-                if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
-                    said = _run_failed(label, actual, input_differences(result.program, inputs), at_bound=run in bounds)
-                    _eg_fail(said, result.report + checked, pte)
-                errors = compare_outputs(eager, actual, atol=atol, rtol=rtol)
-                comparisons.append(errors)
-                if not all(e.within for e in errors):
-                    lines = "\n".join(f"  {e}" for e in errors)
-                    _eg_fail(
-                        f"export-guards: the .pte's outputs differ from eager on the {label} "
-                        f"(atol={atol}, rtol={rtol}, {settings.recipe or settings.backend}):\n{lines}\n"
-                        + (_state_advice(state, run == "steps", index) if state else _AT_BOUND if run in bounds else _SPECIALISED),
-                        result,
-                        pte,
-                    )
-        return ExportCheck(result, pte, comparisons, skipped)
+        exported = _Exported.made(settings, model, inputs, dynamic_shapes, strict, lowering, _eg_fail)
+        reference = EagerReference(pristine, exported.result.program, copy_model=True)
+        sets, skipped = _input_sets(exported.result.program, example_inputs, extra_inputs, steps, inputs)
+        tolerance = Tolerance.absolute(atol=atol, rtol=rtol)
+        comparisons = [compared for label, each in sets for compared in exported.compared(label, each, reference, tolerance, skipped)]
+        return ExportCheck(exported.result, exported.pte, comparisons, skipped)
 
     return check
 
 
 _OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "dynamic_shapes", "strict", "lowering", "atol", "rtol")
+
+
+def _input_sets(
+    program: torch.export.ExportedProgram,
+    example_inputs: Sequence[object] | None,
+    extra_inputs: Sequence[Sequence[object]],
+    steps: Sequence[Sequence[object]],
+    exported_on: Sequence[object],
+) -> tuple[list[tuple[str, InputSet]], list[str]]:
+    """The input sets ``check_export`` runs, each with how a failure names it: the example
+    inputs, each set of extra inputs, the steps, then the inputs at each dynamic dimension's
+    bounds (made from ``exported_on``); and each bound no inputs could be made for, and why."""
+    from export_guards.verify import InputSet, input_sets
+
+    sets = [] if example_inputs is None else [("example inputs", InputSet((example_inputs,)))]
+    sets += [(f"extra inputs #{i}", InputSet((inputs,))) for i, inputs in enumerate(extra_inputs)]
+    sets += [("steps", InputSet(tuple(steps)))] if steps else []
+    at_bounds, not_made = input_sets(program, exported_on)
+    return sets + [(f"inputs at {each.bound}", each) for each in at_bounds[1:]], not_made
+
+
+@final
+@dataclass(frozen=True)
+class _Exported:
+    """The guarded export ``check_export`` made, its written program and that program's check;
+    the fixture's settings and the way a failure ends the test."""
+
+    result: GuardedExport
+    pte: bytes
+    checked: Report
+    settings: Settings
+    fail: Callable[..., NoReturn]
+
+    @classmethod
+    def made(
+        cls,
+        settings: Settings,
+        model: torch.nn.Module,
+        inputs: Sequence[object],
+        dynamic_shapes: Any,
+        strict: bool | None,
+        lowering: Lowering | None,
+        fail: Callable[..., NoReturn],
+    ) -> _Exported:
+        """Export, write and check the program; the test fails at the first step that fails, at
+        a finding at the fail level, or at a program that would not load or run."""
+        from export_guards.render import render_text
+        from export_guards.targets import StepFailed
+        from export_guards.verify import check_program
+
+        result = _failed_or(lambda: _export_in_steps(settings, model, inputs, dynamic_shapes, strict, lowering))
+        if isinstance(result, StepFailed):  # failed here, out of the except block: no chained tracebacks
+            fail(_step_failed(result), _failed_report(result))
+        failing = result.report.at_least(settings.fail_level)
+        if failing or result.edge is None:
+            said = render_text(type(result.report).of(failing), show_info=True)
+            fail(f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} ({settings.recipe or settings.backend}):\n{said}", result)
+        pte = _failed_or(result.to_pte, "writing the program (to_executorch)", _source_of(model))
+        if isinstance(pte, StepFailed):
+            fail(_step_failed(pte), result.report + _failed_report(pte))
+        with libraries_kept_quiet():
+            checked = check_program(result, pte, settings=settings)  # as `export-guards check` against executorch.runtime
+        failing = checked.at_least(settings.fail_level)
+        if failing:
+            fail(
+                f"export-guards: the written program would not load or run in executorch.runtime: {len(failing)} "
+                f"finding(s) at or above {settings.fail_level.value}:\n{render_text(type(checked).of(failing), show_info=True)}",
+                result.report + checked,
+                pte,
+            )
+        return cls(result, pte, checked, settings, fail)
+
+    def compared(self, label: str, each: InputSet, reference: EagerReference, tolerance: Tolerance, skipped: list[str]) -> list[list[OutputError]]:
+        """``each`` run on a freshly loaded program and on eager from the same state, step by
+        step, each step's outputs compared under ``tolerance``; the test fails at the first step
+        that fails or differs. A bound where eager raises is added to ``skipped`` instead."""
+        from export_guards.compat import RuntimeMismatch
+        from export_guards.verify import LoadedMethod, compare_outputs, expected_at
+
+        expected = expected_at(reference, each)
+        if isinstance(expected, str):  # inputs made for a bound that the model does not take: no reference there
+            skipped.append(expected)
+            return []
+        method = _ran(lambda: LoadedMethod(self.pte))
+        comparisons = []
+        for index, (inputs, eager) in enumerate(zip(each.steps, expected)):
+            name = f"step #{index}" if label == "steps" else label
+            actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
+            if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
+                pytest.skip(str(actual))
+            if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
+                self.fail(_run_failed(name, actual, self.result.program, inputs, at_bound=bool(each.bound)), self.result.report + self.checked, self.pte)
+            errors = compare_outputs(eager.outputs, actual, tolerance, unsteady=eager.unsteady)
+            comparisons.append(errors)
+            if not all(e.within for e in errors):
+                self.fail(self._differs(name, errors, tolerance, label == "steps", index, bool(each.bound)), self.result, self.pte)
+        return comparisons
+
+    def _differs(self, name: str, errors: Sequence[OutputError], tolerance: Tolerance, stepped: bool, index: int, at_bound: bool) -> str:
+        """Why the program's outputs on ``name`` differ from eager's: each output, then the likely cause."""
+        from export_guards.verify import mutable_buffers
+
+        state = mutable_buffers(self.result.program)
+        lines = "\n".join(f"  {e}" for e in errors)
+        return (
+            f"export-guards: the .pte's outputs differ from eager on the {name} (atol={tolerance.atol}, rtol={tolerance.rtol}, "
+            f"{self.settings.recipe or self.settings.backend}):\n{lines}\n"
+            + (_state_advice(state, stepped, index) if state else _AT_BOUND if at_bound else _SPECIALISED)
+        )
 
 _SPECIALISED = (
     "A common cause: torch.export specialised a branch or a shape on the example "
@@ -192,20 +243,6 @@ _AT_BOUND = (
     "torch.export traced for the example's size, such as a branch it could not see, or a kernel that fails "
     "there). The inputs are the example's, cropped or tiled to this size."
 )
-
-
-def _not_run(label: str, error: Exception) -> str:
-    """Why the inputs at a bound did not run: eager refused them (``length=64 (the upper bound):
-    eager raised IndexError: ...``)."""
-    lines = str(error).strip().splitlines()
-    return f"{label.removeprefix('inputs at ')}: eager raised {type(error).__name__}: {lines[0] if lines else '(no message)'}"
-
-
-def _eager(model: torch.nn.Module, inputs: Sequence[object]) -> object:
-    import torch
-
-    with torch.no_grad():
-        return model(*inputs)
 
 
 def _state_advice(buffers: Sequence[str], stepped: bool, index: int) -> str:
@@ -312,11 +349,12 @@ def _ran(run: Callable[[], _T]) -> _T | Exception:
         return error
 
 
-def _run_failed(label: str, error: BaseException, differences: Sequence[str], *, at_bound: bool = False) -> str:
+def _run_failed(label: str, error: BaseException, program: torch.export.ExportedProgram, inputs: Sequence[object], *, at_bound: bool = False) -> str:
     """Why executorch.runtime could not run the program on ``label``: its error, and the inputs'
     shapes only where they differ from the exported ones."""
-    from export_guards.testing.compare import runtime_error_text
+    from export_guards.verify import input_differences, runtime_error_text
 
+    differences = input_differences(program, inputs)
     said = f"export-guards: executorch.runtime could not run the program on the {label}: {runtime_error_text(error)}"
     if at_bound:
         return f"{said}\n{_AT_BOUND}"

@@ -10,7 +10,7 @@ from pathlib import Path
 from export_guards.render.sarif import fingerprints
 from export_guards.report import Report
 
-__all__ = ["BASELINE_VERSION", "held_by", "read_baseline", "render_baseline", "without_baselined"]
+__all__ = ["BASELINE_VERSION", "held_by", "read_baseline", "render_baseline"]
 
 BASELINE_VERSION = 1
 
@@ -48,12 +48,6 @@ def is_baseline(document: object) -> bool:
         and isinstance(document.get("baseline"), list)
         and all(isinstance(e, dict) and isinstance(e.get("fingerprint"), str) for e in document["baseline"])
     )
-
-
-def without_baselined(report: Report, baseline: frozenset[str], *, root: Path | None = None) -> tuple[Report, int]:
-    """``report`` without the findings ``baseline`` holds, and how many were left out."""
-    kept = [f for f, held in zip(report, held_by(report, baseline, root=root), strict=True) if not held]
-    return Report(tuple(kept), report.suppressed), len(report) - len(kept)
 
 
 def held_by(report: Report, baseline: frozenset[str], *, root: Path | None = None) -> list[bool]:

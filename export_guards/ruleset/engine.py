@@ -15,7 +15,7 @@ from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 from export_guards.ruleset.selection import Selection
 
-__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "once", "run", "settle", "without_symptoms"]
+__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "first_line", "once", "run", "settle", "without_symptoms"]
 
 
 Locate = Callable[[Any], Mapping[str, Any]]
@@ -188,7 +188,12 @@ def once(steps: Iterable[Report]) -> Report:
     return Report(tuple(kept), tuple(suppressed))
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message: the one way export-guards says an error in a line."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
 def describe_error(error: BaseException) -> str:
     """An exception in one line, for a finding: its type and the first line of its message."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else '(no message)'}"
+    return f"{type(error).__name__}: {first_line(error)[:200]}"

@@ -1,8 +1,9 @@
 """The export child of ``check_reproducible``: one guarded export of a target, in a fresh process.
 
-``python -m export_guards.workers.export_once TARGET OUT.pte BACKEND PLACEMENT FOLD`` writes the
-program to ``OUT.pte`` and, beside it, ``OUT.pte.names.json``: the SHA-256 of each constant's
-stored bytes to its name, so that the parent can name the constants that differ.
+``python -m export_guards.workers.export_once TARGET OUT.pte SETTINGS`` exports with ``SETTINGS``
+(``Settings.to_json()``: every setting the parent has, used as is), writes the program to
+``OUT.pte`` and, beside it, ``OUT.pte.names.json``: the SHA-256 of each constant's stored bytes
+to its name, so that the parent can name the constants that differ.
 """
 
 from __future__ import annotations
@@ -39,11 +40,10 @@ def constant_names(tensors: dict[str, object]) -> dict[str, str]:
     return names
 
 
-def export_once(target: str, output: str, backend: str, placement: str, fold: bool, recipe: str | None = None) -> int:
-    """Export ``target`` with the guarded pipeline (or the recipe named ``recipe``) to
-    ``output``, and its constants' names beside it; the exit status (2, after
+def export_once(target: str, output: str, settings: Settings) -> int:
+    """Export ``target`` with the guarded pipeline and ``settings`` (its backend, or its
+    recipe) to ``output``, and its constants' names beside it; the exit status (2, after
     ``EXPORT_FAILED`` and the step's message, when a step fails)."""
-    settings = Settings(backend=backend, placement=placement, fold=fold, recipe=recipe)  # type: ignore[arg-type]
     try:
         result = export_target(target, config=settings)
         with step("writing the program (to_executorch)"):
@@ -59,5 +59,5 @@ def export_once(target: str, output: str, backend: str, placement: str, fold: bo
 
 
 if __name__ == "__main__":
-    target_, output_, backend_, placement_, fold_, recipe_ = sys.argv[1:7]
-    sys.exit(export_once(target_, output_, backend_, placement_, fold_ == "True", recipe_ or None))
+    target_, output_, settings_ = sys.argv[1:4]
+    sys.exit(export_once(target_, output_, Settings.from_json(settings_)))
