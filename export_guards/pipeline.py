@@ -24,6 +24,7 @@ from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.source import location_named_in, node_location
 from export_guards.backends import backend_named, device_backend_ids, partitioned_lint_applies
 from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, SharedMemoryError
+from export_guards.internals import cause_of_type
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
 from export_guards.lowering import Lowering
@@ -323,7 +324,7 @@ def export_with_recipe(
         with buffer_warning_answered():
             session.export()
     except Exception as error:
-        stopped = _placement_stop(error)
+        stopped = cause_of_type(error, ConstantPlacementError)  # ExecuTorch re-raises a transform pass's error as a plain Exception caused by it
         if stopped is not None:  # a host reader would have read a constant it cannot: stopped, as lower_with_guards stops
             linted_session(guarded, session, settings, lowered=False).stop(stopped.report)
             return GuardedExport(session.get_exported_program(), None, ledger.report(settings))
@@ -333,14 +334,6 @@ def export_with_recipe(
         raise LoweringFailed(f"the recipe's export failed: {describe_error(error)}", found) from error
     report = recipe_report(session, settings)
     return GuardedExport(session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer())
-
-
-def _placement_stop(error: BaseException | None) -> ConstantPlacementError | None:
-    """The placement guard's error that ``error`` is or wraps: ExecuTorch's pass manager
-    re-raises a transform pass's error as a plain ``Exception`` caused by it."""
-    while error is not None and not isinstance(error, ConstantPlacementError):
-        error = error.__cause__
-    return error
 
 
 def lower_with_guards(
