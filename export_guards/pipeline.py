@@ -41,7 +41,7 @@ from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error
-from export_guards.settings import Backend, PlacementPolicy, Settings
+from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
 from export_guards.targets import load_target, step, target_file
 
 __all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
@@ -209,7 +209,7 @@ def export_with_guards(
     """
     if config is not None and config.recipe is not None:
         (lowering or Lowering()).refuse_recipe(config.recipe)
-        settings = _with_keywords(config, "export_with_guards", placement=placement, fold=fold)
+        settings = with_keywords(config, "export_with_guards", placement=placement, fold=fold)
         return export_with_recipe(model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     return lower_with_guards(
         _torch_export(model, tuple(example_inputs), dynamic_shapes, strict),
@@ -312,7 +312,7 @@ def export_with_recipe(
     chosen = recipe_named(recipe) if isinstance(recipe, str) else recipe
     if strict is not None:
         chosen = dataclasses.replace(chosen, strict=strict)
-    guarded = guard_recipe(chosen, fold=settings.fold, max_growth=settings.fold_max_growth, placement=settings.placement)
+    guarded = guard_recipe(chosen, config=settings)
     ledger = ledger_of(guarded)
     if quantizes_modules(chosen) and settings.fold:  # torchao cannot quantize a reparametrized module: fold it first
         model, folded = fold_parametrizations(model)
@@ -363,7 +363,7 @@ def lower_with_guards(
         LoweringFailed: ExecuTorch could not lower the program; its ``report`` holds the
             lint's findings, which often say why.
     """
-    settings = _with_keywords(config, "lower_with_guards", backend=backend, placement=placement, fold=fold)
+    settings = with_keywords(config, "lower_with_guards", backend=backend, placement=placement, fold=fold)
     ledger = Ledger()
     lowering = lowering or Lowering()
     chosen = _backend_of(settings.backend, lowering)
@@ -425,12 +425,6 @@ def _lowered(
             program, transform_passes=passes, partitioner=guard_partitioners(list(chosen.partitioners)), compile_config=lowering.compile_config
         )
     return edge, reasons
-
-
-def _with_keywords(config: Settings | None, caller: str, **given: object) -> Settings:
-    """``config`` (by default ``Settings()``) with the keyword arguments a caller gave (those not
-    ``None``), checked as settings are: the one place keywords and settings merge."""
-    return (config or Settings()).updated({k: v for k, v in given.items() if v is not None}, caller)
 
 
 class _Backend(NamedTuple):

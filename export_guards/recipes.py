@@ -39,7 +39,7 @@ from export_guards.passes.placement import (
 )
 from export_guards.quiet import libraries_quiet
 from export_guards.report import Report
-from export_guards.settings import DEFAULT_MAX_GROWTH, RECIPES, PlacementPolicy, Settings
+from export_guards.settings import RECIPES, PlacementPolicy, Settings, with_keywords
 
 __all__ = ["guard_recipe", "ledger_of", "linted_session", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
 
@@ -58,9 +58,10 @@ _RECIPE_PACKAGES: dict[str, tuple[str, str]] = {
 def guard_recipe(
     recipe: ExportRecipe,
     *,
-    fold: bool = True,
-    max_growth: float = DEFAULT_MAX_GROWTH,
-    placement: PlacementPolicy = "error",
+    config: Settings | None = None,
+    fold: bool | None = None,
+    max_growth: float | None = None,
+    placement: PlacementPolicy | None = None,
     device_backends: Iterable[str] = DEVICE_BACKENDS,
 ) -> ExportRecipe:
     """A copy of ``recipe`` with the guards at every stage; ``recipe`` is left as it was.
@@ -100,38 +101,40 @@ def guard_recipe(
     """
     if not isinstance(recipe, ExportRecipe):
         raise TypeError(f"guard_recipe takes an executorch.export.ExportRecipe, not {type(recipe).__name__}")
-    check_policy(placement)
+    if placement is not None:
+        check_policy(placement)
+    settings = with_keywords(config, "guard_recipe", fold=fold, fold_max_growth=max_growth, placement=placement)
     ledger = Ledger()
-    early = [*([_CopyToHost(ledger)] if placement == "copy" else []), *([_FoldNonCore(ledger, max_growth)] if fold else [])]
-    lowering = _guarded_lowering(recipe.lowering_recipe or LoweringRecipe(), ledger, fold, max_growth, device_backends)
-    config = recipe.executorch_backend_config or ExecutorchBackendConfig()
+    early = [*([_CopyToHost(ledger)] if settings.placement == "copy" else []), *([_FoldNonCore(ledger, settings.fold_max_growth)] if settings.fold else [])]
+    lowering = _guarded_lowering(recipe.lowering_recipe or LoweringRecipe(), ledger, settings, device_backends)
+    written = recipe.executorch_backend_config or ExecutorchBackendConfig()
     return dataclasses.replace(
         recipe,
-        quantization_recipe=_guarded_quantization(recipe.quantization_recipe, ledger, fold, max_growth),
+        quantization_recipe=_guarded_quantization(recipe.quantization_recipe, ledger, settings),
         aten_transform_passes=[*(recipe.aten_transform_passes or []), *early],
         lowering_recipe=lowering,
-        executorch_backend_config=dataclasses.replace(config, passes=[*config.passes, *emit_passes()]),
+        executorch_backend_config=dataclasses.replace(written, passes=[*written.passes, *emit_passes()]),
     )
 
 
 def _guarded_lowering(
-    lowering: LoweringRecipe, ledger: Ledger, fold: bool, max_growth: float, device_backends: Iterable[str]
+    lowering: LoweringRecipe, ledger: Ledger, settings: Settings, device_backends: Iterable[str]
 ) -> LoweringRecipe:
     """A copy of ``lowering`` whose partitioners are guarded and whose edge transform passes
     start with the guards, which record in ``ledger``."""
     partitioners = guard_partitioners(lowering.partitioners, device_backends=device_backends) if lowering.partitioners else None
-    guards = _RecipeGuards(ledger, fold, max_growth, partitioners)
+    guards = _RecipeGuards(ledger, settings, partitioners)
     return dataclasses.replace(lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])])
 
 
 def _guarded_quantization(
-    quantization: QuantizationRecipe | None, ledger: Ledger, fold: bool, max_growth: float
+    quantization: QuantizationRecipe | None, ledger: Ledger, settings: Settings
 ) -> QuantizationRecipe | None:
     """``quantization`` sparing reparametrized modules (a torchao config), and with the fold
     on, folding constant-only computations before a PT2E quantizer sees the captured graph."""
     quantization = _sparing_reparametrized(quantization)
-    if fold and quantization is not None and quantization.quantizers:
-        before = [*(quantization.pre_prepare_passes or []), _FoldBeforeQuantizer(ledger, max_growth)]
+    if settings.fold and quantization is not None and quantization.quantizers:
+        before = [*(quantization.pre_prepare_passes or []), _FoldBeforeQuantizer(ledger, settings.fold_max_growth)]
         quantization = dataclasses.replace(quantization, pre_prepare_passes=before)
     return quantization
 
@@ -265,8 +268,7 @@ class _RecipeGuards:
     into the recipe's ledger."""
 
     ledger: Ledger
-    fold: bool
-    max_growth: float
+    settings: Settings
     partitioners: Sequence[GuardedPartitioner] | Mapping[str, Sequence[GuardedPartitioner]] | None
 
     def __call__(self, method: str, program: ExportedProgram) -> list[Recorded]:
@@ -276,7 +278,8 @@ class _RecipeGuards:
         stops = plan_placement(method, program, defer_device_constants=bool(own)).stops
         if stops:
             raise placement_error(stops)
-        return self.ledger.recorded(method, guard_passes(fold=self.fold, max_growth=self.max_growth, partitioner=own or None))
+        # the copy policy's copy was made before to_edge (_CopyToHost): here, what is left stops
+        return self.ledger.recorded(method, guard_passes(config=self.settings, placement="error", partitioner=own or None))
 
     @property
     def partitioned_lint(self) -> bool:

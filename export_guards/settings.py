@@ -17,7 +17,7 @@ from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, DEFAULT_OFF, RETIRED
 from export_guards.ruleset.registry import known_rules, project_prefixes
 
-__all__ = ["BACKENDS", "DEFAULT_MAX_GROWTH", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config"]
+__all__ = ["BACKENDS", "DEFAULT_MAX_GROWTH", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config", "with_keywords"]
 
 Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
@@ -218,6 +218,18 @@ class Settings:
 
 EXTENDING = {"extend_select": "select", "extend_ignore": "ignore"}
 """Keys that add to another key's codes instead of replacing them."""
+
+
+def with_keywords(config: Settings | None, caller: str, **given: object) -> Settings:
+    """``config`` (by default ``Settings()``) with the keyword arguments a Python call gave it
+    (those not ``None``; ``fold_max_growth``, ``placement``, ...) applied and checked: the one
+    place where a function's keywords and its settings merge, so that every guarded way takes the
+    options as one value.
+
+    Raises:
+        ValueError: a bad value, naming the keyword and ``caller``.
+    """
+    return (Settings() if config is None else config).updated({k: v for k, v in given.items() if v is not None}, caller)
 
 
 def find_config(start: str | Path) -> Path | None:

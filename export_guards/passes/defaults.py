@@ -15,8 +15,8 @@ from export_guards.errors import GuardError
 from export_guards.internals import pass_error
 from export_guards.passes.fold import FoldConstantsPass
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
-from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner
-from export_guards.settings import DEFAULT_MAX_GROWTH, PlacementPolicy
+from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner, check_policy
+from export_guards.settings import PlacementPolicy, Settings, with_keywords
 
 __all__ = ["GuardPasses", "guard_passes"]
 
@@ -72,9 +72,10 @@ class GuardPasses(ExportedProgramPassManager):
 
 def guard_passes(
     *,
-    placement: PlacementPolicy = "error",
-    fold: bool = True,
-    max_growth: float = DEFAULT_MAX_GROWTH,
+    config: Settings | None = None,
+    placement: PlacementPolicy | None = None,
+    fold: bool | None = None,
+    max_growth: float | None = None,
     partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None = None,
 ) -> GuardPasses:
     """The default guard passes, in order, for ``transform_passes=guard_passes()``: a
@@ -111,6 +112,9 @@ def guard_passes(
         to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)
 
     Args:
+        config: the settings whose ``placement``, ``fold`` and ``fold_max_growth`` apply
+            (default ``Settings()``: ``"error"``, on, the default budget); the keywords below,
+            where given, apply over it.
         placement: ``"error"`` or ``"copy"``, as for ``guard_constant_placement``.
         fold: run the fold.
         max_growth: the fold's budget for the whole program (see ``FoldConstantsPass``).
@@ -122,12 +126,15 @@ def guard_passes(
         ValueError: ``partitioner`` holds no partitioner for some method (nothing would check
             what its backends or the emitter read), or ``placement`` is not a policy.
     """
+    if placement is not None:
+        check_policy(placement)
+    settings = with_keywords(config, "guard_passes", placement=placement, fold=fold, fold_max_growth=max_growth)
     lists = _partitioner_lists(partitioner)
-    if placement == "copy":
+    if settings.placement == "copy":
         _hand_the_copy_to(lists)
-    passes: list[PassType] = [ConstantPlacementPass(placement, defer_device_constants=bool(lists))]
-    if fold:
-        passes.append(FoldConstantsPass(max_growth=max_growth))
+    passes: list[PassType] = [ConstantPlacementPass(settings.placement, defer_device_constants=bool(lists))]
+    if settings.fold:
+        passes.append(FoldConstantsPass(max_growth=settings.fold_max_growth))
     passes.append(KnownWrongDelegationPass(_backend_ids(lists)))
     return GuardPasses(passes)
 

@@ -23,7 +23,7 @@ from export_guards.pte.smoke import SmokeInputs, SmokeWorker, StartedSmoke
 from export_guards.pte.weight_cache import CacheDiff, ProgramUpdate, diff_weights
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
-from export_guards.settings import Settings
+from export_guards.settings import Settings, with_keywords
 
 __all__ = ["ExportFailed", "check_pte", "check_reproducible", "compare_pte", "diff_pte", "read_update", "update_report"]
 
@@ -169,8 +169,7 @@ def check_reproducible(
     Raises:
         ExportFailed: an export failed or ran past ``timeout_s``, saying how.
     """
-    given = {"backend": backend, "placement": placement, "fold": fold, "recipe": recipe}
-    config = (Settings() if config is None else config).updated({k: v for k, v in given.items() if v is not None}, "check_reproducible")
+    config = with_keywords(config, "check_reproducible", backend=backend, placement=placement, fold=fold, recipe=recipe)
     pair = export_twice(target, config, timeout_s=timeout_s)
     return run(with_project_rules(PTE_RULES), "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
 
