@@ -85,20 +85,13 @@ def guard_passes(
 
     They run after ``to_edge`` and before any partitioner:
 
-    1. ``ConstantPlacementPass(placement)``, first: a constant that a delegate's preprocess or
-       the emitter would read from device memory is reported instead of crashing the process; with
-       ``placement="copy"`` the method becomes its host twin instead, whose ``.pte`` is the
-       CPU export's, byte for byte (one ``EG103`` per copy).
-    2. ``FoldConstantsPass(max_growth=max_growth)`` unless ``fold=False``: weights computed
-       from constants only (spectral norm, weight norm, parametrizations, user code) become
+    1. ``ConstantPlacementPass(placement)``: a constant that a delegate's preprocess or the
+       emitter would read from device memory is reported instead of crashing the process; with
+       ``"copy"`` the method becomes its host twin, whose ``.pte`` is the CPU export's (EG103).
+    2. ``FoldConstantsPass`` with the fold on: weights computed from constants only become
        static parameters that delegates such as XNNPACK take.
-    3. ``KnownWrongDelegationPass``: what a delegate of this ExecuTorch is known to compute
-       wrong (a weight-only quantized linear on XNNPACK) is left to the runtime's kernels,
-       which compute it right (one ``EG405`` each): their backends' patterns, with guarded
-       partitioners; every backend's, without.
-
-    A ``torch.cond`` result that outlives its branch's memory (EG518) is copied at emission, by
-    :func:`~export_guards.emit_passes`, not here (a partitioner would take or move the copy).
+    3. ``KnownWrongDelegationPass``: what a delegate is known to compute wrong is left to the
+       runtime's kernels (EG405): their backends' patterns with guarded partitioners, else all.
 
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
