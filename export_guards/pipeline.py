@@ -34,7 +34,6 @@ from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
-from export_guards.pte.rules import PTE_RULES, portable
 from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.store_once import store_once
 from export_guards.quiet import buffer_warning_answered
@@ -44,11 +43,8 @@ from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
 from export_guards.targets import load_target, step, target_file
 
-__all__ = ["WRITTEN_PROGRAM_RULES", "Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+__all__ = ["Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
-WRITTEN_PROGRAM_RULES = PTE_RULES.without(RuleSet.of(portable))
-"""The check of a guarded export's written program: EG520 (compute with no delegate) aside, since
-the export states its delegation itself (EG401-EG403) and a portable export chose no delegate."""
 
 EachStep = Callable[[str], AbstractContextManager[object]]  # wraps each step, given what it does (the command times them)
 

@@ -4,14 +4,19 @@ the runtime that will load it."""
 from __future__ import annotations
 
 from export_guards.analysis.source import operator_sites
-from export_guards.pipeline import WRITTEN_PROGRAM_RULES, GuardedExport
+from export_guards.pipeline import GuardedExport
 from export_guards.pte.check import check_pte
 from export_guards.pte.inventory import RuntimeInventory
+from export_guards.pte.rules import PTE_RULES, portable
 from export_guards.report import Report
-from export_guards.ruleset import with_project_rules
+from export_guards.ruleset import RuleSet, with_project_rules
 from export_guards.settings import Settings
 
-__all__ = ["check_program"]
+__all__ = ["WRITTEN_PROGRAM_RULES", "check_program"]
+
+WRITTEN_PROGRAM_RULES = PTE_RULES.without(RuleSet.of(portable))
+"""The check of a guarded export's written program: EG520 (compute with no delegate) aside, since
+the export states its delegation itself (EG401-EG403) and a portable export chose no delegate."""
 
 
 def check_program(export: GuardedExport, pte: bytes, *, against: RuntimeInventory | None = None, settings: Settings = Settings()) -> Report:
