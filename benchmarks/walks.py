@@ -40,7 +40,10 @@ def walk(call: Callable[[], object]) -> list[str]:
 
     def ours(frame) -> str | None:  # noqa: ANN001
         module = frame.f_globals.get("__name__", "") if frame is not None else ""
-        return module if module.startswith("export_guards") and module != "export_guards.progress" else None
+        # progress lines and the flatbuffer readers flatc generates from a backend's schema
+        # (pte/reader/flatc.py names them export_guards._generated.*) are not rooms a reader opens
+        theirs = module == "export_guards.progress" or module.startswith("export_guards._generated")
+        return module if module.startswith("export_guards") and not theirs else None
 
     def profile(frame, event, arg):  # noqa: ANN001, ANN202 - sys.setprofile's signature
         if event != "call" or ours(frame) is None or frame.f_code.co_name == "<module>":
