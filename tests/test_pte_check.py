@@ -276,6 +276,18 @@ def test_runtime_smoke_check_reports_a_failure_without_raising(programs: dict[st
     assert "the runtime failed on" in finding.message and "run forward" in finding.message
 
 
+@pytest.mark.subprocess
+def test_a_run_past_its_time_limit_is_a_warning_that_names_the_limit(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:
+    # 0.05 s: the child cannot even import the runtime, as on a machine too busy for 120 s
+    [finding] = check_pte(programs["xnnpack"].pte, runtime=True, runtime_timeout_s=0.05).with_code("EG511")
+    assert finding.severity is Severity.WARNING
+    assert "within the time limit of 0.05 s" in finding.message and "proves no fault of the program" in finding.message
+    assert "--runtime-timeout" in (finding.fix or "")
+    done = cli("check", str(programs["xnnpack"].pte), "--runtime", "--runtime-timeout", "0.05")
+    assert done.returncode == 0 and "EG511" in done.stdout  # a warning: the gate passes
+    assert cli("check", str(programs["xnnpack"].pte), "--runtime-timeout", "0").returncode == 2
+
+
 class ChannelsLastNorm(torch.nn.Module):
     """GroupNorm on a channels-last tensor: ExecuTorch's portable kernel rejects that dim order."""
 

@@ -58,6 +58,11 @@ def parser() -> argparse.ArgumentParser:
     checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
     checking.add_argument(
+        "--runtime-timeout", type=float, default=120.0, metavar="SECONDS",
+        help="with --runtime: how long each program's run may take before it is reported (a warning: a busy machine "
+        "reaches a limit too); default 120",
+    )  # fmt: skip
+    checking.add_argument(
         "--replay", action="store_true",
         help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
         "loads torch, seconds (always on with --runtime)",
@@ -181,6 +186,8 @@ def _check_options_from(args: argparse.Namespace) -> CheckOptions:
         raise UsageError("give .pte files or folders to check, or --reproducible path/to/file.py:factory")
     if args.jobs < 1:
         raise UsageError(f"--jobs takes a number of programs to check at once, 1 or more; not {args.jobs}")
+    if not args.runtime_timeout > 0:
+        raise UsageError(f"--runtime-timeout takes a number of seconds above 0; not {args.runtime_timeout:g}")
     if args.runtime and (mismatch := runtime_mismatch()) is not None:  # every run would fail with a C++ trace
         raise UsageError(f"--runtime cannot run here: {mismatch}")
     rule_stages: tuple[Stage, ...] = ("pte", "runtime", "engine") if args.runtime else ("pte", "engine")
@@ -191,6 +198,7 @@ def _check_options_from(args: argparse.Namespace) -> CheckOptions:
         data=tuple(args.data),
         jobs=args.jobs,
         runtime=args.runtime,
+        runtime_timeout_s=args.runtime_timeout,
         replay=args.replay,
         inputs=args.inputs,
         kernels=args.kernels,

@@ -71,7 +71,15 @@ def _checked_programs(
     def check(program: Program) -> Checked:
         path, data = program
         report = check_pte(
-            path, data_files=data, config=options.settings, runtime=options.runtime, against=against, replay=options.replay, digests=digests, inputs=options.inputs
+            path,
+            data_files=data,
+            config=options.settings,
+            runtime=options.runtime,
+            runtime_timeout_s=options.runtime_timeout_s,
+            against=against,
+            replay=options.replay,
+            digests=digests,
+            inputs=options.inputs,
         )
         return Checked(str(path), report, (f"program {path.stat().st_size:,} bytes", *_ran(options)))
 

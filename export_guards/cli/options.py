@@ -84,6 +84,7 @@ class CheckOptions:
         data: the ``.ptd`` files of the one program given (``--data``).
         jobs: programs checked at once.
         runtime: also run each method in executorch.runtime.
+        runtime_timeout_s: how long each program's run may take.
         replay: also replay each kernel call on meta tensors (EG519).
         inputs: ``forward``'s inputs for the runtime run (``--inputs``).
         kernels: the runtime's kernel list (``--kernels``).
@@ -96,6 +97,7 @@ class CheckOptions:
     data: tuple[Path, ...] = ()
     jobs: int = 1
     runtime: bool = False
+    runtime_timeout_s: float = 120.0
     replay: bool = False
     inputs: Path | None = None
     kernels: Path | None = None

@@ -45,6 +45,7 @@ class SmokeRun:
         failure: the exception the runtime raised, if any (``"run forward: RuntimeError: ..."``).
         signal: the signal that killed the child (``"SIGSEGV"``), if any.
         timed_out: whether it ran past its time limit.
+        time_limit_s: that time limit, in seconds, when it did.
         stderr: the runtime's log lines that say what went wrong (at most two).
         log: every log line of the runtime's.
         mismatches: each output that differs from eager beyond the tolerance, described
@@ -62,6 +63,7 @@ class SmokeRun:
     failure: str | None = None
     signal: str | None = None
     timed_out: bool = False
+    time_limit_s: float | None = None
     stderr: str = field(default="", repr=False)
     log: tuple[str, ...] = field(default=(), repr=False)
     mismatches: tuple[str, ...] = ()
@@ -129,6 +131,7 @@ class StartedSmoke:
 
     def __init__(self, process: subprocess.Popen[str], pipes: _Pipes, names: Sequence[str], timeout_s: float) -> None:
         self._process, self._pipes, self._names = process, pipes, tuple(names)
+        self._timeout_s = timeout_s
         self._deadline = time.monotonic() + timeout_s
 
     def answer(self, kind: str) -> Any:
@@ -150,7 +153,8 @@ class StartedSmoke:
             self._process.kill()
             self._process.wait()
             timed_out = True
-        return _described(self._names, self._process.returncode, self._pipes.stdout(), self._pipes.stderr(), timed_out=timed_out)
+        limit = self._timeout_s if timed_out else None
+        return _described(self._names, self._process.returncode, self._pipes.stdout(), self._pipes.stderr(), time_limit_s=limit)
 
 
 def start_smoke_test(
@@ -312,9 +316,11 @@ class _Pipes:
                     stream.close()
 
 
-def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, *, timed_out: bool = False) -> tuple[SmokeRun, ...]:
+def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, *, time_limit_s: float | None = None) -> tuple[SmokeRun, ...]:
     """A :class:`SmokeRun` for each run (named ``names``) that the child's lines say started,
-    the first always; a death, a time-out or an exit code is the last started run's."""
+    the first always; a death, a time-out (the child ran past ``time_limit_s``) or an exit code
+    is the last started run's."""
+    timed_out = time_limit_s is not None
     lines: dict[int, list[str]] = {}
     for line in stdout.splitlines():
         if line.startswith(('{"step"', '{"failure"', '{"made_up"')):  # the child's own lines, not the runtime's chatter
@@ -343,6 +349,7 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
                 failure=failure,
                 signal=signal.Signals(died).name if died and run == last else None,
                 timed_out=timed_out and run == last,
+                time_limit_s=time_limit_s if run == last else None,
                 stderr="\n".join(_telling(log)),
                 log=log,
                 made_up=made_up[0]["inputs"] if made_up else None,
