@@ -325,3 +325,19 @@ def test_batch_norm_stats_sized_for_another_kernel_are_refused_without_torch(run
     assert "('out1', float32[8]), but ExecuTorch's kernel resizes it to shape [0]" in message
     replayed = eg.check_pte(path, replay=True).with_code("EG519")
     assert [f.message for f in replayed] == [message] and replayed == eg.check_pte(path).with_code("EG519")
+
+
+def test_a_half_precision_batch_norm_with_float_parameters_names_the_mixed_dtypes_and_the_fix_runs(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 61: a float16 input into a batch norm whose parameters are float32 (torch computes
+    it; ExecuTorch's kernel refuses it). EG519's fix is the model's dtypes, not a re-export, and
+    following it (``model.half()``) gives a program that is clean and runs."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 4, 8, 8, dtype=torch.float16),)
+    mixed, fixed = nn.BatchNorm2d(4).eval(), nn.BatchNorm2d(4).eval().half()
+    programs = {"mixed": (written(mixed, inputs), inputs), "fixed": (written(fixed, inputs), inputs)}
+    ran = runtime.run(tmp_path, programs)
+    (finding,) = refusals(programs["mixed"][0])
+    assert "different dtypes (input float16, weight float32" in finding.message
+    assert finding.fix is not None and "model.half()" in finding.fix and not finding.fix.startswith("Re-export")
+    assert ran["mixed"]["outcome"] == "refused"
+    assert ran["fixed"]["outcome"] == "ran" and not eg.check_pte(programs["fixed"][0]).findings

@@ -196,7 +196,16 @@ def _resized(plan: ExecutionPlan, name: str, index: int, shape: Sequence[int]) -
 _OWN_DTYPE = frozenset({"indices"})  # a max pool's int64 indices
 
 
-def _mixed_dtypes(name: str, arguments: tuple[Argument, ...], signature: tuple) -> str | None:
+ONE_DTYPE_FIX = (
+    "Give the op's tensors one dtype in the model, then export again: a module cast to the inputs' dtype "
+    "(`model.half()` for float16 inputs) or the inputs cast to the parameters' (`x.float()` before the op); a "
+    "program exported from a model of one dtype was damaged after export: re-export it."
+)
+"""What fixes a call whose tensors are of different dtypes: most often the model mixes them (a
+float16 input into a batch norm whose parameters are float32), which torch's kernels take."""
+
+
+def _mixed_dtypes(name: str, arguments: tuple[Argument, ...], signature: tuple) -> Refused | None:
     if name not in ONE_DTYPE:
         return None
     dtypes = {
@@ -207,7 +216,7 @@ def _mixed_dtypes(name: str, arguments: tuple[Argument, ...], signature: tuple) 
     if len(set(dtypes.values())) < 2:
         return None
     listed = ", ".join(f"{k} {v}" for k, v in dtypes.items())
-    return f"with tensors of different dtypes ({listed}): ExecuTorch's kernel takes them in one dtype and refuses the call"
+    return Refused(f"tensors of different dtypes ({listed}), which ExecuTorch's kernel takes in one dtype only", ONE_DTYPE_FIX)
 
 
 @functools.lru_cache(maxsize=4096)
