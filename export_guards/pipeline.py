@@ -28,6 +28,7 @@ from export_guards.internals import cause_of_type
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
 from export_guards.lowering import Lowering
+from export_guards.passes.control_flow import copied_results_report, outliving_results
 from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
@@ -387,6 +388,8 @@ def lower_with_guards(
         raise LoweringFailed(
             f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(settings), location_named_in(program.graph, str(error))
         ) from error
+    for method in edge.methods:  # what to_pte's emit_passes() will mend, said where the lint is read
+        ledger.put(method, "control flow outputs", copied_results_report(outliving_results(edge.exported_program(method).graph_module)))
     if chosen.partitioned_lint:
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))

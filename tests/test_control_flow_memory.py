@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import pytest
 import torch
+from executorch.exir import ExecutorchBackendConfig
 from executorch.runtime import Runtime
 from pte_models import COND_INPUTS, CondResultReadLater, OneCond, TwoConds, control_flow_programs
 
@@ -73,6 +74,21 @@ def test_the_guarded_pipeline_matches_eager_and_refuses_a_stock_program(programs
         refuse_shared_memory(programs["two conds, stock"], calls)
     assert "pte_models.py:" in str(refused.value)  # the user's torch.cond lines
     assert isinstance(refused.value, eg.GuardError) and refused.value.report.with_code("EG518")
+
+
+def test_what_the_guards_mend_is_said_on_the_users_line_and_following_it_keeps_the_numbers(programs: Mapping[str, bytes]) -> None:
+    """Issue 61: the fix is not silent. A guarded export whose written program stock would
+    share (EG518) says so (EG406, on the torch.cond's line, naming emit_passes()); a user who
+    writes the program themselves with what the fix names gets the guarded bytes, right."""
+    guarded = eg.lower_with_guards(torch.export.export(TwoConds(), COND_INPUTS))
+    said = guarded.report.with_code("EG406")
+    assert len(said) == 1 and all(f.severity is eg.Severity.WARNING for f in said)  # the first result: the second cond runs after it
+    assert all("emit_passes()" in f.message and "emit_passes()" in (f.fix or "") for f in said)
+    assert all(f.location is not None and f.location.file.endswith("pte_models.py") for f in said)
+    one = eg.lower_with_guards(torch.export.export(OneCond(), COND_INPUTS))
+    assert not one.report.with_code("EG406")  # nothing to mend, nothing said
+    followed = guarded.edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
+    assert not eg.check_pte(followed).with_code("EG518") and same(run(followed), eager("two conds"))
 
 
 @pytest.mark.slow

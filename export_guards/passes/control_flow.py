@@ -4,14 +4,19 @@ long as it is read (what EG518 reports in a program written without it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase
 
+from export_guards.analysis.source import node_site
 from export_guards.passes.result import GuardGraphPassResult
+from export_guards.report import Report
+from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["ControlFlowOutputsPass"]
+__all__ = ["ControlFlowOutputsPass", "copied_results_report", "outliving_results"]
 
 _CONTROL_FLOW = (torch.ops.higher_order.cond,)
 """What ExecuTorch 1.5 emits with ``MoveCall``s of its branches' outputs: a ``map`` writes its
@@ -45,36 +50,66 @@ class ControlFlowOutputsPass(PassBase):
     """The graph module handed to it is changed in place, where it holds a ``cond``."""
 
     def call(self, graph_module: GraphModule) -> GuardGraphPassResult:
-        copied = 0
-        for module in list(graph_module.modules()):
-            if isinstance(module, GraphModule):
-                copied += _copy_results(module, escapes=module is not graph_module)
-        return GuardGraphPassResult(graph_module, copied > 0)
+        outliving = outliving_results(graph_module)
+        report = copied_results_report(outliving)
+        last: dict[Node, Node] = {}  # each call's results and their copies follow it, in order
+        for result in outliving:
+            call = result.args[0]
+            assert isinstance(call, Node)  # a result is a getitem of its call
+            last.get(call, call).append(result)  # the getitem first, then its copy, before anything else runs
+            last[call] = _clone_after(result)
+            result.replace_all_uses_with(last[call], delete_user_cb=lambda user, clone=last[call]: user is not clone)
+        for module in {result.graph.owning_module for result in outliving}:
+            module.recompile()
+        return GuardGraphPassResult(graph_module, bool(outliving), report)
 
 
-def _copy_results(graph_module: GraphModule, *, escapes: bool) -> int:
-    """Read each control-flow result that must outlive its branch's memory through a copy made
-    right after its call; how many. ``escapes``: the graph is a branch, whose outputs its
-    parent reads after other branches may have run."""
-    copied = 0
+def outliving_results(graph_module: GraphModule) -> list[Node]:
+    """Each ``torch.cond`` result of ``graph_module`` and of its branches that must outlive its
+    branch's memory: what :class:`ControlFlowOutputsPass` copies, and what a program written
+    without it computes wrong (EG518)."""
+    return [
+        result
+        for module in list(graph_module.modules())
+        if isinstance(module, GraphModule)
+        for result in _outliving(module, escapes=module is not graph_module)
+    ]
+
+
+def copied_results_report(results: Sequence[Node]) -> Report:
+    """EG406 for each of ``results`` (:func:`outliving_results`): the guards give it bytes of its
+    own, which a program written without :func:`~export_guards.emit_passes` shares."""
+    return Report.of(
+        [
+            finding(
+                CATALOG["EG406"],
+                Hit(
+                    f"gave the torch.cond result '{result.name}' bytes of its own: it is read after another branch may "
+                    "have run, and a program written without emit_passes() (a stock to_executorch()) keeps it in the "
+                    "branch's memory, which that branch overwrites: wrong values, with no error (EG518)",
+                    result,
+                ),
+                locate=node_site,
+            )
+            for result in results
+        ]
+    )
+
+
+def _outliving(graph_module: GraphModule, *, escapes: bool) -> list[Node]:
+    """The control-flow results of ``graph_module`` read after their branch's memory may have
+    been reused, each call's in the order of its users. ``escapes``: the graph is a branch,
+    whose outputs its parent reads after other branches may have run."""
     nodes = list(graph_module.graph.nodes)
     order = {node: i for i, node in enumerate(nodes)}
     calls = [order[n] for n in nodes if n.op == "call_function" and n.target in _SUBMODULE_CALLS]
-    for node in nodes:
-        if node.op != "call_function" or node.target not in _CONTROL_FLOW:
-            continue
-        at = node
-        for result in [user for user in node.users if isinstance(user.meta.get("val"), torch.Tensor)]:
-            if not _outlives_branch(result, order[node], order, calls, escapes=escapes):
-                continue
-            at.append(result)  # the getitem first, then its copy, before anything else runs
-            clone = _clone_after(result)
-            result.replace_all_uses_with(clone, delete_user_cb=lambda user, clone=clone: user is not clone)
-            at = clone
-            copied += 1
-    if copied:
-        graph_module.recompile()
-    return copied
+    return [
+        result
+        for node in nodes
+        if node.op == "call_function" and node.target in _CONTROL_FLOW
+        for result in list(node.users)
+        if isinstance(result.meta.get("val"), torch.Tensor) and _outlives_branch(result, order[node], order, calls, escapes=escapes)
+    ]
 
 
 def _outlives_branch(result: Node, made_at: int, order: dict[Node, int], calls: list[int], *, escapes: bool) -> bool:

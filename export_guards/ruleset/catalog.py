@@ -309,6 +309,21 @@ _RULES = (
         done=("op kept off a delegate that computes it wrong", "ops kept off a delegate that computes them wrong"),
     ),
     Rule(
+        "EG406",
+        "control-flow-output-copied",
+        Severity.WARNING,
+        "A guard gave a torch.cond result bytes of its own (emit_passes()): the result is read "
+        "after another branch may have run, and a program written without the guard keeps it in "
+        "the branch's memory, which that branch overwrites: wrong values with no error (EG518 in "
+        "the written program; ExecuTorch issue 21490).",
+        "Nothing to do where the guards write the program (lower_with_guards, export-guards "
+        "lint). Where you write it yourself, keep the guard in: "
+        "to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())), then "
+        "eg.check_pte(pte) reports no EG518; to accept the copy, ignore EG406.",
+        "action",
+        done=("torch.cond result given bytes of its own", "torch.cond results given bytes of their own"),
+    ),
+    Rule(
         "EG501",
         "pte-header",
         Severity.ERROR,
