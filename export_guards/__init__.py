@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type 
         KnownWrongDelegationError as KnownWrongDelegationError,
         LintError as LintError,
         LoweringFailed as LoweringFailed,
+        ProgramRefused as ProgramRefused,
         SharedMemoryError as SharedMemoryError,
     )
     from export_guards.linter import LintConfig as LintConfig, lint as lint
@@ -122,6 +123,7 @@ _EXPORTS = {
     "LintError": "export_guards.errors",
     "LintPass": "export_guards.passes.lint",
     "LoweringFailed": "export_guards.errors",
+    "ProgramRefused": "export_guards.errors",
     "SharedMemoryError": "export_guards.errors",
     "SharedCopy": "export_guards.pte.store_once",
     "PlacementPolicy": "export_guards.settings",

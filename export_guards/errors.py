@@ -6,7 +6,16 @@ from executorch.exir.error import InternalError
 
 from export_guards.report import Report, SourceLocation
 
-__all__ = ["ConstantPlacementError", "GradModeWriteError", "GuardError", "KnownWrongDelegationError", "LintError", "LoweringFailed", "SharedMemoryError"]
+__all__ = [
+    "ConstantPlacementError",
+    "GradModeWriteError",
+    "GuardError",
+    "KnownWrongDelegationError",
+    "LintError",
+    "LoweringFailed",
+    "ProgramRefused",
+    "SharedMemoryError",
+]
 
 
 class GuardError(InternalError):
@@ -40,7 +49,18 @@ class LoweringFailed(GuardError):
         self.location = location
 
 
-class SharedMemoryError(GuardError):
+class ProgramRefused(GuardError):
+    """The written program is one the runtime refuses or computes wrong: ``check_pte`` finds
+    errors in it (the check a user of the pass list runs), so the guarded export does not hand it
+    out. ``report`` holds those errors, each on the user's line where the program's graph says;
+    ``pte``, the program's bytes, for a caller that reports on them itself."""
+
+    def __init__(self, message: str, report: Report, pte: bytes = b"") -> None:
+        super().__init__(message, report)
+        self.pte = pte
+
+
+class SharedMemoryError(ProgramRefused):
     """The written program gives two values that are alive at once the same planned bytes
     (EG518), where the guards could not give one of them its own; ``report`` holds the
     findings, each naming both values and the operators that write them."""

@@ -21,9 +21,9 @@ from export_guards.analysis.delegation import DelegationSummary, delegation_summ
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.analysis.partitioner_reasons import capture_partitioner_reasons
 from export_guards.analysis.programs import mutated_constants
-from export_guards.analysis.source import location_named_in, node_location
+from export_guards.analysis.source import location_named_in, node_location, operator_sites
 from export_guards.backends import backend_named, device_backend_ids, partitioned_lint_applies
-from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, SharedMemoryError
+from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, ProgramRefused, SharedMemoryError
 from export_guards.internals import cause_of_type
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
@@ -76,16 +76,23 @@ class GuardedExport:
         """Compute ops delegated and left portable (``None`` if not lowered)."""
         return delegation_summary(self.edge) if self.edge is not None else None
 
-    def to_pte(self) -> bytes:
+    def to_pte(self, *, refuse: bool = True) -> bytes:
         """The ``.pte`` bytes (``to_executorch()``, with :func:`emit_passes` guarding the
         emitter's reads), with the bytes a delegate's named data repeats from the program's
-        constants stored once (:func:`~export_guards.store_once`: a tied embedding and head).
+        constants stored once (:func:`~export_guards.store_once`: a tied embedding and head),
+        checked as ``check_pte`` checks a file: a program it finds errors in is not handed out.
+
+        Args:
+            refuse: raise on those errors; ``False`` for a caller that checks the program itself
+                and reports what it finds (``export-guards lint``, the ``check_export`` fixture).
 
         Raises:
             ConstantPlacementError: the export stopped before lowering (a constant that a host
                 reader would read is not in host memory); ``report`` says why.
-            SharedMemoryError: the program has control flow, and two of its values alive at
-                once share planned bytes, which the guards could not separate (EG518).
+            ProgramRefused: ``check_pte`` finds errors in the written program (one the runtime
+                refuses or computes wrong); its ``report`` holds them, on the user's lines.
+            SharedMemoryError: a ``ProgramRefused``: the program has control flow, and two of its
+                values alive at once share planned bytes, which the guards could not separate (EG518).
         """
         if self.edge is None:  # only the placement guard stops an export before lowering
             raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
@@ -103,9 +110,8 @@ class GuardedExport:
                 raise named from error
         else:
             pte = store_once(self.pte)
-        calls = _control_flow_calls(self.edge)
-        if calls:
-            refuse_shared_memory(pte, calls)
+        if refuse:
+            refuse_misrun(pte, self.edge)
         return pte
 
 
@@ -164,6 +170,30 @@ def _quoted(names: Sequence[str]) -> str:
     return ", ".join(f"'{name}'" for name in names)
 
 
+_REFUSED = Settings(ignore=("EG520", "EG523"))
+"""What ``to_pte`` checks its program for: every error of ``check_pte``'s, but for the hashes the
+writer has just made (EG523) and the portable-compute warning (EG520), which refuses nothing."""
+
+
+def refuse_misrun(pte: bytes, edge: EdgeProgramManager) -> None:
+    """Stop before a program is handed out that ``check_pte`` (the pass list's check) finds
+    errors in: the same verdict on every guarded path, each error on the user's line.
+
+    Raises:
+        SharedMemoryError: values alive at once share planned bytes (EG518).
+        ProgramRefused: any other error.
+    """
+    errors = check_pte(pte, config=_REFUSED, locate=operator_sites(edge)).errors
+    if any(f.code == arena_overlap.code for f in errors):
+        refuse_shared_memory(pte, _control_flow_calls(edge))
+    if errors:
+        said = "; ".join(f"{f.code} {f.message}" + (f" ({f.location})" if f.location else "") for f in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise ProgramRefused(
+            f"the written program is one the runtime refuses or computes wrong: {said}{more}. Fix: {errors[0].fix}", Report.of(errors), pte
+        )
+
+
 def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> None:
     """Stop before a program is written whose values alive at once share planned bytes;
     ``calls``, the program's ``torch.cond`` calls, place the error on the user's lines.
@@ -181,6 +211,7 @@ def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> Non
         + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
         "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
         Report.of(errors),
+        pte,
     )
 
 

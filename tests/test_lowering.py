@@ -12,6 +12,8 @@ import torch
 from conftest import Ran
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.error import InternalError
+from torch import nn
 
 import export_guards as eg
 from export_guards.pipeline import export_target
@@ -113,3 +115,31 @@ def test_a_lowering_failure_whose_cause_a_setting_resolves_names_that_setting(ra
             raise raised
     assert failed.value.hint is not None and setting in failed.value.hint
     assert setting in failed.value.report.findings[0].fix  # type: ignore[operator]
+
+
+class HalfInputFloatNorm(nn.Module):
+    """A float16 input into a batch norm whose parameters are float32: torch computes it,
+    ExecuTorch's kernel refuses the call (EG519)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+@pytest.mark.parametrize("backend", ["xnnpack", "portable"])
+def test_to_pte_hands_out_no_program_that_check_pte_refuses(backend: str) -> None:
+    """Issue 61: every guarded path gives the pass list's verdict. ``to_pte`` checks what it
+    wrote as ``check_pte`` does, and a program it finds errors in is an error on the user's line
+    with the fix; ``refuse=False`` hands the same bytes to a caller that reports them itself."""
+    program = torch.export.export(HalfInputFloatNorm().eval(), (torch.randn(1, 4, 8, 8, dtype=torch.float16),))
+    result = eg.lower_with_guards(program, backend=backend)
+    with pytest.raises(eg.ProgramRefused, match="EG519 .*tensors of different dtypes") as refused:
+        result.to_pte()
+    assert isinstance(refused.value, InternalError) and "Fix: Give the op's tensors one dtype" in str(refused.value)
+    (error,) = refused.value.report.errors
+    assert error.location is not None and error.location.file == __file__  # the batch norm's line
+    assert {f.code for f in eg.check_pte(refused.value.pte).errors} == {"EG519"}  # the pass list's verdict
+    assert eg.lower_with_guards(program, backend=backend).to_pte(refuse=False) == refused.value.pte

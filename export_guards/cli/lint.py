@@ -141,7 +141,7 @@ def _export_and_check(options: LintOptions, target: str, arguments: dict[str, ob
         found, program, runs = result.report, None, None
         if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
             with lines.timed("writing the program (to_executorch)"), failing_step("writing the program (to_executorch)"):
-                program = result.to_pte()
+                program = result.to_pte(refuse=False)  # checked below, each error a finding
             found, runs = _checked_and_run(options, result, program, made, against, worker, lines)
     if program is None:
         lines.say("the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)

@@ -179,7 +179,7 @@ class _Exported:
         if failing or result.edge is None:
             said = render_text(type(result.report).of(failing), show_info=True)
             fail(f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} ({settings.recipe or settings.backend}):\n{said}", result)
-        pte = _failed_or(result.to_pte, "writing the program (to_executorch)", _source_of(model))
+        pte = _failed_or(lambda: result.to_pte(refuse=False), "writing the program (to_executorch)", _source_of(model))  # checked below
         if isinstance(pte, StepFailed):
             fail(_step_failed(pte), result.report + _failed_report(pte))
         with libraries_kept_quiet():
