@@ -149,6 +149,47 @@ def test_bad_input_exits_2_saying_what_and_how_to_fix(cli: Callable[..., Ran], p
     assert folder.returncode == 2 and "is a folder" in folder.stderr
 
 
+def test_a_truncated_program_is_exit_2_in_one_line_wherever_it_is_cut(cli: Callable[..., Ran], programs: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 63: a file cut short (a bad copy) has no weights to compare: never "all reused".
+    Cut anywhere, as either program, the answer is exit 2 and one line, no traceback, no
+    placeholder."""
+    data = programs["shipped"].read_bytes()
+    cut = tmp_path / "cut.pte"
+    for length in sorted({8, 40, 200, len(data) // 4, len(data) // 2, len(data) - 64, len(data) - 1}):
+        cut.write_bytes(data[:length])
+        for pair in ((cut, programs["shipped"]), (programs["shipped"], cut)):
+            done = cli("diff", *pair)
+            assert done.returncode == 2, (length, done.stdout)
+            assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr and "{" not in done.stderr, (length, done.stderr)
+            assert "cut.pte" in done.stderr
+    cut.write_bytes(data[: len(data) // 2])
+    assert "is damaged" in cli("diff", cut, programs["shipped"]).stderr and "truncated" in cli("diff", cut, programs["shipped"]).stderr
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    said = cli("diff", text, programs["shipped"]).stderr
+    assert "this holds b'o\\n'" in said and "{bytes" not in said  # what the file holds, not the code that says it
+
+
+def test_byte_flips_give_a_verdict_or_exit_2_never_a_traceback(cli: Callable[..., Ran], programs: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 63: the fuzz ``check`` has, for ``diff``: a byte flipped anywhere is a verdict
+    (exit 0 or 1) or a one-line exit 2, never a crash."""
+    import random
+
+    data = programs["shipped"].read_bytes()
+    flipped = tmp_path / "flipped.pte"
+    rng = random.Random(0)
+    for _ in range(40):
+        mutant = bytearray(data)
+        at = rng.randrange(len(mutant))
+        mutant[at] ^= 1 << rng.randrange(8)
+        flipped.write_bytes(bytes(mutant))
+        done = cli("diff", programs["shipped"], flipped)
+        assert done.returncode in (0, 1, 2), (at, done.stderr)
+        assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, (at, done.stderr)
+        if done.returncode == 2:
+            assert len(done.stderr.strip().splitlines()) == 1, (at, done.stderr)
+
+
 def _largest_named(data: bytes) -> tuple[str, int, int]:
     from export_guards.pte.reader.file import PteFile
 

@@ -67,5 +67,5 @@ def _program_file(path: Path, role: str) -> None:
     if kind != "program":
         raise UsageError(
             f"{path} is not an ExecuTorch program ({role}): it has {len(head)} bytes to begin with, and a .pte holds 'ET' and "
-            "a schema version at bytes 4 to 8 (this holds {bytes(head[4:8])!r}); give the .pte file that the export wrote"
+            f"a schema version at bytes 4 to 8 (this holds {bytes(head[4:8])!r}); give the .pte file that the export wrote"
         )

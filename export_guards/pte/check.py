@@ -17,7 +17,7 @@ from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
-from export_guards.pte.rules import PTE_RULES
+from export_guards.pte.rules import PTE_RULES, structure
 from export_guards.pte.rules.kernels import replay_calls
 from export_guards.pte.smoke import SmokeInputs, SmokeWorker, StartedSmoke
 from export_guards.pte.weight_cache import CacheDiff, ProgramUpdate, diff_weights
@@ -214,11 +214,25 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
         if pte.program is None:
             why = "; ".join(pte.problems) or "it is not an ExecuTorch program"
             raise ValueError(f"{pte.name} ({role}) cannot be read as an ExecuTorch program: {why}")
+        _refuse_damaged(pte, role)
         programs.append(pte)
     try:
         return diff_weights(ProgramUpdate(programs[0], programs[1]))
     except DecodeError as error:
         raise ValueError(f"an XNNPACK delegate cannot be read: {error}") from None
+
+
+def _refuse_damaged(pte: PteFile, role: str) -> None:
+    """A program whose file is damaged where its weights lie (truncated, segments out of bounds)
+    has no weights to compare: the diff would call them all reused.
+
+    Raises:
+        ValueError: naming the damage and what was expected.
+    """
+    damaged = run(RuleSet.of(structure), "pte", PteContext(pte, (), None), settings=Settings(), name=pte.name).errors
+    if damaged:
+        more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+        raise ValueError(f"{pte.name} ({role}) is damaged: {damaged[0].message}{more}")
 
 
 def update_report(diff: CacheDiff, config: Settings | None = None) -> Report:
