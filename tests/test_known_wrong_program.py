@@ -5,6 +5,9 @@ guarded program of the same model, and every program XNNPACK computes right, are
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -143,3 +146,24 @@ def test_a_float_linear_whose_weights_are_integers_is_not_this() -> None:
     program = stock(model, inputs)
     assert relative_error(model, inputs, program) < 1e-4
     assert not eg.check_pte(program).with_code("EG524")
+
+
+@pytest.mark.subprocess
+def test_the_stock_program_is_recognised_without_torch(weight_only: dict[str, tuple[bytes, bytes, float]], tmp_path: Path) -> None:
+    """The recogniser reads the decoded graph and the weights' bytes only: in a fresh
+    interpreter, ``export-guards check`` finds the same EG524 errors with neither torch nor
+    executorch.exir loaded."""
+    path = tmp_path / "wrong.pte"
+    path.write_bytes(weight_only["torchao-int8wo"][0])
+    child = (
+        "import json, sys\n"
+        "from export_guards.cli import main\n"
+        "code = main(['check', sys.argv[1], '--format', 'json'])\n"
+        "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m == 'executorch.exir')\n"
+        "print(json.dumps(heavy), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=300)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == [], done.stderr[-2000:]
+    found = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "EG524"]
+    assert done.returncode == 1 and [f["message"] for f in found] == [f.message for f in eg.check_pte(path).with_code("EG524")]
