@@ -1,19 +1,17 @@
 """What a delegate of the installed ExecuTorch is known to compute wrong, found in a graph.
 
-Each entry of ``KNOWN_WRONG`` was derived by running the delegate against eager on the
-quantization configurations ExecuTorch and torchao document for it
-(``benchmarks/delegate_numerics.py``), names the upstream report, and says in which ExecuTorch
-releases it holds: an entry stops applying from its ``fixed_in`` release, and its test fails on a
-release that computes it right until ``fixed_in`` says so.
+Each entry of ``KNOWN_WRONG`` (``known_wrong_entries.py``, torch-free, which the program check
+reads too) was derived by running the delegate against eager on the quantization
+configurations ExecuTorch and torchao document for it (``benchmarks/delegate_numerics.py``),
+names the upstream report, and says in which ExecuTorch releases it holds: an entry stops
+applying from its ``fixed_in`` release, and its test fails on a release that computes it right
+until ``fixed_in`` says so. Here each entry's finder in an edge program (``FINDERS``).
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from typing import final
 
 import torch
@@ -21,9 +19,10 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import SourcePartition, get_source_partitions
 
+from export_guards.analysis.known_wrong_entries import KNOWN_WRONG, XNNPACK_LINEAR_WEIGHT_MATH, KnownWrong, executorch_release
 from export_guards.analysis.ops import aten_name
 
-__all__ = ["KNOWN_WRONG", "LINEAR_SOURCES", "KnownWrong", "WrongDelegation", "executorch_release", "known_wrong_in"]
+__all__ = ["FINDERS", "KNOWN_WRONG", "LINEAR_SOURCES", "XNNPACK_LINEAR_WEIGHT_MATH", "KnownWrong", "WrongDelegation", "executorch_release", "known_wrong_in"]
 
 LINEAR_SOURCES: tuple[object, ...] = (torch.nn.Linear, torch.nn.functional.linear)
 """What XNNPACK's partitioner groups a decomposed linear's nodes by (their source partition)."""
@@ -36,33 +35,6 @@ _LAYOUT_OPS = frozenset(
     {"view_copy", "permute_copy", "t_copy", "transpose_copy", "squeeze_copy", "unsqueeze_copy", "clone", "alias_copy"}
 )
 _TO_COPY = frozenset({"_to_copy", "_to_dim_order_copy"})
-
-
-@final
-@dataclass(frozen=True)
-class KnownWrong:
-    """One pattern that a delegate computes wrong.
-
-    Attributes:
-        name: a stable name (``"xnnpack-linear-weight-math"``).
-        backend_ids: the delegates that compute it wrong (``DelegationSpec.backend_id``).
-        summary: what goes wrong, in one clause.
-        report: the upstream report.
-        fixed_in: the first ExecuTorch release that computes it right, ``None`` while none does.
-        find: the matches in an edge program, before partitioning.
-    """
-
-    name: str
-    backend_ids: tuple[str, ...]
-    summary: str
-    report: str
-    fixed_in: tuple[int, int, int] | None
-    find: Callable[[ExportedProgram], Iterator[WrongDelegation]]
-
-    def applies(self, release: tuple[int, int, int] | None = None) -> bool:
-        """Whether ExecuTorch ``release`` (the installed one by default) computes it wrong."""
-        release = release or executorch_release()
-        return self.fixed_in is None or release < self.fixed_in
 
 
 @final
@@ -82,23 +54,11 @@ class WrongDelegation:
     path: tuple[Node, ...]
 
 
-@functools.cache
-def executorch_release() -> tuple[int, int, int]:
-    """The installed ExecuTorch's release, as numbers (``(1, 5, 1)``)."""
-    found = re.match(r"(\d+)\.(\d+)\.(\d+)", metadata.version("executorch"))
-    return (int(found[1]), int(found[2]), int(found[3])) if found else (0, 0, 0)
-
-
 def known_wrong_in(program: ExportedProgram, backend_ids: tuple[str, ...] | None = None) -> list[WrongDelegation]:
     """Every pattern in ``program`` (an edge program, before partitioning) that a delegate of
     ``backend_ids`` (every delegate when ``None``: the partitioners are not known) computes wrong
     in the installed ExecuTorch."""
-    return [
-        match
-        for entry in KNOWN_WRONG
-        if entry.applies() and (backend_ids is None or set(entry.backend_ids) & set(backend_ids))
-        for match in entry.find(program)
-    ]
+    return [match for entry in KNOWN_WRONG if entry.applies_to(backend_ids) for match in FINDERS[entry](program)]
 
 
 def _linear_weight_math(program: ExportedProgram) -> Iterator[WrongDelegation]:
@@ -136,15 +96,7 @@ def _passes_values(node: Node) -> bool:
     return False
 
 
-XNNPACK_LINEAR_WEIGHT_MATH = KnownWrong(
-    name="xnnpack-linear-weight-math",
-    backend_ids=("XnnpackBackend",),
-    summary="a weight-only quantized linear's integer weight is read as the float one (torchao's "
-    "Int8WeightOnlyConfig, IntxWeightOnlyConfig)",
-    report="https://github.com/pytorch/executorch/issues/8830",
-    fixed_in=None,
-    find=_linear_weight_math,
-)
-
-KNOWN_WRONG: tuple[KnownWrong, ...] = (XNNPACK_LINEAR_WEIGHT_MATH,)
-"""Every pattern known to be computed wrong, by the delegate that does."""
+FINDERS: dict[KnownWrong, Callable[[ExportedProgram], Iterator[WrongDelegation]]] = {
+    XNNPACK_LINEAR_WEIGHT_MATH: _linear_weight_math,
+}
+"""Each entry of ``KNOWN_WRONG``'s matches in an edge program, before partitioning."""

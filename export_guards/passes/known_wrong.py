@@ -20,7 +20,8 @@ from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
-from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, executorch_release, known_wrong_in
+from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, known_wrong_in
+from export_guards.analysis.known_wrong_entries import release_text
 from export_guards.analysis.ops import aten_name
 from export_guards.analysis.source import node_origin, node_site
 from export_guards.errors import KnownWrongDelegationError
@@ -34,6 +35,12 @@ __all__ = ["KnownWrongDelegationPass", "refuse_known_wrong"]
 # What a node made by the rewrite keeps of the node it replaces: the user's line and module,
 # not the source partition that a partitioner matches.
 _KEPT_META = ("stack_trace", "nn_module_stack", "from_node", "debug_handle")
+
+_GUARD_FIX = (
+    "Run the guard passes before the partitioners, which keep it off: "
+    "to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)"
+)
+"""What fixes an op taken where no guard pass ran: the finding's fix and the error's message."""
 
 
 class KnownWrongDelegationPass(ExportedProgramPassBase):
@@ -166,14 +173,15 @@ def refuse_known_wrong(result: PartitionResult) -> None:
     ]
     if taken:
         findings = [_finding(match, kept=False) for match in taken]
-        raise KnownWrongDelegationError(f"{findings[0].message} (and {len(findings) - 1} more)" if len(findings) > 1 else findings[0].message, Report.of(findings))
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        raise KnownWrongDelegationError(f"{findings[0].message}{more}. {_GUARD_FIX}", Report.of(findings))
 
 
 def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
     """The EG405 finding for one op: kept off its delegate (a warning), or taken by it when no
     guard pass ran (an error, whose fix is the guard pass)."""
     entry = match.entry
-    release = ".".join(map(str, executorch_release()))
+    release = release_text()
     backends = ", ".join(b.removesuffix("Backend") for b in entry.backend_ids)
     op = aten_name(match.node.target)
     wrong = f"{backends} in executorch {release} computes it wrong: {entry.summary} ({entry.report})"
@@ -182,9 +190,5 @@ def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
         hit = Hit(message, match.node, subjects=(node_origin(match.node),))
     else:
         message = f"the partitioner gave '{op}' to {backends}; {wrong}"
-        fix = (
-            "Run the guard passes before the partitioners, which keep it off: "
-            "to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)"
-        )
-        hit = Hit(message, match.node, fix=fix, severity=Severity.ERROR, subjects=(node_origin(match.node),))
+        hit = Hit(message, match.node, fix=_GUARD_FIX, severity=Severity.ERROR, subjects=(node_origin(match.node),))
     return finding(CATALOG["EG405"], hit, locate=node_site)

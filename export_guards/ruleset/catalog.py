@@ -567,6 +567,23 @@ _RULES = (
         "pte",
     ),
     Rule(
+        "EG524",
+        "known-wrong-delegation",
+        Severity.ERROR,
+        "A delegate of the written program computes an op wrong, a known and reported bug of the "
+        "installed ExecuTorch (the list EG405 keeps off the delegate when exporting): for a "
+        "weight-only quantized linear on XNNPACK (torchao's Int8WeightOnlyConfig, "
+        "IntxWeightOnlyConfig), the delegate multiplies by the weight's integers, not its values. "
+        "The finding names the delegate, the op, the upstream report and the release.",
+        "Export with the guard passes before the partitioners, which keep the op on the portable "
+        "kernels (EG405): partitioner = eg.guard_partitioners([XnnpackPartitioner()]), then "
+        "to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(partitioner=partitioner), "
+        "partitioner=partitioner) (or transform_passes=eg.guard_passes() beside your own "
+        "partitioners), or eg.lower_with_guards(ep); or, for the delegate's speed, quantize in a "
+        "form it computes right (torchao's Int8DynamicActivationIntxWeightConfig, 8da4w or 8da8w).",
+        "pte",
+    ),
+    Rule(
         "EG530",
         "weight-repacked-same-source",
         Severity.ERROR,
