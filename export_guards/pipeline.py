@@ -419,8 +419,6 @@ def lower_with_guards(
         raise LoweringFailed(
             f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(settings), location_named_in(program.graph, str(error))
         ) from error
-    for method in edge.methods:  # what to_pte's emit_passes() will mend, said where the lint is read
-        ledger.put(method, "control flow outputs", copied_results_report(outliving_results(edge.exported_program(method).graph_module)))
     if chosen.partitioned_lint:
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
@@ -446,14 +444,16 @@ def _lowered(
     program: ExportedProgram, settings: Settings, chosen: _Backend, lowering: Lowering, ledger: Ledger
 ) -> tuple[EdgeProgramManager, Mapping[str, str]]:
     """``to_edge_transform_and_lower`` with the fold pass, the known-wrong pass (each call's
-    report recorded in ``ledger``) and the guarded partitioners; and the partitioners' reason for
-    each node they left out."""
+    report recorded in ``ledger``, as are the torch.cond results that ``to_pte`` will copy: EG406)
+    and the guarded partitioners; and the partitioners' reason for each node they left out."""
     fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
     passes = GuardPasses(ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(chosen.backend_ids)]))
     with capture_partitioner_reasons() as reasons:
         edge = to_edge_transform_and_lower(
             program, transform_passes=passes, partitioner=guard_partitioners(list(chosen.partitioners)), compile_config=lowering.compile_config
         )
+    for method in edge.methods:  # what to_pte's emit_passes() will mend, said where the lint is read
+        ledger.put(method, "control flow outputs", copied_results_report(outliving_results(edge.exported_program(method).graph_module)))
     return edge, reasons
 
 

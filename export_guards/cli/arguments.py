@@ -53,28 +53,7 @@ def parser() -> argparse.ArgumentParser:
     _report_options(linting)
 
     checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
-    checking.add_argument("programs", nargs="*", type=Path, metavar="PROGRAM", help=".pte files, or folders: each .pte in a folder (and below) with the .ptd files beside it")
-    checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
-    checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
-    checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
-    checking.add_argument(
-        "--runtime-timeout", type=float, default=120.0, metavar="SECONDS",
-        help="with --runtime: how long each program's run may take before it is reported (a warning: a busy machine "
-        "reaches a limit too); default 120",
-    )  # fmt: skip
-    checking.add_argument(
-        "--replay", action="store_true",
-        help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
-        "loads torch, seconds (always on with --runtime)",
-    )  # fmt: skip
-    checking.add_argument(
-        "--inputs", type=Path, metavar="FILE",
-        help="with --runtime and one program: run forward on these inputs (a list saved with torch.save) instead of made-up ones",
-    )  # fmt: skip
-    _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
-    checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
-    _export_options(checking, " (with --reproducible)")
-    _report_options(checking)
+    _check_options(checking)
 
     diffing = commands.add_parser(
         "diff", help="what shipping a new build as an app update does to XNNPACK's packed-weight cache, weight by weight", allow_abbrev=False
@@ -102,6 +81,32 @@ def unrecognized(arguments: Sequence[str], command: argparse.ArgumentParser) -> 
         close = difflib.get_close_matches(argument.split("=", 1)[0], options, n=1) if argument.startswith("--") else []
         said.append(f"{argument} (did you mean {close[0]}?)" if close else argument)
     return f"unrecognized arguments: {' '.join(said)}"
+
+
+def _check_options(checking: argparse.ArgumentParser) -> None:
+    """``export-guards check``'s arguments."""
+    checking.add_argument("programs", nargs="*", type=Path, metavar="PROGRAM", help=".pte files, or folders: each .pte in a folder (and below) with the .ptd files beside it")
+    checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
+    checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
+    checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    checking.add_argument(
+        "--runtime-timeout", type=float, default=120.0, metavar="SECONDS",
+        help="with --runtime: how long each program's run may take before it is reported (a warning: a busy machine "
+        "reaches a limit too); default 120",
+    )  # fmt: skip
+    checking.add_argument(
+        "--replay", action="store_true",
+        help="also replay each kernel call on torch's meta tensors (EG519: out shapes, inputs the operator refuses); "
+        "loads torch, seconds (always on with --runtime)",
+    )  # fmt: skip
+    checking.add_argument(
+        "--inputs", type=Path, metavar="FILE",
+        help="with --runtime and one program: run forward on these inputs (a list saved with torch.save) instead of made-up ones",
+    )  # fmt: skip
+    _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
+    checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
+    _export_options(checking, " (with --reproducible)")
+    _report_options(checking)
 
 
 def _kernels_option(command: argparse.ArgumentParser, default: str) -> None:
