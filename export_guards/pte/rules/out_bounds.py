@@ -14,7 +14,7 @@ from math import prod
 
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.operators import spelled
-from export_guards.pte.reader.out_bounds import Largest, largest_result
+from export_guards.pte.reader.out_bounds import BOUNDS, Largest, largest_result
 from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
 from export_guards.pte.reader.wheel import ExecutionPlan, KernelCall, Tensor, TensorShapeDynamism
@@ -25,10 +25,11 @@ from export_guards.ruleset import Hit, rule
 def out_too_small_for_result(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     for plan in program.execution_plan if program is not None else ():
-        for c, chain in enumerate(plan.chains):
+        counting = {k for k, operator in enumerate(plan.operators) if operator.name in BOUNDS}
+        for c, chain in enumerate(plan.chains if counting else ()):  # most methods call none: left at once
             for i, instruction in enumerate(chain.instructions):
                 call = instruction.instr_args
-                if not isinstance(call, KernelCall) or not 0 <= call.op_index < len(plan.operators):
+                if not isinstance(call, KernelCall) or call.op_index not in counting:
                     continue
                 found = _short_out(plan, call)
                 if found is None:
