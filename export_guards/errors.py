@@ -41,12 +41,15 @@ class LintError(GuardError):
 
 class LoweringFailed(GuardError):
     """ExecuTorch could not lower the program; ``report`` holds what the lint found before,
-    which often says why (a train-mode batch norm, say); ``location`` is the user's line that
-    made the operator ExecuTorch's error names, when it names one."""
+    which often says why (a train-mode batch norm, say), then the failure (EG002, with ``hint``
+    as its fix); ``location`` is the user's line that made the operator ExecuTorch's error
+    names, when it names one; ``hint``, how to fix a known cause (an op outside core ATen: the
+    compile config), as the lint says it."""
 
-    def __init__(self, message: str, report: Report, location: SourceLocation | None = None) -> None:
-        super().__init__(message, report)
+    def __init__(self, message: str, report: Report, location: SourceLocation | None = None, hint: str | None = None) -> None:
+        super().__init__(message + (f"\n  hint: {hint}" if hint else ""), report)
         self.location = location
+        self.hint = hint
 
 
 class ProgramRefused(GuardError):

@@ -42,7 +42,7 @@ from export_guards.recipes import guard_recipe, ledger_of, linted_session, quant
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
-from export_guards.targets import load_target, step, target_file
+from export_guards.targets import hint_for, load_target, step, step_report, target_file
 
 __all__ = ["Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
@@ -416,9 +416,9 @@ def lower_with_guards(
     except GuardError:
         raise
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
-        raise LoweringFailed(
-            f"to_edge_transform_and_lower failed: {describe_error(error)}", ledger.report(settings), location_named_in(program.graph, str(error))
-        ) from error
+        cause, location, hint = describe_error(error), location_named_in(program.graph, str(error)), hint_for(error)
+        failed = step_report("to_edge_transform_and_lower", cause, location, hint)  # the hint as the lint gives it
+        raise LoweringFailed(f"to_edge_transform_and_lower failed: {cause}", ledger.report(settings) + failed, location, hint) from error
     if chosen.partitioned_lint:
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))

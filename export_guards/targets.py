@@ -25,7 +25,7 @@ from export_guards.ruleset import CATALOG, Hit, finding, first_line
 if TYPE_CHECKING:
     from export_guards.lowering import Lowering
 
-__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "load_target", "parse_arguments", "step", "target_file"]
+__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "hint_for", "load_target", "parse_arguments", "step", "step_report", "target_file"]
 
 
 class Exportable(NamedTuple):
@@ -102,8 +102,15 @@ class StepFailed(Exception):
         """This failure as a report, for a reader of JSON, SARIF, annotations or a test's
         artifacts: its EG002 finding (the step, the innermost cause), on the user's line, with
         the hint for a known torch error as its fix."""
-        found = finding(CATALOG["EG002"], Hit(f"{self.step} failed: {self.cause}", fix=self.hint))
-        return Report.of([replace(found, location=self.location)])
+        return step_report(self.step, self.cause, self.location, self.hint)
+
+
+def step_report(step: str, cause: str, location: SourceLocation | None = None, hint: str | None = None) -> Report:
+    """A failed step as a report: its EG002 finding (the step, the innermost cause), on the
+    user's line, with the hint for a known torch error (:func:`hint_for`) as its fix. A failed
+    step's report and ``LoweringFailed``'s are made here."""
+    found = finding(CATALOG["EG002"], Hit(f"{step} failed: {cause}", fix=hint))
+    return Report.of([replace(found, location=location)])
 
 
 def parse_arguments(pairs: Iterable[str]) -> dict[str, Any]:
@@ -336,7 +343,7 @@ def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
         else:
             location = None
             where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else ""
-        hint = _hint(error)
+        hint = hint_for(error)
         said = f"\n  hint: {hint}" if hint else ""
         raise StepFailed(step, raised + where + said + _found_before(error), cause, location, hint) from error
 
@@ -372,8 +379,10 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "an op outside core ATen: ExecuTorch's default EdgeCompileConfig rejects it. If your own "
         "script lowers with `EdgeCompileConfig(_core_aten_ops_exception_list=[...])` (or "
         "`_check_ir_validity=False`), say so in the factory: return `export_guards.Exportable(model, "
-        "inputs, compile_config=EdgeCompileConfig(...))`, which the lint lowers with; else "
-        "decompose the op, or let a partitioner take it (`partitioners=[...]`).",
+        "inputs, compile_config=EdgeCompileConfig(...))`, which the lint lowers with; to "
+        "lower_with_guards, pass `lowering=export_guards.Lowering(compile_config=EdgeCompileConfig(...))` "
+        "with the program exported again (a failed lowering can leave it changed). Else decompose "
+        "the op, or let a partitioner take it (`partitioners=[...]`).",
     ),
     (
         ("Missing out variants",),
@@ -387,8 +396,10 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
 """Hints for torch errors users meet, each with words of the error's text or type that say it."""
 
 
-def _hint(error: BaseException) -> str | None:
-    """The hint for the first known error in ``error``'s chain."""
+def hint_for(error: BaseException) -> str | None:
+    """The hint for the first known error in ``error``'s chain (``HINTS``), or the one an error
+    in it carries (``hint``): what the lint's failed step and ``lower_with_guards``'s
+    ``LoweringFailed`` say."""
     chain = _chain(error)
     own = next((raised.hint for raised in chain if isinstance(getattr(raised, "hint", None), str)), None)
     if own is not None:  # an error that knows its program (GradModeWriteError) says its own fix
@@ -451,7 +462,7 @@ def _found_before(error: BaseException) -> str:
     """What a guard had found when the step failed (a ``GuardError``'s report): its errors
     often say why, in the user's terms."""
     report = getattr(error, "report", None)
-    errors = getattr(report, "errors", ())
+    errors = [f for f in getattr(report, "errors", ()) if f.code != "EG002"]  # the failure itself, said above
     if not errors:
         return ""
     lines = [f"  {found}" + (f"\n    fix: {found.fix}" if found.fix else "") for found in errors]

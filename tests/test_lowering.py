@@ -143,3 +143,24 @@ def test_to_pte_hands_out_no_program_that_check_pte_refuses(backend: str) -> Non
     assert error.location is not None and error.location.file == __file__  # the batch norm's line
     assert {f.code for f in eg.check_pte(refused.value.pte).errors} == {"EG519"}  # the pass list's verdict
     assert eg.lower_with_guards(program, backend=backend).to_pte(refuse=False) == refused.value.pte
+
+
+def test_lower_with_guards_says_the_compile_config_as_the_lint_does_and_following_it_lowers(cli: Callable[..., Ran]) -> None:
+    import lowering_models
+
+    from export_guards.targets import hint_for
+
+    model, inputs = lowering_models.select_default()
+    with pytest.raises(eg.LoweringFailed, match="not in Core ATen") as raised:
+        eg.lower_with_guards(torch.export.export(model, inputs))
+    hint = raised.value.hint
+    assert hint is not None and "lowering=export_guards.Lowering(compile_config=EdgeCompileConfig(...))" in hint
+    assert f"hint: {hint}" in str(raised.value)
+    (failed,) = raised.value.report.with_code("EG002")  # the report says it too, as the lint's failed step
+    assert failed.fix == hint and failed.message.startswith("to_edge_transform_and_lower failed: SpecViolationError")
+    assert hint_for(raised.value) == hint  # one function makes it: the lint's step finds the same
+    linted = cli("lint", f"{MODELS}:select_default", "--no-run")
+    assert linted.returncode == 2 and f"hint: {hint}" in linted.stderr and linted.stderr.count(hint) == 1, linted.stderr[-3000:]
+    # the hint followed: the user's compile config, on the program exported again
+    done = eg.lower_with_guards(torch.export.export(model, inputs), lowering=eg.Lowering(compile_config=lowering_models.NOT_CORE))
+    assert done.edge is not None and not done.report.errors and b"masked_select" in done.to_pte()

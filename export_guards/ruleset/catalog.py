@@ -584,6 +584,20 @@ _RULES = (
         "pte",
     ),
     Rule(
+        "EG526",
+        "out-too-small-for-result",
+        Severity.ERROR,
+        "An operator whose result's size depends on the data (masked_select, nonzero, index with a "
+        "boolean mask) writes into an out planned for fewer elements than its inputs' sizes let it "
+        "produce: its kernel resizes the out to the count it finds, and the run fails "
+        "(InvalidArgument) when the count exceeds the planned capacity.",
+        "For masked_select with a mask that broadcasts the input to more elements: broadcast both "
+        "first (x, mask = torch.broadcast_tensors(x, mask)), since torch.export bounds the result by "
+        "the input's elements alone. Otherwise re-export, without a torch._check that bounds the "
+        "result's size below what the data can make.",
+        "pte",
+    ),
+    Rule(
         "EG530",
         "weight-repacked-same-source",
         Severity.ERROR,
