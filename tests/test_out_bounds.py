@@ -158,5 +158,9 @@ def test_the_guarded_export_with_the_users_lowering_places_it_on_the_users_line(
     (finding,) = check_program(export, pte).with_code("EG526")
     assert finding.location is not None and finding.location.file.endswith("test_out_bounds.py")
     assert "return torch.masked_select(x, mask) * 2" in finding.location.code
+    again = eg.lower_with_guards(torch.export.export(Broadcasting(), (X, EVERY)), lowering=eg.Lowering(compile_config=NOT_CORE))  # one lowering each
+    with pytest.raises(eg.ProgramRefused, match="EG526") as refused:  # the guarded path hands it out no more
+        again.to_pte()
+    assert refused.value.report.errors[0].location == finding.location
     clean = eg.lower_with_guards(torch.export.export(Select(), (X,)), lowering=eg.Lowering(compile_config=NOT_CORE))
     assert not check_program(clean, clean.to_pte()).with_code("EG526")
