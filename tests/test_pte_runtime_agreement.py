@@ -6,6 +6,7 @@ that runs with the original's outputs."""
 from __future__ import annotations
 
 import copy
+import math
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -675,6 +676,50 @@ def test_a_reduction_writing_over_its_input_from_its_first_byte_is_no_error_and_
     assert mutant != original
     assert not eg.check_pte(mutant).errors
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def _source_onto_out(program: Program, operator: str, source: int) -> None:
+    """Place the ``source``-th argument of the first ``operator`` call exactly on its out."""
+    plan = program.execution_plan[0]
+    call = _calls(program, operator)[0]
+    out, given = (plan.values[call.args[k]].val.allocation_info for k in (-2, source))
+    given.memory_id, given.memory_offset_low, given.memory_offset_high = out.memory_id, out.memory_offset_low, out.memory_offset_high
+
+
+def test_a_reduction_over_its_input_whose_out_a_reshape_views_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:
+    """Issue 61's false alarm: the conv net's pooled mean, whose out the emitter's static reshape
+    (a view, written by no instruction) lies on, with its input moved onto that out. The mean
+    reads each byte before it writes over it; the view shares the out's bytes, so the call's order
+    holds for it too (EG518 excused the out and flagged the view)."""
+    original = valid_program_bytes["conv net, portable"]
+    mutant = edit_pte(original, lambda program: _source_onto_out(program, "aten::mean", 0))
+    program = deserialize_pte_binary(mutant).program
+    plan, mean = program.execution_plan[0], _calls(program, "aten::mean")[0]
+    outs = {c.args[-2] for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall)}
+    place = _place(plan, mean.args[-2])
+    assert [v for v in range(len(plan.values)) if v not in outs and _place(plan, v) == place], "no reshape lies on the mean's out"
+    assert _place(plan, mean.args[0])[:2] == place[:2]
+    assert mutant != original and not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def _place(plan: object, index: int) -> tuple[int, int, int] | None:
+    """(arena, offset, element count) of a planned tensor."""
+    value = plan.values[index].val
+    info = value.allocation_info if isinstance(value, Tensor) else None
+    return (info.memory_id, info.memory_offset_low, math.prod(value.sizes)) if info is not None else None
+
+
+def test_a_reduction_written_over_an_input_that_a_later_call_reads_is_an_error_the_third_run_shows(runner, tmp_path, valid_program_bytes) -> None:
+    """The KV cache's sum over the updated cache, its out moved onto that cache, which copy_ then
+    writes back as the state: the sum reads each byte before it writes over it, but copy_ reads
+    the damaged row. The second run's index overwrites that row before anything reads it; the
+    third run (the first's inputs again) reads it, so the runner's three runs show it."""
+    original = valid_program_bytes["kv cache, xnnpack"]
+    mutant = edit_pte(original, lambda program: _out_onto(program, "aten::sum", 0))
+    (finding,) = eg.check_pte(mutant).with_code("EG518")
+    assert "aten::sum.IntList_out" in finding.message and finding.severity == eg.Severity.ERROR
+    assert Outcome(runner, tmp_path, original).of(mutant) == "wrong output"
 
 
 def test_two_outs_of_one_call_that_nothing_reads_may_share_bytes(runner, tmp_path, architecture_programs) -> None:
