@@ -998,6 +998,29 @@ def test_an_index_of_a_float_dtype_is_an_error_the_kernel_refuses(runner, tmp_pa
     assert runner.run(tmp_path / "own.pte", None, tmp_path / "own.inputs")["outcome"] == "error"  # the kernel
 
 
+@pytest.mark.parametrize(("program", "operator", "position"), [
+    ("bool and int64 inputs", "aten::index", -2), ("kv cache, xnnpack", "aten::index_put", 2),
+], ids=["index out", "index_put values"])  # fmt: skip
+def test_an_indexed_tensor_of_another_dtype_than_self_is_an_error_the_kernel_refuses(
+    program: str, operator: str, position: int, runner, tmp_path, valid_program_bytes
+) -> None:
+    """Issue 61: index's out, or index_put's values, retyped int32 (the same bytes as the
+    float32 self): the kernel takes self, values and out in one dtype (check_index_args,
+    tensors_have_same_dtype) and refuses the call; torch-free check names it."""
+    original = valid_program_bytes[program]
+
+    def retyped(program: Program) -> None:
+        plan = program.execution_plan[0]
+        tensor = plan.values[_calls(program, operator)[0].args[position]].val
+        assert tensor.scalar_type == 6  # float32
+        tensor.scalar_type = 3  # int32
+
+    mutant = edit_pte(original, retyped)
+    found = [f for f in eg.check_pte(mutant).with_code("EG519") if f"calls {operator}." in f.message]
+    assert found and "with tensors of different dtypes" in found[0].message, eg.check_pte(mutant).findings
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"
+
+
 def test_an_index_put_writing_exactly_over_its_self_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:
     """index_put copies its ``self`` into its out first: placed on ``self``'s own bytes, that
     copy changes nothing, and the KV cache is updated in place."""
