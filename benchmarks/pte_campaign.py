@@ -10,7 +10,7 @@ arguments and return slots, operator and backend names). Every mutant is checked
 ``check_pte`` against the runtime at hand (``RuntimeInventory.installed()``, as ``check
 --runtime`` does) and then run in ``executorch.runtime`` in a child process (restarted after
 each crash; a run past ``--timeout`` is a hang) on the original program's inputs, and its outputs
-are compared with the original's (each method runs twice, the second time on other inputs).
+are compared with the original's (each method runs three times, the second time on other inputs).
 Reported per mutator and in total (issue 26's four rows, and more):
 
 - checker-clean crashes or hangs (target: none);

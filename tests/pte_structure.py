@@ -402,9 +402,9 @@ def program_inputs(data: bytes) -> dict[str, list[object]]:
 
 
 def worker() -> int:
-    """The child: for each line ``{"pte", "data", "inputs"}`` on stdin, run every method twice
-    (on the inputs, then on :func:`_varied` ones) and print ``{"outcome": "ok", "digest"}`` or
-    ``{"outcome": "error", "why"}``."""
+    """The child: for each line ``{"pte", "data", "inputs"}`` on stdin, run every method three
+    times (on the inputs, on :func:`_varied` ones, on the inputs again) and print
+    ``{"outcome": "ok", "digest"}`` or ``{"outcome": "error", "why"}``."""
     import torch
     from executorch.runtime import Runtime
 
@@ -416,9 +416,11 @@ def worker() -> int:
         digest = hashlib.sha256()
         try:
             program = runtime.load_program(job["pte"], data_path=job["data"])
-            # Each method twice, the second time on other inputs: state a program carries between
-            # runs (a mutable buffer) counts too, and a state that is never updated shows.
-            for name, given in [*((n, inputs[n]) for n in sorted(inputs)), *((n, _varied(inputs[n])) for n in sorted(inputs))]:
+            # Each method three times, the second time on other inputs: state a program carries
+            # between runs (a mutable buffer) counts too, a state that is never updated shows, and
+            # so does a state the second run leaves damaged (the third run reads it).
+            runs = [inputs, {n: _varied(given) for n, given in inputs.items()}, inputs]
+            for name, given in [(n, run[n]) for run in runs for n in sorted(run)]:
                 for output in program.load_method(name).execute(given):
                     if isinstance(output, torch.Tensor):
                         digest.update(str((output.dtype, tuple(output.shape))).encode() + output.contiguous().numpy().tobytes())

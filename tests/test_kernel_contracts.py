@@ -341,3 +341,146 @@ def test_a_half_precision_batch_norm_with_float_parameters_names_the_mixed_dtype
     assert finding.fix is not None and "model.half()" in finding.fix and not finding.fix.startswith("Re-export")
     assert ran["mixed"]["outcome"] == "refused"
     assert ran["fixed"]["outcome"] == "ran" and not eg.check_pte(programs["fixed"][0]).findings
+
+
+def _argument(program: object, operator: str, name: str, value: object) -> None:
+    """Point argument ``name`` of the first call of ``operator`` at a new value ``value`` (an
+    int, or a list of ints), appended to the method's values: no other call shares it."""
+    from executorch.exir.schema import EValue, Int, IntList
+
+    from export_guards.pte.reader.schemas import operator_schema
+
+    plan = program.execution_plan[0]
+    for instruction in plan.chains[0].instructions:
+        call = instruction.instr_args
+        op = plan.operators[call.op_index] if hasattr(call, "op_index") else None
+        if op is None or op.name != operator:
+            continue
+        position = [a.name for a in operator_schema(op.name, op.overload).arguments].index(name)
+        if isinstance(value, list):
+            items = []
+            for item in value:
+                plan.values.append(EValue(Int(item)))
+                items.append(len(plan.values) - 1)
+            plan.values.append(EValue(IntList(items)))
+        else:
+            plan.values.append(EValue(Int(value)))
+        call.args[position] = len(plan.values) - 1
+        return
+    raise AssertionError(f"no call of {operator}")
+
+
+# For each family whose kernel checks its dims (tensor_has_dim, dim_is_valid, each dim once): a
+# program calling it on a 2-D or 4-D input, and its dim argument damaged to one the kernel refuses.
+DIMS: dict[str, tuple[Callable[..., torch.Tensor], str, object]] = {
+    "permute out of range": (lambda x: x.permute(0, 1, 3, 2) + 1, "dims", [0, 1, 4, 2]),
+    "permute twice": (lambda x: x.permute(0, 1, 3, 2) + 1, "dims", [0, 1, 2, 2]),
+    "permute too few": (lambda x: x.permute(0, 1, 3, 2) + 1, "dims", [0, 1, 2]),
+    "mean": (lambda x: x.mean([2, 3]), "dim", [2, 4]),
+    "sum twice": (lambda x: x.sum([2, 3]), "dim", [3, -1]),
+    "amax": (lambda x: x.amax(1), "dim", [-5]),
+    "slice": (lambda x: x[:, :, 1:3] + 1, "dim", 4),
+    "slice step": (lambda x: x[:, :, 1:3] + 1, "step", 0),
+    "select dim": (lambda x: x[:, 1] + 1, "dim", -5),
+    "select index": (lambda x: x[:, 1] + 1, "index", 3),
+    "squeeze": (lambda x: x[:, :1].squeeze(1) + 1, "dim", [4]),
+    "unsqueeze": (lambda x: x.unsqueeze(2) + 1, "dim", 6),
+    "cat": (lambda x: torch.cat([x, x + 1], 1), "dim", 4),
+    "split": (lambda x: [t + 1 for t in x.split([1, 2], 1)], "dim", 4),
+}
+_DIM_OPERATORS = {
+    "permute": "aten::permute_copy", "mean": "aten::mean", "sum": "aten::sum", "amax": "aten::amax",
+    "slice": "aten::slice_copy", "select": "aten::select_copy", "squeeze": "aten::squeeze_copy",
+    "unsqueeze": "aten::unsqueeze_copy", "cat": "aten::cat", "split": "aten::split_with_sizes_copy",
+}  # fmt: skip
+
+
+def test_a_dim_the_kernel_has_not_is_refused_without_torch_as_the_runtime_refuses_it(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 61: a dim argument out of the input's range, named twice, or a permutation of
+    another rank (and a slice step of zero, a selected index past its dim) fails the portable
+    kernel's argument check, which torch-free ``check`` names at the call, in the replay's
+    finding (EG519); the programs as written run and are clean."""
+    from pte_structure import edit_pte
+
+    x = torch.randn(2, 3, 4, 5)
+    programs = {}
+    for case, (body, name, value) in DIMS.items():
+        data = written(Lambda(body), (x,))
+        operator = _DIM_OPERATORS[case.split()[0]]
+        programs[f"{case} as written"] = (data, (x,))
+        programs[case] = (edit_pte(data, lambda program, o=operator, n=name, v=value: _argument(program, o, n, v)), (x,))
+    ran = runtime.run(tmp_path, programs)
+    for case in DIMS:
+        operator = _DIM_OPERATORS[case.split()[0]]
+        assert ran[f"{case} as written"]["outcome"] == "ran" and not eg.check_pte(programs[f"{case} as written"][0]).errors, case
+        assert ran[case]["outcome"] == "refused" and ran[case]["checks"], (case, ran[case])
+        found = [f for f in eg.check_pte(programs[case][0]).with_code("EG519") if f"calls {operator}." in f.message]
+        assert found and "with tensors it refuses: " in found[0].message, (case, eg.check_pte(programs[case][0]).findings)
+
+
+# Each operator whose kernel casts its operands' common dtype to its out's (canCast): a call on
+# two float (or int, for the bitwise operators) inputs, and the out's dtype of a kind that the
+# common one does not cast to (floating point to int32, of the same size; int to bool).
+COMMON: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
+    "aten::add": (torch.add, "INT"),
+    "aten::sub": (torch.sub, "INT"),
+    "aten::mul": (torch.mul, "INT"),
+    "aten::maximum": (torch.maximum, "INT"),
+    "aten::minimum": (torch.minimum, "INT"),
+    "aten::fmod": (torch.fmod, "INT"),
+    "aten::remainder": (torch.remainder, "INT"),
+    "aten::div": (lambda x, y: torch.div(x, y, rounding_mode="floor"), "INT"),
+    "aten::pow": (torch.pow, "INT"),
+    "aten::bitwise_and": (lambda x, y: x.int() & y.int(), "BOOL"),
+    "aten::bitwise_or": (lambda x, y: x.int() | y.int(), "BOOL"),
+    "aten::bitwise_xor": (lambda x, y: x.int() ^ y.int(), "BOOL"),
+}
+
+
+def _out_dtype(program: object, operator: str, dtype: str) -> None:
+    from executorch.exir.scalar_type import ScalarType
+
+    plan = program.execution_plan[0]
+    call = next(i.instr_args for i in plan.chains[0].instructions if hasattr(i.instr_args, "op_index") and plan.operators[i.instr_args.op_index].name == operator)
+    plan.values[call.args[-1]].val.scalar_type = getattr(ScalarType, dtype)
+
+
+def test_an_out_that_the_common_dtype_does_not_cast_to_is_refused_without_torch_as_the_runtime_refuses_it(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 61: an element-wise kernel computes in its operands' common dtype and refuses an out
+    that dtype does not cast to (op_add.cpp's canCast, "Check Common Dtype"): a float sum into an
+    int32 out (the same bytes) is a refusal torch-free ``check`` names (EG519), as is an alpha
+    that does not cast to the common dtype (a float alpha for int32 operands); as written, each
+    runs and is clean."""
+    from executorch.exir.schema import Double
+    from pte_structure import edit_pte
+
+    from export_guards.pte.reader.kernel_contracts import _CONTRACTS
+
+    # each entry proved (floor_divide is written as div with a rounding mode)
+    assert {o for o in _CONTRACTS if _CONTRACTS[o].__qualname__.startswith("_common_dtype")} == set(COMMON)
+    x, y = torch.rand(2, 4) + 1, torch.rand(2, 4) + 1
+    programs = {}
+    for operator, (body, dtype) in COMMON.items():
+        data = written(Lambda(body), (x, y))
+        programs[f"{operator} as written"] = (data, (x, y))
+        programs[operator] = (edit_pte(data, lambda program, o=operator, d=dtype: _out_dtype(program, o, d)), (x, y))
+    i, j = torch.ones(2, 4, dtype=torch.int32), torch.ones(2, 4, dtype=torch.int32)
+    alpha = written(Lambda(lambda a, b: torch.add(a, b, alpha=2)), (i, j))
+    programs["alpha as written"] = (alpha, (i, j))
+    programs["alpha"] = (edit_pte(alpha, lambda program: _alpha(program, Double(2.5))), (i, j))
+    ran = runtime.run(tmp_path, programs)
+    for case in [*COMMON, "alpha"]:
+        operator = case if case in COMMON else "aten::add"
+        assert ran[f"{case} as written"]["outcome"] == "ran" and not eg.check_pte(programs[f"{case} as written"][0]).errors, case
+        assert ran[case]["outcome"] == "refused" and ran[case]["checks"], (case, ran[case])
+        found = [f for f in eg.check_pte(programs[case][0]).with_code("EG519") if f"calls {operator}." in f.message]
+        assert found and "common dtype" in found[0].message, (case, eg.check_pte(programs[case][0]).findings)
+
+
+def _alpha(program: object, value: object) -> None:
+    from executorch.exir.schema import EValue
+
+    plan = program.execution_plan[0]
+    call = next(i.instr_args for i in plan.chains[0].instructions if hasattr(i.instr_args, "op_index"))
+    plan.values.append(EValue(value))
+    call.args[2] = len(plan.values) - 1

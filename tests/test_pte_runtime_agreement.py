@@ -6,6 +6,7 @@ that runs with the original's outputs."""
 from __future__ import annotations
 
 import copy
+import math
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -677,6 +678,50 @@ def test_a_reduction_writing_over_its_input_from_its_first_byte_is_no_error_and_
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
 
 
+def _source_onto_out(program: Program, operator: str, source: int) -> None:
+    """Place the ``source``-th argument of the first ``operator`` call exactly on its out."""
+    plan = program.execution_plan[0]
+    call = _calls(program, operator)[0]
+    out, given = (plan.values[call.args[k]].val.allocation_info for k in (-2, source))
+    given.memory_id, given.memory_offset_low, given.memory_offset_high = out.memory_id, out.memory_offset_low, out.memory_offset_high
+
+
+def test_a_reduction_over_its_input_whose_out_a_reshape_views_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:
+    """Issue 61's false alarm: the conv net's pooled mean, whose out the emitter's static reshape
+    (a view, written by no instruction) lies on, with its input moved onto that out. The mean
+    reads each byte before it writes over it; the view shares the out's bytes, so the call's order
+    holds for it too (EG518 excused the out and flagged the view)."""
+    original = valid_program_bytes["conv net, portable"]
+    mutant = edit_pte(original, lambda program: _source_onto_out(program, "aten::mean", 0))
+    program = deserialize_pte_binary(mutant).program
+    plan, mean = program.execution_plan[0], _calls(program, "aten::mean")[0]
+    outs = {c.args[-2] for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall)}
+    place = _place(plan, mean.args[-2])
+    assert [v for v in range(len(plan.values)) if v not in outs and _place(plan, v) == place], "no reshape lies on the mean's out"
+    assert _place(plan, mean.args[0])[:2] == place[:2]
+    assert mutant != original and not eg.check_pte(mutant).errors
+    assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
+
+
+def _place(plan: object, index: int) -> tuple[int, int, int] | None:
+    """(arena, offset, element count) of a planned tensor."""
+    value = plan.values[index].val
+    info = value.allocation_info if isinstance(value, Tensor) else None
+    return (info.memory_id, info.memory_offset_low, math.prod(value.sizes)) if info is not None else None
+
+
+def test_a_reduction_written_over_an_input_that_a_later_call_reads_is_an_error_the_third_run_shows(runner, tmp_path, valid_program_bytes) -> None:
+    """The KV cache's sum over the updated cache, its out moved onto that cache, which copy_ then
+    writes back as the state: the sum reads each byte before it writes over it, but copy_ reads
+    the damaged row. The second run's index overwrites that row before anything reads it; the
+    third run (the first's inputs again) reads it, so the runner's three runs show it."""
+    original = valid_program_bytes["kv cache, xnnpack"]
+    mutant = edit_pte(original, lambda program: _out_onto(program, "aten::sum", 0))
+    (finding,) = eg.check_pte(mutant).with_code("EG518")
+    assert "aten::sum.IntList_out" in finding.message and finding.severity == eg.Severity.ERROR
+    assert Outcome(runner, tmp_path, original).of(mutant) == "wrong output"
+
+
 def test_two_outs_of_one_call_that_nothing_reads_may_share_bytes(runner, tmp_path, architecture_programs) -> None:
     """A layer norm's mean and rstd, which the program never reads: whichever the bytes end up
     holding, nothing reads it."""
@@ -951,6 +996,29 @@ def test_an_index_of_a_float_dtype_is_an_error_the_kernel_refuses(runner, tmp_pa
     (tmp_path / "own.pte").write_bytes(mutant)
     torch.save(program_inputs(mutant), tmp_path / "own.inputs")
     assert runner.run(tmp_path / "own.pte", None, tmp_path / "own.inputs")["outcome"] == "error"  # the kernel
+
+
+@pytest.mark.parametrize(("program", "operator", "position"), [
+    ("bool and int64 inputs", "aten::index", -2), ("kv cache, xnnpack", "aten::index_put", 2),
+], ids=["index out", "index_put values"])  # fmt: skip
+def test_an_indexed_tensor_of_another_dtype_than_self_is_an_error_the_kernel_refuses(
+    program: str, operator: str, position: int, runner, tmp_path, valid_program_bytes
+) -> None:
+    """Issue 61: index's out, or index_put's values, retyped int32 (the same bytes as the
+    float32 self): the kernel takes self, values and out in one dtype (check_index_args,
+    tensors_have_same_dtype) and refuses the call; torch-free check names it."""
+    original = valid_program_bytes[program]
+
+    def retyped(program: Program) -> None:
+        plan = program.execution_plan[0]
+        tensor = plan.values[_calls(program, operator)[0].args[position]].val
+        assert tensor.scalar_type == 6  # float32
+        tensor.scalar_type = 3  # int32
+
+    mutant = edit_pte(original, retyped)
+    found = [f for f in eg.check_pte(mutant).with_code("EG519") if f"calls {operator}." in f.message]
+    assert found and "with tensors of different dtypes" in found[0].message, eg.check_pte(mutant).findings
+    assert Outcome(runner, tmp_path, original).of(mutant) == "error"
 
 
 def test_an_index_put_writing_exactly_over_its_self_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:

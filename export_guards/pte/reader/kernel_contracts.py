@@ -14,12 +14,14 @@ from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.pte.reader.tensors import dtype_name
 from export_guards.pte.reader.wheel import (
     Bool,
+    Double,
     ExecutionPlan,
     Int,
     IntList,
     Null,
     OptionalTensorList,
     ScalarType,
+    String,
     Tensor,
     TensorList,
 )
@@ -272,7 +274,76 @@ def _index_dtypes(call: _Call) -> str | None:
 _INDEX_DTYPES = frozenset({ScalarType.LONG, ScalarType.INT, ScalarType.BYTE, ScalarType.BOOL})
 
 
+# The kinds of dtype canCast and promoteTypes tell apart (scalar_type_util.h), in promotion order:
+# a common dtype is of the highest kind among its operands'.
+_BOOL, _INTEGRAL, _FLOATING, _COMPLEX = range(4)
+_KINDS = {
+    ScalarType.BOOL: _BOOL,
+    **dict.fromkeys((ScalarType.BYTE, ScalarType.CHAR, ScalarType.SHORT, ScalarType.INT, ScalarType.LONG), _INTEGRAL),
+    **dict.fromkeys((ScalarType.UINT16, ScalarType.UINT32, ScalarType.UINT64), _INTEGRAL),
+    **dict.fromkeys((ScalarType.HALF, ScalarType.FLOAT, ScalarType.DOUBLE, ScalarType.BFLOAT16), _FLOATING),
+    **dict.fromkeys((ScalarType.COMPLEX32, ScalarType.COMPLEX64, ScalarType.COMPLEX128), _COMPLEX),
+}
+_SCALAR_KINDS = {Bool: _BOOL, Int: _INTEGRAL, Double: _FLOATING}  # utils::get_scalar_dtype: Bool, Long, Double
+_KIND_NAMES = ("bool", "integral", "floating-point", "complex")
+
+
+def _can_cast(kind: int, to: int) -> bool:
+    """canCast (scalar_type_util.h): no complex to non-complex, no floating point to an integral
+    dtype, nothing but bool to bool."""
+    return not (kind == _COMPLEX and to != _COMPLEX) and not (kind == _FLOATING and to == _INTEGRAL) and not (kind != _BOOL and to == _BOOL)
+
+
+def _operand_kind(call: _Call, name: str) -> int | None:
+    value = call.value(name)
+    return _KINDS.get(value.scalar_type) if isinstance(value, Tensor) else _SCALAR_KINDS.get(type(value))
+
+
+def _common_dtype(*operands: str, rounded: bool = False) -> Callable[[_Call], str | None]:
+    """op_add.cpp, op_sub.cpp, op_mul.cpp, op_maximum.cpp, op_pow.cpp, ...: the operands'
+    common dtype (promoteTypes, or promote_type_with_scalar for a scalar operand) must cast to
+    the out's (canCast, "Check Common Dtype"), and add's and sub's alpha to the common dtype
+    (check_alpha_type); ``rounded``: only with a rounding mode (op_div.cpp: true division
+    computes in a floating-point dtype of its own). torch's meta kernels check the same; without
+    torch, this is the check."""
+
+    def check(call: _Call) -> str | None:
+        out = call.tensor("out")
+        if rounded and not isinstance(call.value("rounding_mode"), String):
+            return None
+        kinds = [_operand_kind(call, name) for name in operands]
+        if out is None or out.scalar_type not in _KINDS or None in kinds:
+            return None  # a quantized dtype, an operand of another kind: out of reach
+        common, to = max(kinds), _KINDS[out.scalar_type]  # type: ignore[type-var]
+        if not _can_cast(common, to):
+            listed = ", ".join(f"{name} {_described(call, name)}" for name in operands)
+            return (
+                f"with an out of dtype {dtype_name(out.scalar_type)} for operands ({listed}) of a {_KIND_NAMES[common]} "
+                f"common dtype, which does not cast to it: ExecuTorch's kernel refuses the call"
+            )
+        alpha = _SCALAR_KINDS.get(type(call.value("alpha")))
+        if alpha is not None and not (_can_cast(alpha, common) or (common == _BOOL and alpha != _FLOATING)):
+            return f"with an alpha of a {_KIND_NAMES[alpha]} kind for operands of a {_KIND_NAMES[common]} common dtype: ExecuTorch's kernel refuses the call"
+        return None
+
+    return check
+
+
+def _described(call: _Call, name: str) -> str:
+    value = call.value(name)
+    return dtype_name(value.scalar_type) if isinstance(value, Tensor) else f"a {type(value).__name__} scalar"
+
+
+_CAST_CHECKED = (
+    "add", "sub", "mul", "maximum", "minimum", "fmod", "remainder",
+    "bitwise_and", "bitwise_or", "bitwise_xor",
+)  # fmt: skip
+
+
 _CONTRACTS: Mapping[str, Callable[[_Call], str | None]] = {
+    **{f"aten::{name}": _common_dtype("self", "other") for name in _CAST_CHECKED},
+    "aten::pow": _common_dtype("self", "exponent"),
+    "aten::div": _common_dtype("self", "other", rounded=True),
     "aten::constant_pad_nd": _constant_pad,
     "aten::max_pool2d_with_indices": _pool_indices,
     "aten::index_put": _index_dtypes,

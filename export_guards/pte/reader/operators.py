@@ -38,12 +38,14 @@ ONE_DTYPE = frozenset(
         "convolution", "addmm", "mm", "bmm", "linear", "native_layer_norm", "native_group_norm",
         "_native_batch_norm_legit_no_training", "permute_copy", "view_copy", "expand_copy", "slice_copy",
         "select_copy", "transpose_copy", "squeeze_copy", "unsqueeze_copy", "clone", "constant_pad_nd",
-        "_softmax", "_log_softmax", "avg_pool2d", "max_pool2d_with_indices",
+        "_softmax", "_log_softmax", "avg_pool2d", "max_pool2d_with_indices", "index", "index_put",
     )
 )  # fmt: skip
 """Kernels that take every tensor in one dtype (they check ``tensors_have_same_dtype`` and
 refuse the call) where torch's meta kernels do not check: matrix products, convolutions,
-normalisations, and the copies that only move elements. EG519 reads it."""
+normalisations, the copies that only move elements, and advanced indexing (op_index.cpp,
+op_index_put.cpp: self, values and out; the index tensors have dtypes of their own). EG519
+reads it."""
 
 
 ELEMENTWISE = frozenset(

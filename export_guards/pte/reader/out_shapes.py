@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from math import prod
 
 from export_guards.pte.reader.kernel_contracts import OUT_SHAPES, CallArguments
-from export_guards.pte.reader.wheel import Bool, ExecutionPlan, Int, Null, TensorShapeDynamism
+from export_guards.pte.reader.wheel import Bool, ExecutionPlan, Int, Null, TensorList, TensorShapeDynamism
 
 __all__ = ["RULES", "resized_out"]
 
@@ -62,8 +62,25 @@ def _int(call: CallArguments, name: str, default: int | None = None) -> int | No
 
 
 def _dim(dim: int, rank: int) -> int | None:
-    """A dim as the kernel reads it (negative from the end), or None out of range."""
-    return dim + rank if -rank <= dim < 0 else dim if 0 <= dim < max(rank, 1) else None
+    """A dim as the kernel reads it (negative from the end), or None out of range
+    (tensor_has_dim: a 0-d tensor has dim 0, or -1)."""
+    rank = max(rank, 1)
+    return dim + rank if -rank <= dim < 0 else dim if 0 <= dim < rank else None
+
+
+def _dims(asked: list[int], rank: int, name: str, source: str) -> list[int] | str:
+    """``asked`` (of the argument ``name``) as the kernel reads them, or why it refuses them: a dim out of range
+    (tensor_has_dim, dim_is_valid), or one named twice (check_dim_list_is_valid,
+    check_permute_copy_args). ``source`` says whose dims they are."""
+    dims = [_dim(d, rank) for d in asked]
+    if None in dims:
+        given, top = asked[dims.index(None)], max(rank, 1)
+        listed = f" (of {name} {asked})" if name != "dim" or len(asked) > 1 else ""
+        return f"dim {given}{listed} is out of range for {source} (a {rank}-D tensor has dims {-top} to {top - 1})"
+    twice = next((d for k, d in enumerate(dims) if d in dims[:k]), None)
+    if twice is not None:
+        return f"{name} {asked} names dim {twice} twice"
+    return dims  # type: ignore[return-value]
 
 
 def _same(source: str, *outs: str) -> Rule:
@@ -94,16 +111,17 @@ def _broadcast(*sources: str) -> Rule:
     return rule
 
 
-def _reduced(call: CallArguments) -> Shapes | None:
+def _reduced(call: CallArguments) -> Shapes | str | None:
     """A reduction over ``dim`` (one dim, a list, or every dim where it is null, empty or not an
     argument), kept as 1 with ``keepdim``."""
     sizes, keep, dim = _sizes(call, "self"), call.value("keepdim"), call.value("dim")
     asked = [dim.int_val] if isinstance(dim, Int) else [] if dim is None or isinstance(dim, Null) else call.ints("dim")
     if sizes is None or asked is None or (keep is not None and not isinstance(keep, Bool)):
         return None  # a keepdim of another kind is EG512's
-    dims = {_dim(d, len(sizes)) for d in asked} if asked else set(range(len(sizes)))
-    if None in dims:
-        return None
+    listed = _dims(asked, len(sizes), "dim", f"self {list(sizes)}")
+    if isinstance(listed, str):
+        return listed
+    dims = set(listed) if asked else set(range(len(sizes)))
     if isinstance(keep, Bool) and keep.bool_val:
         return {"out": tuple(1 if k in dims else n for k, n in enumerate(sizes))}
     return {"out": tuple(n for k, n in enumerate(sizes) if k not in dims)}
@@ -140,14 +158,15 @@ def _per_channel(call: CallArguments, shape: tuple[int, ...], *names: str) -> st
     return None
 
 
-def _permuted(call: CallArguments) -> Shapes | None:
+def _permuted(call: CallArguments) -> Shapes | str | None:
+    """copy_ops_util.cpp, check_permute_copy_args: one dim per dim of ``self``, each once."""
     sizes, dims = _sizes(call, "self"), call.ints("dims")
     if sizes is None or dims is None:
         return None
-    order = [_dim(d, len(sizes)) for d in dims]
-    if sorted(d for d in order if d is not None) != list(range(len(sizes))) or len(order) != len(sizes):
-        return None
-    return {"out": tuple(sizes[d] for d in order if d is not None)}
+    if len(dims) != len(sizes):
+        return f"dims {dims} is not a permutation of self {list(sizes)}'s {len(sizes)} dims"
+    order = _dims(dims, len(sizes), "dims", f"self {list(sizes)}")
+    return order if isinstance(order, str) else {"out": tuple(sizes[d] for d in order)}
 
 
 def _viewed(call: CallArguments) -> Shapes | str | None:
@@ -175,12 +194,16 @@ def _layer_norm(call: CallArguments) -> Shapes | str | None:
     return _per_channel(call, tuple(normalized), "weight", "bias") or {"out0": sizes, "out1": stats, "out2": stats}
 
 
-def _sliced(call: CallArguments) -> Shapes | None:
-    """op_slice_copy.cpp: ``dim`` cut to the elements of ``range(start, end, step)``, both clamped."""
+def _sliced(call: CallArguments) -> Shapes | str | None:
+    """op_slice_copy.cpp: ``dim`` cut to the elements of ``range(start, end, step)``, both
+    clamped; check_slice_copy_args: a dim of ``self``, a step above zero."""
     sizes, given, step = _sizes(call, "self"), _int(call, "dim"), _int(call, "step")
-    dim = _dim(given, len(sizes)) if sizes and given is not None else None
-    if sizes is None or dim is None or step is None or step <= 0:
+    if not sizes or given is None or step is None:
         return None
+    dim = _dims([given], len(sizes), "dim", f"self {list(sizes)}")
+    if isinstance(dim, str) or step <= 0:
+        return dim if isinstance(dim, str) else f"step {step} is not above zero"
+    dim = dim[0]
     start, end = _int(call, "start", 0), _int(call, "end", sizes[dim])
     if start is None or end is None:
         return None
@@ -195,9 +218,11 @@ def _squeezed(call: CallArguments) -> Shapes | None:
     if sizes is None:
         return None
     asked = [dim.int_val] if isinstance(dim, Int) else list(range(len(sizes))) if dim is None else call.ints("dim")
-    dims = {_dim(d, len(sizes)) for d in asked or ()}
-    if not asked or None in dims:
+    if not asked:
         return None
+    dims = _dims(asked, len(sizes), "dim", f"self {list(sizes)}")
+    if isinstance(dims, str):
+        return dims
     return {"out": tuple(n for k, n in enumerate(sizes) if k not in dims or n != 1)}
 
 
@@ -254,13 +279,17 @@ def _pooled(call: CallArguments) -> Shapes | None:
     return {"out": shape, "indices": shape}
 
 
-def _joined(call: CallArguments) -> Shapes | None:
+def _joined(call: CallArguments) -> Shapes | str | None:
     """copy_ops_util.cpp, get_cat_out_target_size: the tensors' sizes, ``dim`` summed (a legacy
-    empty ``[0]`` tensor takes no part)."""
+    empty ``[0]`` tensor takes no part); check_cat_args: a dim of the tensors."""
     shapes = [tuple(t.sizes) for name, t in call.tensors() if name.startswith("tensors[") and list(t.sizes) != [0]]
-    dim = _int(call, "dim")
-    if not shapes or dim is None or len({len(s) for s in shapes}) != 1 or (dim := _dim(dim, len(shapes[0]))) is None:
+    given = _int(call, "dim")
+    if not shapes or given is None or len({len(s) for s in shapes}) != 1:
         return None
+    dim = _dims([given], len(shapes[0]), "dim", f"tensors of shape {list(shapes[0])}")
+    if isinstance(dim, str):
+        return dim
+    dim = dim[0]
     return {"out": shapes[0][:dim] + (sum(s[dim] for s in shapes),) + shapes[0][dim + 1 :]}
 
 
@@ -296,18 +325,29 @@ def _group_norm(call: CallArguments) -> Shapes | str | None:
     return _per_channel(call, (channels,), "weight", "bias") or {"out0": sizes, "out1": (samples, groups), "out2": (samples, groups)}
 
 
-def _selected(call: CallArguments) -> Shapes | None:
-    sizes, dim = _sizes(call, "self"), _int(call, "dim")
-    if sizes is None or dim is None or (dim := _dim(dim, len(sizes))) is None or not sizes:
+def _selected(call: CallArguments) -> Shapes | str | None:
+    """copy_ops_util.cpp, check_select_copy_out_args: a dim of ``self``, an index of that dim."""
+    sizes, given, index = _sizes(call, "self"), _int(call, "dim"), _int(call, "index")
+    if not sizes or given is None:
         return None
+    dim = _dims([given], len(sizes), "dim", f"self {list(sizes)}")
+    if isinstance(dim, str):
+        return dim
+    dim = dim[0]
+    if index is not None and not -sizes[dim] <= index < sizes[dim]:
+        return f"index {index} is out of range for dim {given} of self {list(sizes)} (size {sizes[dim]})"
     return {"out": sizes[:dim] + sizes[dim + 1 :]}
 
 
-def _unsqueezed(call: CallArguments) -> Shapes | None:
-    sizes, dim = _sizes(call, "self"), _int(call, "dim")
-    if sizes is None or dim is None or (dim := _dim(dim, len(sizes) + 1)) is None:
+def _unsqueezed(call: CallArguments) -> Shapes | str | None:
+    """op_unsqueeze_copy.cpp: a dim of the out, one rank above ``self``."""
+    sizes, given = _sizes(call, "self"), _int(call, "dim")
+    if sizes is None or given is None:
         return None
-    return {"out": sizes[:dim] + (1,) + sizes[dim:]}
+    dim = _dims([given], len(sizes) + 1, "dim", f"the out of unsqueezing self {list(sizes)}")
+    if isinstance(dim, str):
+        return dim
+    return {"out": sizes[: dim[0]] + (1,) + sizes[dim[0] :]}
 
 
 def _copied(call: CallArguments) -> Shapes | str | None:
@@ -323,11 +363,17 @@ def _copied(call: CallArguments) -> Shapes | str | None:
 def _split(call: CallArguments) -> Shapes | str | None:
     """op_split_with_sizes_copy.cpp: the sizes add up to ``dim``'s; one out per size."""
     sizes, split, given = _sizes(call, "self"), call.ints("split_sizes"), _int(call, "dim")
-    dim = _dim(given, len(sizes)) if sizes and given is not None else None
-    if sizes is None or split is None or dim is None:
+    if not sizes or split is None or given is None:
         return None
+    dim = _dims([given], len(sizes), "dim", f"self {list(sizes)}")
+    if isinstance(dim, str):
+        return dim
+    dim = dim[0]
     if sum(split) != sizes[dim]:
         return f"split_sizes {split} do not add up to self {list(sizes)}'s dim {given}"
+    outs = call.value("out")
+    if isinstance(outs, TensorList) and len(outs.items) != len(split):
+        return f"split_sizes {split} make {len(split)} tensors, and out lists {len(outs.items)}"
     return {f"out[{k}]": sizes[:dim] + (n,) + sizes[dim + 1 :] for k, n in enumerate(split)}
 
 

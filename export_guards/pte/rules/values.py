@@ -212,7 +212,8 @@ def _live_overlaps(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int
         if roots[a] == roots[b] or _copied_onto_itself(plan, accesses, at, a, b, first, last):
             continue  # views on their base's memory; a copy of its own bytes
         if first == last and first < len(at):
-            if reads_before_overwriting(plan, accesses[first], a, b, at[first]):
+            # a view placed on a call's out (a static reshape) shares its bytes: the call's order decides for it too
+            if any(reads_before_overwriting(plan, accesses[first], x, y, at[first]) for x, y in {(a, b), (roots[a], roots[b])}):
                 continue  # one call reads each byte before it writes over it
             if {a, b} <= accesses[first].writes and lifetimes[a] == lifetimes[b] == [(first, first)]:
                 continue  # two outs of one call that nothing reads (a layer norm's stats): either may win
