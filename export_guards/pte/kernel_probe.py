@@ -45,6 +45,7 @@ _MASK = frozenset({"mask", "condition"})
 _BASES = ("float32", "int32")  # the made-up tensors' dtype: float32, else int32 (the bitwise kernels)
 _PER_BASE = 2  # made-up calls tried per operator and base dtype until one runs
 _ATTEMPTS = _PER_BASE * len(_BASES)
+_LOWERINGS = 3  # made-up calls lowered per operator and base dtype, at most
 _PER_METHOD_SECONDS = 20
 
 
@@ -101,10 +102,10 @@ def _one_op_programs(torch: Any, name: str) -> Iterator[tuple[Any, str]]:
     if functional is None:
         return
     for base in _BASES:
-        made = 0
+        made = lowered = 0
         for positional, keywords in _calls(torch, functional._schema, getattr(torch, base)):
-            if made == _PER_BASE:
-                break
+            if made == _PER_BASE or lowered == _LOWERINGS:
+                break  # a second each: an operator that lowering decomposes is so for every call
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -113,6 +114,7 @@ def _one_op_programs(torch: Any, name: str) -> Iterator[tuple[Any, str]]:
             except Exception:  # noqa: BLE001 - torch refuses this made-up call: the next one
                 continue
             program = _lowered(torch, name, functional, positional, keywords)
+            lowered += 1
             if program is not None:
                 made += 1
                 yield program, base

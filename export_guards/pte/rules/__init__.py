@@ -1,14 +1,14 @@
-"""The program-file rules (EG501-EG523, and EG530-EG535 of an update), one module per subject, as ``PTE_RULES``."""
+"""The program-file rules (EG501-EG525, and EG530-EG535 of an update), one module per subject, as ``PTE_RULES``."""
 
 from __future__ import annotations
 
-from export_guards.pte.rules import availability, delegate_calls, delegates, external, instructions, kernels, portable, reproducible, runtime, structure, update, values
+from export_guards.pte.rules import availability, delegate_calls, delegates, dtypes, external, instructions, kernels, portable, reproducible, runtime, structure, update, values
 from export_guards.ruleset import RuleSet
 
 __all__ = ["PTE_RULES"]
 
 # A new rule: its entry in ruleset/catalog.py, its check under @rule(code) in its subject's module.
 PTE_RULES = RuleSet.of(
-    structure, delegates, delegate_calls, external, instructions, kernels, portable, availability, values, reproducible, update, runtime
+    structure, delegates, delegate_calls, external, instructions, kernels, dtypes, portable, availability, values, reproducible, update, runtime
 )
 """Every built-in program-file rule, by code (stages ``pte``, ``reproducible``, ``update``, ``runtime``)."""
