@@ -333,17 +333,24 @@ def _job(path: Path) -> dict[str, object]:
 
 def _run(programs: list[Path]) -> list[str]:
     """What each program did in ``executorch.runtime``, run in children: a child that dies takes
-    the program it was running with it (``"abort"``), and the next child goes on."""
+    the program it was running with it, which then runs alone in a fresh child (a crash that a
+    program before it caused is not its own): ``"abort"`` where it dies there too."""
     outcomes: list[str] = []
     while len(outcomes) < len(programs):
-        rest = [_job(path) for path in programs[len(outcomes) :]]
-        child = subprocess.run(
-            [sys.executable, "-m", "export_guards.workers.kernel_probe"],
-            input=json.dumps(rest), capture_output=True, text=True, timeout=_PER_METHOD_SECONDS * len(rest) + 60,
-        )
-        lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-        outcomes.extend(line["outcome"] for line in lines if "outcome" in line)
-        if len(outcomes) < len(programs):
-            outcomes.append("abort")  # the job it was running when it died
+        ran, died = _child([_job(path) for path in programs[len(outcomes) :]])
+        outcomes.extend(ran)
+        if died:
+            alone, _ = _child([_job(programs[len(outcomes)])])
+            outcomes.append(alone[0] if alone else "abort")
     return outcomes
 
+
+def _child(jobs: list[dict[str, object]]) -> tuple[list[str], bool]:
+    """The outcomes of ``jobs`` in one child, up to the one it died in, and whether it died."""
+    child = subprocess.run(
+        [sys.executable, "-m", "export_guards.workers.kernel_probe"],
+        input=json.dumps(jobs), capture_output=True, text=True, timeout=_PER_METHOD_SECONDS * len(jobs) + 60,
+    )
+    lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    outcomes = [line["outcome"] for line in lines if "outcome" in line]
+    return outcomes, len(outcomes) < len(jobs)
