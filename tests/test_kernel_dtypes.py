@@ -121,7 +121,9 @@ def test_the_shipped_table_is_what_the_kernels_do() -> None:
     assert shipped["versions"] == kernel_dtypes.installed_versions()
     few = [LOG_SOFTMAX, "aten::mm.out", "aten::cat.out", "aten::mul.Scalar_out"]
     assert probe(few) == {name: shipped["kernels"][name] for name in few}
-    assert len(shipped["kernels"]) >= 150
+    common = ("_softmax", "add", "mul", "mm", "addmm", "bmm", "convolution", "cat", "index.Tensor_out", "embedding", "sum.IntList_out", "native_layer_norm")
+    assert all(any(k.startswith(f"aten::{c}.") or k == f"aten::{c}" for k in shipped["kernels"]) for c in common)
+    assert len(shipped["kernels"]) >= 140
 
 
 def test_another_executorch_without_a_table_says_nothing(float64_pte: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
