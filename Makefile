@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-known-wrong delegate-numerics operator-table same-outcome clean
+.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-known-wrong delegate-numerics operator-table kernel-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -143,6 +143,11 @@ delegate-numerics: $(INSTALLED)
 # from the live registry of the pinned torch and ExecuTorch: after a change of constraints.txt.
 operator-table: $(INSTALLED)
 	$(PY) -c "from export_guards.pte.reader.schemas import write_shipped; print(write_shipped())"
+
+# The dtypes each kernel of the installed executorch.runtime takes, found by running each one
+# (export_guards/pte/kernel_probe.py; minutes): EG525's table, after a change of the pinned ExecuTorch.
+kernel-table: $(INSTALLED)
+	$(PY) -c "from export_guards.pte.kernel_probe import write_shipped; print(write_shipped())"
 
 # The guarded export's time, this tree against HEAD, side by side (issue 39: no slower).
 bench-export-ab: $(INSTALLED)

@@ -310,6 +310,29 @@ def test_eg520_a_program_without_a_delegate_runs_its_compute_on_portable_kernels
     assert not {"aten::convolution", "aten::addmm"} & {op.name for op in eg_program(lowered).execution_plan[0].operators}
 
 
+def test_eg525_a_kernel_call_in_a_dtype_the_kernel_has_no_path_for_fails_in_the_runtime_and_the_cast_runs() -> None:
+    class LogSoftmax(nn.Module):
+        def __init__(self, fixed: bool) -> None:
+            super().__init__()
+            self.fixed = fixed
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.fixed:  # the fix: compute in a dtype the kernel takes, cast back after
+                return torch.log_softmax(x.float(), dim=-1).double()
+            return torch.log_softmax(x, dim=-1)
+
+    x = torch.randn(3, 7, dtype=torch.float64)
+    program = to_edge_transform_and_lower(torch.export.export(LogSoftmax(False), (x,))).to_executorch().buffer
+    (finding,) = eg.check_pte(program).with_code("EG525")
+    assert "fails the call (0x12" in finding.message and "cast to float32" in finding.fix
+    with pytest.raises(RuntimeError, match="0x12"):  # the claim: the runtime fails the call
+        Runtime.get().load_program(program).load_method("forward").execute([x])
+    fixed = to_edge_transform_and_lower(torch.export.export(LogSoftmax(True), (x,))).to_executorch().buffer
+    assert not eg.check_pte(fixed).with_code("EG525")
+    (out,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
+    torch.testing.assert_close(out, torch.log_softmax(x, dim=-1), atol=1e-5, rtol=1e-5)
+
+
 def eg_program(pte: bytes) -> object:
     from executorch.exir._serialize._program import deserialize_pte_binary
 

@@ -584,6 +584,19 @@ _RULES = (
         "pte",
     ),
     Rule(
+        "EG525",
+        "kernel-dtype-refused",
+        Severity.ERROR,
+        "A method calls a portable kernel with tensors of dtypes that executorch.runtime's kernel "
+        "has no path for (log_softmax on float64): the runtime fails the call (0x12, the kernel's "
+        "dtype switch found no case), which only a run shows. What each kernel takes was found by "
+        "running it in every dtype (kernel_dtypes.json, per ExecuTorch version); a call whose "
+        "dtypes no probe made is not judged.",
+        "Compute in a dtype the kernel takes: cast to one before the op (x.float()) and back after "
+        "if needed; or lower the op into a delegate that takes the dtype.",
+        "pte",
+    ),
+    Rule(
         "EG526",
         "out-too-small-for-result",
         Severity.ERROR,
