@@ -13,6 +13,7 @@ import torch
 from conftest import Ran
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from lowering_models import NOT_CORE, Select
+from test_kernel_contracts import Lambda
 from torch import nn
 
 import export_guards as eg
@@ -25,15 +26,6 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # each claim is run in 
 DATA_DEPENDENT = EdgeCompileConfig(
     _core_aten_ops_exception_list=[torch.ops.aten.masked_select.default, torch.ops.aten.nonzero.default, torch.ops.aten.index.Tensor]
 )
-
-
-class Lambda(nn.Module):
-    def __init__(self, body: Callable[..., torch.Tensor]) -> None:
-        super().__init__()
-        self.body = body
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.body(*inputs)
 
 
 class Broadcasting(nn.Module):

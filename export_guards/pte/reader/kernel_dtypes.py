@@ -10,18 +10,15 @@ nothing. It is read on the first lookup, that is, only for a program with kernel
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import os
-import tempfile
 import threading
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import final
 
+from export_guards.pte.reader import version_tables
 from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import dtype_name
+from export_guards.pte.reader.version_tables import Versions
 from export_guards.pte.reader.wheel import Bool, Double, ExecutionPlan, Int, KernelCall, Null, OptionalTensorList, Tensor, TensorList
 
 __all__ = ["SHIPPED", "KernelDtypes", "cached_path", "installed_versions", "kernel_dtypes", "signature", "write_table"]
@@ -82,15 +79,9 @@ def kernel_dtypes(name: str) -> KernelDtypes | None:
     return KernelDtypes(tuple(row["takes"]), row["calls"]) if row is not None else None
 
 
-def installed_versions() -> dict[str, str | None]:
+def installed_versions() -> Versions:
     """The installed versions of the packages whose kernels the table holds."""
-    found: dict[str, str | None] = {}
-    for package in PACKAGES:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = None
-    return found
+    return version_tables.installed_versions(PACKAGES)
 
 
 _reading = threading.Lock()  # --jobs: one thread reads the table, the others wait for it
@@ -111,29 +102,15 @@ def _table_once() -> dict[str, dict]:
     return {}  # no table for this ExecuTorch: EG525 says nothing rather than guess
 
 
-def _read(path: Path, versions: dict[str, str | None]) -> dict[str, dict] | None:
-    try:
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict) or document.get("versions") != versions or not isinstance(document.get("kernels"), dict):
-        return None
-    return document["kernels"]
+def _read(path: Path, versions: Versions) -> dict[str, dict] | None:
+    return version_tables.read_table(path, versions, "kernels")
 
 
-def cached_path(versions: dict[str, str | None]) -> Path:
+def cached_path(versions: Versions) -> Path:
     """Where the user's cache keeps the table of an ExecuTorch version other than the shipped one's."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    tag = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
-    return root / "export-guards" / f"kernel_dtypes-{tag}.json"
+    return version_tables.cached_path("kernel_dtypes", versions)
 
 
-def write_table(path: Path, versions: dict[str, str | None], kernels: dict[str, dict]) -> None:
-    """Write the table at ``path``, whole or not at all (a concurrent reader sees the old one or
-    the new one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"versions": versions, "kernels": kernels}, indent=0, sort_keys=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".part", delete=False) as file:
-        file.write(text + "\n")
-    os.chmod(file.name, 0o644)  # as any file written plainly (a temporary file is the owner's alone)
-    os.replace(file.name, path)
+def write_table(path: Path, versions: Versions, kernels: dict[str, dict]) -> None:
+    """Write the table at ``path``, whole or not at all, one value a line (it is reviewed in diffs)."""
+    version_tables.write_table(path, versions, "kernels", kernels, lines=True)

@@ -11,15 +11,13 @@ is, only for a program with kernel calls."""
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import os
-import tempfile
 import threading
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import final
+
+from export_guards.pte.reader import version_tables
+from export_guards.pte.reader.version_tables import Versions
 
 __all__ = ["SHIPPED", "Argument", "OperatorSchema", "installed_versions", "operator_schema", "write_shipped", "write_table"]
 
@@ -71,15 +69,9 @@ def operator_schema(name: str, overload: str) -> OperatorSchema | None:
     )
 
 
-def installed_versions() -> dict[str, str | None]:
+def installed_versions() -> Versions:
     """The installed versions of the packages whose operators the table holds."""
-    found: dict[str, str | None] = {}
-    for package in PACKAGES:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = None
-    return found
+    return version_tables.installed_versions(PACKAGES)
 
 
 _building = threading.Lock()  # --jobs: one thread reads or builds the table, the others wait for it
@@ -107,31 +99,18 @@ def _table_once() -> dict[str, list]:
     return rows
 
 
-def _read(path: Path, versions: dict[str, str | None]) -> dict[str, list] | None:
-    try:
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict) or document.get("versions") != versions or not isinstance(document.get("operators"), dict):
-        return None
-    return document["operators"]
+def _read(path: Path, versions: Versions) -> dict[str, list] | None:
+    return version_tables.read_table(path, versions, "operators")
 
 
-def _cached(versions: dict[str, str | None]) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    tag = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
-    return root / "export-guards" / f"operator_schemas-{tag}.json"
+def _cached(versions: Versions) -> Path:
+    return version_tables.cached_path("operator_schemas", versions)
 
 
-def write_table(path: Path, versions: dict[str, str | None], rows: dict[str, list[object]]) -> None:
+def write_table(path: Path, versions: Versions, rows: dict[str, list[object]]) -> None:
     """Write the table at ``path``, whole or not at all (a concurrent reader sees the old one or
     the new one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"versions": versions, "operators": rows}, separators=(",", ":"), sort_keys=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=path.name, suffix=".part", delete=False) as file:
-        file.write(text + "\n")
-    os.chmod(file.name, 0o644)  # as any file written plainly (a temporary file is the owner's alone)
-    os.replace(file.name, path)
+    version_tables.write_table(path, versions, "operators", rows)
 
 
 def write_shipped() -> Path:
