@@ -39,7 +39,7 @@ from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.store_once import store_once
 from export_guards.quiet import buffer_warning_answered
 from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
-from export_guards.report import Report, SourceLocation
+from export_guards.report import Finding, Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
 from export_guards.targets import hint_for, load_target, step, step_report, target_file
@@ -184,8 +184,9 @@ def refuse_misrun(pte: bytes, edge: EdgeProgramManager) -> None:
         ProgramRefused: any other error.
     """
     errors = check_pte(pte, config=_REFUSED, locate=operator_sites(edge)).errors
-    if any(f.code == arena_overlap.code for f in errors):
-        refuse_shared_memory(pte, _control_flow_calls(edge))
+    shared = [f for f in errors if f.code == arena_overlap.code]
+    if shared:  # the errors found here, not a second check: said as the control flow's
+        raise _shared_memory_error(pte, shared, _control_flow_calls(edge), Report.of(errors))
     if errors:
         said = "; ".join(f"{f.code} {f.message}" + (f" ({f.location})" if f.location else "") for f in errors[:3])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
@@ -202,15 +203,20 @@ def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> Non
         SharedMemoryError: naming both values of each pair and the operators that write them.
     """
     errors = check_pte(pte, rules=RuleSet.of(arena_overlap)).errors
-    if not errors:
-        return
+    if errors:
+        raise _shared_memory_error(pte, errors, calls, Report.of(errors))
+
+
+def _shared_memory_error(pte: bytes, shared: Sequence[Finding], calls: Sequence[torch.fx.Node], report: Report) -> SharedMemoryError:
+    """The error for ``shared`` (EG518's findings), on the lines of ``calls``; ``report``: every
+    error of the program."""
     lines = sorted({str(site) for site in map(node_location, calls) if site is not None})
     where = f" (the model's torch.cond calls: {', '.join(lines)})" if lines else ""
-    raise SharedMemoryError(
-        "the program would compute wrong values: " + "; ".join(f.message for f in errors) + where
+    return SharedMemoryError(
+        "the program would compute wrong values: " + "; ".join(f.message for f in shared) + where
         + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
         "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
-        Report.of(errors),
+        report,
         pte,
     )
 
