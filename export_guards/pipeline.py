@@ -31,6 +31,7 @@ from export_guards.lowering import Lowering
 from export_guards.passes.control_flow import copied_results_report, outliving_results
 from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
+from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
@@ -387,7 +388,7 @@ def lower_with_guards(
     host cannot read stops the export here, ``edge=None``, or is copied with ``placement="copy"``;
     a backend that holds device constants on purpose defers to its guarded partitioner); the fold
     of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the program-stage
-    lint; ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
+    lint (torchao's int8 x int8 dynamic linears rewritten before it, EG407); ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
     (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
     where its rules apply (XNNPACK). ``GuardedExport.to_pte`` emits with :func:`emit_passes`. The
     lint does not raise: compare ``report`` with a fail level, as the command line does.
@@ -412,7 +413,7 @@ def lower_with_guards(
         return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     placed = plan.carried_out(program)
     ledger.put(None, "copy", placed.report)
-    program = _folded_and_linted(placed.exported_program, settings, ledger)
+    program = _folded_and_linted(placed.exported_program, settings, ledger, delegated=bool(chosen.partitioners))
     progress.now(f"decomposing {sum(n.op == 'call_function' for n in program.graph.nodes):,} ops to the edge dialect")
     try:
         edge, reasons = _lowered(program, settings, chosen, lowering, ledger)
@@ -431,10 +432,14 @@ def lower_with_guards(
     return GuardedExport(program, edge, ledger.report(settings), lowering=lowering)
 
 
-def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Ledger) -> ExportedProgram:
-    """``program`` with what ``to_edge`` would reject (weight math outside core ATen) folded
-    first, where the fold is on, and linted at the program stage (with the fold plan, unless the
-    early fold made a new program): each recorded in ``ledger``."""
+def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Ledger, *, delegated: bool) -> ExportedProgram:
+    """``program`` with what ``to_edge`` would reject made core ATen first: torchao's int8 x int8
+    dynamic linears rewritten (EG407; for a delegate, or for the portable kernels when not
+    ``delegated``), whatever the fold setting, and weight math outside core ATen folded, where
+    the fold is on; then linted at the program stage (with the fold plan, unless the early fold
+    made a new program): each recorded in ``ledger``."""
+    program, rewritten = rewrite_int8_dynamic_linears(program, delegated=delegated)
+    ledger.put(None, "rewrite before to_edge", rewritten)
     fold_plan = None
     if settings.fold:
         fold_plan = plan_fold(program, max_growth=settings.fold_max_growth)

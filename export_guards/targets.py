@@ -375,6 +375,18 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "`export_guards.Exportable(model, inputs, strict=True)`.",
     ),
     (
+        # Allowing _int_mm (the generic hint's exception list) fails next on torchao's own ops.
+        ("aten._int_mm.default is not in Core ATen",),
+        "torchao's Int8DynamicActivationInt8WeightConfig: to_edge rejects its aten._int_mm, and "
+        "allowing it (`_core_aten_ops_exception_list`) leaves torchao's quantize ops without a kernel. "
+        "Rewrite the linears into the form ExecuTorch computes before lowering: `program, report = "
+        "export_guards.fold_non_core_constants(program, partitioner=partitioner)` before "
+        "to_edge_transform_and_lower (`partitioner=[]` for the portable kernels); lower_with_guards, "
+        "export-guards lint and the fixtures do it. Or quantize with "
+        "`Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))`, "
+        "the same int8 x int8 linear in that form.",
+    ),
+    (
         ("not in Core ATen", "not an aten op", "is not Aten Canonical"),
         "an op outside core ATen: ExecuTorch's default EdgeCompileConfig rejects it. If your own "
         "script lowers with `EdgeCompileConfig(_core_aten_ops_exception_list=[...])` (or "

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import torch
+from executorch.exir.backend.partitioner import Partitioner
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
@@ -28,6 +29,7 @@ from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_origin, node_site
 from export_guards.analysis.storage import plain_tensors
 from export_guards.internals import fake_mode_of, program_with_parts
+from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
@@ -48,9 +50,17 @@ def fold_constants(
 
 
 def fold_non_core_constants(
-    program: ExportedProgram, *, max_growth: float = DEFAULT_MAX_GROWTH, plan: FoldPlan | None = None
+    program: ExportedProgram,
+    *,
+    max_growth: float = DEFAULT_MAX_GROWTH,
+    plan: FoldPlan | None = None,
+    partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None = None,
 ) -> tuple[ExportedProgram, Report]:
-    """Fold ``program`` now if one of its constant-only computations uses an op outside core
+    """Make ``program`` one that ``to_edge`` takes: each linear that torchao's
+    ``Int8DynamicActivationInt8WeightConfig`` quantized, whose ``aten._int_mm`` ``to_edge``
+    rejects, rewritten into the dynamically quantized linear this ExecuTorch computes
+    (:func:`~export_guards.passes.int8_dynamic.rewrite_int8_dynamic_linears`, EG407); then
+    folded now if one of its constant-only computations uses an op outside core
     ATen, which ``to_edge`` decomposes or, when no decomposition exists, rejects
     (``orthogonal``'s ``linalg_matrix_exp``, ``linalg_householder_product``, ``linalg_solve``;
     hand-written weight math), or a quantize of constants (folded now, a quantized linear's
@@ -59,12 +69,27 @@ def fold_non_core_constants(
 
     Apply it to the torch.export program, before ``to_edge`` / ``to_edge_transform_and_lower``.
     ``plan`` is ``program``'s fold plan at ``max_growth``, when the caller has made it (the
-    lint reads it too); otherwise it is made here.
+    lint reads it too); otherwise it is made here (and again after a rewrite). ``partitioner``:
+    the partitioners the program will be lowered with, as ``to_edge_transform_and_lower`` takes
+    them; ``[]`` for the portable kernels, which then run the rewritten linears' quantization as
+    core ATen ops; not given, a delegate (XNNPACK) takes them.
     """
+    rewritten, report = rewrite_int8_dynamic_linears(program, delegated=_delegated(partitioner))
+    if rewritten is not program:
+        program, plan = rewritten, None
     plan = plan or plan_fold(program, max_growth=max_growth)
     if not plan.roots or not any(outside_core_aten(node.target) for node in plan.foldable):
-        return program, Report()  # what it declines, the fold in transform_passes says
-    return _apply(program, plan)
+        return program, report  # what it declines, the fold in transform_passes says
+    folded, early = _apply(program, plan)
+    return folded, report + early
+
+
+def _delegated(partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None) -> bool:
+    """Whether a delegate lowers the program: partitioners not given, or given for a method."""
+    if partitioner is None:
+        return True
+    lists = list(partitioner.values()) if isinstance(partitioner, Mapping) else [partitioner]
+    return any(len(parts) for parts in lists)
 
 
 class FoldConstantsPass(ExportedProgramPassBase):

@@ -67,14 +67,14 @@ class KnownWrongDelegationPass(ExportedProgramPassBase):
         matches = known_wrong_in(exported_program, self.backend_ids)
         if not matches:
             return GuardPassResult(exported_program, False)
-        module, copied = _copied(exported_program.graph_module)
+        module, copied = copied_module(exported_program.graph_module)
         for original in dict.fromkeys(step for match in matches for step in match.path):
             _detach(copied[original])
         report = Report.of([_finding(match, kept=True) for match in matches])
         return GuardPassResult(updated_program(exported_program, module, exported_program.graph_signature), True, report)
 
 
-def _copied(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
+def copied_module(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
     """A copy of ``module``'s graph (each node's metadata a copy of its own), and each original
     node's copy."""
     graph = Graph()

@@ -324,6 +324,21 @@ _RULES = (
         done=("torch.cond result given bytes of its own", "torch.cond results given bytes of their own"),
     ),
     Rule(
+        "EG407",
+        "int8-dynamic-linear-rewritten",
+        Severity.INFO,
+        "A guard rewrote a linear that torchao's Int8DynamicActivationInt8WeightConfig quantized, "
+        "whose aten._int_mm to_edge rejects (not core ATen), into the dynamically quantized linear "
+        "this ExecuTorch computes (the activation quantized and dequantized, the int8 weight "
+        "dequantized, linear: the form 8da8w exports): XNNPACK delegates it, the portable kernels "
+        "run it otherwise, and the weight stays int8.",
+        "Nothing to do: the program computes the quantized model's linear. Where you lower "
+        "yourself, run the step that rewrites it: program, report = "
+        "eg.fold_non_core_constants(program) before to_edge_transform_and_lower.",
+        "action",
+        done=("int8 dynamic linear rewritten", "int8 dynamic linears rewritten"),
+    ),
+    Rule(
         "EG501",
         "pte-header",
         Severity.ERROR,

@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 
 from export_guards import progress
 from export_guards.backends import device_backend_ids
+from export_guards.passes.int8_dynamic import refuse_int8_dynamic_linears
 from export_guards.passes.known_wrong import refuse_known_wrong
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.plan import check_policy, plan_partition, plan_placement
@@ -50,7 +51,11 @@ class GuardedPartitioner(Partitioner):
 
     An op it tags into a delegate that is known to compute it wrong (EG405), which
     ``guard_passes(partitioner=...)`` keeps off before partitioning, raises
-    :class:`~export_guards.KnownWrongDelegationError` when no guard pass ran.
+    :class:`~export_guards.KnownWrongDelegationError` when no guard pass ran. A linear of torchao's
+    ``Int8DynamicActivationInt8WeightConfig`` that reaches it before decomposition (no
+    ``fold_non_core_constants`` ran, which rewrites it: EG407) raises
+    :class:`~export_guards.LoweringFailed` naming that step, where ``to_edge`` would reject its
+    ``_int_mm`` with no fix named.
 
     Everything else (``ops_to_not_decompose``, the wrapped partitioner's own pre-decomposition
     transform, run after the copy, the spec, any other attribute) is the wrapped partitioner's
@@ -106,6 +111,7 @@ class GuardedPartitioner(Partitioner):
         return self.partitioner.ops_to_not_decompose(ep)
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        refuse_int8_dynamic_linears(exported_program)  # to_edge would reject it, naming no fix
         if self.placement == "copy":
             # Constants without data stop nothing here: the transform passes stop them, naming
             # the method, as without this copy.
