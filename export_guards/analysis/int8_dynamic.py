@@ -89,7 +89,7 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
     weight = part[0]
     out_features, in_features = codes.meta["val"].shape
     shape = (*quantized.args[0].meta["val"].shape[:-1], out_features)
-    if quantized.args[0].meta["val"].shape[-1] != in_features:
+    if quantized.args[0].meta["val"].shape[-1] != in_features or tuple(transposed.meta["val"].shape) != (in_features, out_features):
         return None
     found = _scaled(matmul, quantized.args[2], weight, shape, quantized.args[0].meta["val"].dtype)
     if found is None:

@@ -93,6 +93,10 @@ def guard_passes(
     3. ``KnownWrongDelegationPass``: what a delegate is known to compute wrong is left to the
        runtime's kernels (EG405): their backends' patterns with guarded partitioners, else all.
 
+    What ``to_edge``'s verifier rejects never reaches them: run
+    ``fold_non_core_constants(program, partitioner=partitioner)`` on the torch.export program
+    first (weight math outside core ATen; torchao's int8 x int8 dynamic linears, EG407).
+
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
     backend) needs the partitioners guarded, which check each constant once their

@@ -95,11 +95,10 @@ def _rewrite(found: Int8DynamicLinear, copies: dict[Node, Node]) -> None:
     with graph.inserting_before(result):
         activation = _call(graph, torch.ops.torchao.dequantize_affine.default, (quantized, block, x_scale, x_zero, dtype, low, high), matmul, output_dtype=out_dtype)
         zero = _call(graph, _INNER, (weight, "zero_point"), matmul) if _has_zero_point(weight) else None
-        in_features = codes.meta["val"].shape[1]
-        row = [1, in_features]
         info = torch.iinfo(torch.int8)
+        weight_block = _weight_block(weight, codes)
         dequantized = _call(
-            graph, torch.ops.torchao.dequantize_affine.default, (codes, row, scale, zero, torch.int8, info.min, info.max), matmul, output_dtype=out_dtype
+            graph, torch.ops.torchao.dequantize_affine.default, (codes, weight_block, scale, zero, torch.int8, info.min, info.max), matmul, output_dtype=out_dtype
         )
         bias = copies[found.bias] if found.bias is not None else None
         linear = _call(graph, torch.ops.aten.linear.default, (activation, dequantized, bias), matmul)
@@ -122,6 +121,13 @@ def _erase_replaced(graph: Graph, computed: set[Node], keep: set[object]) -> Non
     for node in reversed(list(graph.nodes)):
         if not node.users and (node in replaced or (is_assertion(node) and node.args[0] in replaced)):
             graph.erase_node(node)
+
+
+def _weight_block(weight: Node, codes: Node) -> list[int]:
+    """The block each of the weight's scales applies to: the quantized weight's own
+    (``block_size``: a row per output feature for per-channel scales), else a row."""
+    block = getattr(weight.meta["val"], "block_size", None)
+    return [int(size) for size in block] if block is not None and len(block) == 2 else [1, int(codes.meta["val"].shape[1])]
 
 
 def _has_zero_point(weight: Node) -> bool:
