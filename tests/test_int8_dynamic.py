@@ -127,6 +127,17 @@ def test_the_pass_list_with_its_pre_step_writes_a_right_program(built: dict, bac
     assert eg.delegation_summary(edge).count("linear", "mm", "addmm") == ((2, 2) if backend == "xnnpack" else (0, 2))
 
 
+def test_a_guarded_recipe_writes_a_right_program(built: dict) -> None:
+    from executorch.export import export as export_recipe
+
+    from export_guards.recipes import recipe_named
+
+    model, inputs, _ = built["mlp"]
+    session = export_recipe(model, [inputs], eg.guard_recipe(recipe_named("xnnpack_fp32")))
+    assert relative_error(model, inputs, session.get_pte_buffer()) <= NOISE
+    said_on_the_users_line(eg.recipe_report(session), 2, "mlp")
+
+
 def test_the_rewrite_is_the_form_8da8w_exports() -> None:
     """The same MLP quantized 8da8w (int8 weights per channel) exports the ops the rewrite makes,
     in the same order: the form XNNPACK's partitioner knows."""

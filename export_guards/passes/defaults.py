@@ -83,8 +83,8 @@ def guard_passes(
     (``except ConstantPlacementError``, or ``except InternalError``), with or without
     partitioners.
 
-    They run after ``to_edge`` and before any partitioner:
-
+    They run after ``to_edge`` and before any partitioner (what ``to_edge`` rejects, the step
+    before it makes core ATen: ``fold_non_core_constants(program, partitioner=partitioner)``):
     1. ``ConstantPlacementPass(placement)``: a constant that a delegate's preprocess or the
        emitter would read from device memory is reported instead of crashing the process; with
        ``"copy"`` the method becomes its host twin, whose ``.pte`` is the CPU export's (EG103).
@@ -92,10 +92,6 @@ def guard_passes(
        static parameters that delegates such as XNNPACK take.
     3. ``KnownWrongDelegationPass``: what a delegate is known to compute wrong is left to the
        runtime's kernels (EG405): their backends' patterns with guarded partitioners, else all.
-
-    What ``to_edge``'s verifier rejects never reaches them: run
-    ``fold_non_core_constants(program, partitioner=partitioner)`` on the torch.export program
-    first (weight math outside core ATen; torchao's int8 x int8 dynamic linears, EG407).
 
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
