@@ -84,7 +84,7 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
     quantized = _source(activation, _RESHAPES)
     codes = _source(transposed, _TRANSPOSES) if _called(transposed, *_TRANSPOSES) else None
     part = weight_part(codes) if codes is not None else None
-    if not _called(quantized, "quantize_affine") or quantized.args[4] != torch.int8 or part is None or part[1] != "qdata":
+    if not _called(quantized, "quantize_affine") or quantized.args[4:5] != (torch.int8,) or part is None or part[1] != "qdata":
         return None
     weight = part[0]
     out_features, in_features = codes.meta["val"].shape
