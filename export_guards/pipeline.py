@@ -32,6 +32,7 @@ from export_guards.passes.control_flow import copied_results_report, outliving_r
 from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
+from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops, float8_refusal
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
@@ -385,7 +386,9 @@ def lower_with_guards(
     on); ``lowering``: the user's own partitioners and configs (:class:`Lowering`), lowered with
     instead of ``backend``'s. In order: the placement plan (:func:`plan_placement`: a constant the
     host cannot read stops the export here, ``edge=None``, or is copied with ``placement="copy"``;
-    a backend that holds device constants on purpose defers to its guarded partitioner); the fold
+    a backend that holds device constants on purpose defers to its guarded partitioner); for the
+    portable kernels, torchao's quantize ops decomposed as torchao defines them
+    (:func:`~export_guards.passes.quantized_ops.decompose_torchao_quantize_ops`); the fold
     of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the program-stage
     lint; ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
     (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
@@ -412,7 +415,14 @@ def lower_with_guards(
         return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     placed = plan.carried_out(program)
     ledger.put(None, "copy", placed.report)
-    program = _folded_and_linted(placed.exported_program, settings, ledger)
+    program = placed.exported_program
+    refused = float8_refusal(program)
+    if refused is not None:  # to_edge would stop on "mismatched dtypes", which says neither why nor what works
+        cause, location, hint = refused
+        raise LoweringFailed(f"to_edge_transform_and_lower would fail: {cause}", ledger.report(settings) + step_report("to_edge_transform_and_lower", cause, location, hint), location, hint)
+    if not chosen.partitioners:  # the portable kernels: torchao's quantize ops have none, their definitions do
+        program = decompose_torchao_quantize_ops(program)
+    program = _folded_and_linted(program, settings, ledger)
     progress.now(f"decomposing {sum(n.op == 'call_function' for n in program.graph.nodes):,} ops to the edge dialect")
     try:
         edge, reasons = _lowered(program, settings, chosen, lowering, ledger)
