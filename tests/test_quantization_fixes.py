@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from executorch.exir import to_edge_transform_and_lower
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from torch import nn
 
 import export_guards as eg
@@ -84,7 +84,7 @@ def test_the_pass_list_on_the_portable_kernels_names_the_path_that_decomposes_to
     program = torch.export.export(model, inputs)
     edge = to_edge_transform_and_lower(program, transform_passes=eg.guard_passes())
     with pytest.raises(eg.LoweringFailed, match="no kernel") as raised:
-        edge.to_executorch(eg.emit_passes())
+        edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))
     assert "lower_with_guards(program, backend='portable')" in (raised.value.hint or "")
     assert_right(model, inputs, backend="portable")
 
