@@ -415,14 +415,7 @@ def lower_with_guards(
         return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     placed = plan.carried_out(program)
     ledger.put(None, "copy", placed.report)
-    program = placed.exported_program
-    refused = float8_refusal(program)
-    if refused is not None:  # to_edge would stop on "mismatched dtypes", which says neither why nor what works
-        cause, location, hint = refused
-        raise LoweringFailed(f"to_edge_transform_and_lower would fail: {cause}", ledger.report(settings) + step_report("to_edge_transform_and_lower", cause, location, hint), location, hint)
-    if not chosen.partitioners:  # the portable kernels: torchao's quantize ops have none, their definitions do
-        program = decompose_torchao_quantize_ops(program)
-    program = _folded_and_linted(program, settings, ledger)
+    program = _folded_and_linted(_quantized_for(placed.exported_program, chosen, settings, ledger), settings, ledger)
     progress.now(f"decomposing {sum(n.op == 'call_function' for n in program.graph.nodes):,} ops to the edge dialect")
     try:
         edge, reasons = _lowered(program, settings, chosen, lowering, ledger)
@@ -439,6 +432,18 @@ def lower_with_guards(
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
     return GuardedExport(program, edge, ledger.report(settings), lowering=lowering)
+
+
+def _quantized_for(program: ExportedProgram, chosen: _Backend, settings: Settings, ledger: Ledger) -> ExportedProgram:
+    """``program``'s quantization in a form this lowering computes: torchao's quantize ops
+    decomposed for the portable kernels, which have none of them (their definitions are core
+    ATen); a float8 one, which nothing computes, refused naming what works."""
+    refused = float8_refusal(program)
+    if refused is not None:  # to_edge would stop on "mismatched dtypes", which says neither why nor what works
+        cause, location, hint = refused
+        report = ledger.report(settings) + step_report("to_edge_transform_and_lower", cause, location, hint)
+        raise LoweringFailed(f"to_edge_transform_and_lower would fail: {cause}", report, location, hint)
+    return program if chosen.partitioners else decompose_torchao_quantize_ops(program)
 
 
 def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Ledger) -> ExportedProgram:
