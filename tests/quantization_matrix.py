@@ -155,6 +155,12 @@ def model_of(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...], torch.Tens
         return model, inputs, model(*inputs)
 
 
+def factory(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Configuration ``name``'s quantized model and inputs, built anew: the lint's factory
+    (``export-guards lint tests/quantization_matrix.py:factory --arg name=...``)."""
+    return BY_NAME[name].build()
+
+
 @functools.cache
 def program_of(name: str) -> torch.export.ExportedProgram:
     """The torch.export program of configuration ``name`` (once per process)."""

@@ -1,12 +1,13 @@
 """Every quantization configuration through every guarded path, on XNNPACK and the portable
 kernels (``quantization_matrix``). Each cell, in one test (its programs are lowered once): a right
 program, or, where none exists, one error that names the configurations that work; the pass list
-(with and without the guarded partitioners) and the ``check_export`` fixture write
+(with and without the guarded partitioners), the ``check_export`` fixture and the lint write
 ``lower_with_guards``'s bytes or another right program; ``docs/llm.md``'s table holds what the cell measures."""
 
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 import export_guards as eg
 import quantization_matrix as matrix
 from export_guards.backends import backend_named
+from export_guards.cli import main
 
 pytestmark = [pytest.mark.slow]  # each cell lowers a model on every path
 
@@ -30,7 +32,7 @@ TABLE_MEASURED_HERE = all(metadata.version(package).startswith(version) for pack
 
 
 @pytest.mark.parametrize(("name", "backend"), CELLS, ids=[f"{name}-{backend}" for name, backend in CELLS])
-def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: str, check_export) -> None:  # noqa: ANN001 - the plugin's fixture
+def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: str, check_export, tmp_path: Path) -> None:  # noqa: ANN001 - the plugin's fixture
     cell = matrix.cell(name, backend)
     if name in matrix.NO_PROGRAM:
         assert cell.pte is None and matrix.NO_PROGRAM[name] in cell.error, f"{name} on {backend}: {cell.written}"
@@ -41,7 +43,7 @@ def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: 
             f"{name} on {backend}: the program is {cell.relative_error:.3g} off the quantized model ({cell.written})"
         )
         assert not eg.check_pte(cell.pte).errors, f"{name} on {backend}: check finds errors in what lower_with_guards wrote"
-        for path, pte in _other_paths(name, backend, check_export):
+        for path, pte in _other_paths(name, backend, check_export, tmp_path):
             if pte != cell.pte:  # another program (a path that decomposes in its own way): it must be right too
                 error = matrix.relative_error(name, pte)
                 assert error <= matrix.RIGHT, f"{name} on {backend}: {path}'s program is {error:.3g} off the quantized model"
@@ -53,10 +55,11 @@ def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: 
         )
 
 
-def _other_paths(name: str, backend: str, check_export) -> list[tuple[str, bytes]]:  # noqa: ANN001 - the plugin's fixture
+def _other_paths(name: str, backend: str, check_export, folder: Path) -> list[tuple[str, bytes]]:  # noqa: ANN001 - the plugin's fixture
     """The program each other guarded path writes for the cell: the pass list (its pre-``to_edge``
     step, ``guard_passes()``, ``emit_passes()``), with the guarded partitioners where there are
-    partitioners, and the ``check_export`` fixture (which also runs it against eager)."""
+    partitioners, the ``check_export`` fixture and the lint (both of which also run it against
+    eager, and fail on what they find)."""
     partitioners = backend_named(backend).partitioners()
     program, _ = eg.fold_non_core_constants(matrix.program_of(name))
     written = []
@@ -70,7 +73,11 @@ def _other_paths(name: str, backend: str, check_export) -> list[tuple[str, bytes
             assert not partitioners and _DECOMPOSES in (error.hint or ""), f"{name} on {backend}: the pass list fails: {error}"
     model, inputs, expected = matrix.model_of(name)
     checked = check_export(model, inputs, backend=backend, atol=matrix.RIGHT * float(expected.abs().max()), rtol=0.0)
-    return [*written, ("check_export", checked.pte)]
+    pte = folder / "linted.pte"
+    factory = f"{Path(matrix.__file__).as_posix()}:factory"
+    said = main(["lint", factory, "--arg", f"name={name!r}", "--backend", backend, "--pte", str(pte), "--quiet"])
+    assert said == 0 and pte.exists(), f"{name} on {backend}: the lint exits {said}"
+    return [*written, ("check_export", checked.pte), ("the lint", pte.read_bytes())]
 
 
 def test_the_docs_table_has_a_row_per_configuration_and_no_other() -> None:
