@@ -33,6 +33,7 @@ from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
+from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops, float8_refusal
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
@@ -386,7 +387,9 @@ def lower_with_guards(
     on); ``lowering``: the user's own partitioners and configs (:class:`Lowering`), lowered with
     instead of ``backend``'s. In order: the placement plan (:func:`plan_placement`: a constant the
     host cannot read stops the export here, ``edge=None``, or is copied with ``placement="copy"``;
-    a backend that holds device constants on purpose defers to its guarded partitioner); the fold
+    a backend that holds device constants on purpose defers to its guarded partitioner); for the
+    portable kernels, torchao's quantize ops decomposed as torchao defines them
+    (:func:`~export_guards.passes.quantized_ops.decompose_torchao_quantize_ops`); the fold
     of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the program-stage
     lint (torchao's int8 x int8 dynamic linears rewritten before it, EG407); ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
     (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
@@ -413,7 +416,7 @@ def lower_with_guards(
         return GuardedExport(program, None, ledger.report(settings), lowering=lowering)
     placed = plan.carried_out(program)
     ledger.put(None, "copy", placed.report)
-    program = _folded_and_linted(placed.exported_program, settings, ledger, delegated=bool(chosen.partitioners))
+    program = _folded_and_linted(_quantized_for(placed.exported_program, chosen, settings, ledger), settings, ledger)
     progress.now(f"decomposing {sum(n.op == 'call_function' for n in program.graph.nodes):,} ops to the edge dialect")
     try:
         edge, reasons = _lowered(program, settings, chosen, lowering, ledger)
@@ -432,14 +435,26 @@ def lower_with_guards(
     return GuardedExport(program, edge, ledger.report(settings), lowering=lowering)
 
 
-def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Ledger, *, delegated: bool) -> ExportedProgram:
-    """``program`` with what ``to_edge`` would reject made core ATen first: torchao's int8 x int8
-    dynamic linears rewritten (EG407; for a delegate, or for the portable kernels when not
-    ``delegated``), whatever the fold setting, and weight math outside core ATen folded, where
-    the fold is on; then linted at the program stage (with the fold plan, unless the early fold
-    made a new program): each recorded in ``ledger``."""
-    program, rewritten = rewrite_int8_dynamic_linears(program, delegated=delegated)
+def _quantized_for(program: ExportedProgram, chosen: _Backend, settings: Settings, ledger: Ledger) -> ExportedProgram:
+    """``program``'s quantization in a form this lowering computes, whatever the fold setting:
+    torchao's int8 x int8 dynamic linears, whose ``_int_mm`` ``to_edge`` rejects, rewritten into
+    the 8da8w form (EG407, recorded in ``ledger``); torchao's quantize ops decomposed for the
+    portable kernels, which have none of them (their definitions are core ATen); a float8 one,
+    which nothing computes, refused naming what works."""
+    refused = float8_refusal(program)
+    if refused is not None:  # to_edge would stop on "mismatched dtypes", which says neither why nor what works
+        cause, location, hint = refused
+        report = ledger.report(settings) + step_report("to_edge_transform_and_lower", cause, location, hint)
+        raise LoweringFailed(f"to_edge_transform_and_lower would fail: {cause}", report, location, hint)
+    program, rewritten = rewrite_int8_dynamic_linears(program)
     ledger.put(None, "rewrite before to_edge", rewritten)
+    return program if chosen.partitioners else decompose_torchao_quantize_ops(program)
+
+
+def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Ledger) -> ExportedProgram:
+    """``program`` with what ``to_edge`` would reject (weight math outside core ATen) folded
+    first, where the fold is on, and linted at the program stage (with the fold plan, unless the
+    early fold made a new program): each recorded in ``ledger``."""
     fold_plan = None
     if settings.fold:
         fold_plan = plan_fold(program, max_growth=settings.fold_max_growth)

@@ -348,6 +348,15 @@ def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
         raise StepFailed(step, raised + where + said + _found_before(error), cause, location, hint) from error
 
 
+QUANTIZATION_THAT_WORKS = (
+    "Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)) "
+    "(8-bit weights; weight_dtype=torch.int4 with PerGroup(32) for 4-bit), which XNNPACK computes, or "
+    "IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)) (torch.int4 with PerGroup(32)) "
+    "for weights only, on the portable kernels"
+)
+"""The torchao configurations that this ExecuTorch computes, as an error that names them says it
+(``tests/test_quantization_matrix.py`` follows it)."""
+
 HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("a leaf Variable that requires grad",),
@@ -403,6 +412,19 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "your own script does: return `export_guards.Exportable(model, inputs, partitioners=[...])` "
         "from the factory (for torchao's quantized ops, the XNNPACK partitioner with its quantized "
         "configs); a custom op's out variant must be registered (imported) before export.",
+    ),
+    (
+        ("Requires mslk",),
+        "torchao's Int4WeightOnlyConfig and Float8DynamicActivationInt4WeightConfig pack the weights for "
+        "CUDA kernels (the mslk package), which ExecuTorch does not run. Quantize for ExecuTorch with "
+        "IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(128)) (int4 weights in "
+        "Int4WeightOnlyConfig's groups of 128) or, for XNNPACK's speed, "
+        "Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(128)).",
+    ),
+    (
+        ("Float8 dynamic quantization requires",),
+        f"torchao's float8 configurations need a recent CUDA GPU, and ExecuTorch computes no float8. Quantize for "
+        f"ExecuTorch with {QUANTIZATION_THAT_WORKS}.",
     ),
 )
 """Hints for torch errors users meet, each with words of the error's text or type that say it."""

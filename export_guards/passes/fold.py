@@ -30,6 +30,7 @@ from export_guards.analysis.source import node_location, node_origin, node_site
 from export_guards.analysis.storage import plain_tensors
 from export_guards.internals import fake_mode_of, program_with_parts
 from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
+from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops
 from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
@@ -71,10 +72,13 @@ def fold_non_core_constants(
     ``plan`` is ``program``'s fold plan at ``max_growth``, when the caller has made it (the
     lint reads it too); otherwise it is made here (and again after a rewrite). ``partitioner``:
     the partitioners the program will be lowered with, as ``to_edge_transform_and_lower`` takes
-    them; ``[]`` for the portable kernels, which then run the rewritten linears' quantization as
-    core ATen ops; not given, a delegate (XNNPACK) takes them.
+    them; ``[]`` for the portable kernels, which have no kernel for torchao's quantize ops: they
+    are then decomposed into the core ATen ops torchao defines them by; not given, a delegate
+    (XNNPACK) takes them.
     """
-    rewritten, report = rewrite_int8_dynamic_linears(program, delegated=_delegated(partitioner))
+    rewritten, report = rewrite_int8_dynamic_linears(program)
+    if not _delegated(partitioner):  # the portable kernels have none of torchao's quantize ops
+        rewritten = decompose_torchao_quantize_ops(rewritten)
     if rewritten is not program:
         program, plan = rewritten, None
     plan = plan or plan_fold(program, max_growth=max_growth)

@@ -13,7 +13,7 @@ it into core ATen ops that the portable kernels run. The weight stays int8 in th
 from __future__ import annotations
 
 import torch
-from torch.export import ExportedProgram, default_decompositions
+from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 
 from export_guards.analysis.int8_dynamic import INT_MM, Int8DynamicLinear, int8_dynamic_linears, is_assertion
@@ -32,32 +32,19 @@ PRE_STEP = (
 )
 """The step before ``to_edge`` that rewrites these linears (``lower_with_guards`` runs it)."""
 
-# torchao's quantization ops, which ExecuTorch never decomposes (``_QUANT_PRIMITIVES``) and no
-# portable kernel runs: without a delegate to take them, the rewrite computes them as the core
-# ATen ops that torchao defines them by.
-_QUANTIZE_OPS = (
-    torch.ops.torchao.choose_qparams_affine.default,
-    torch.ops.torchao.quantize_affine.default,
-    torch.ops.torchao.dequantize_affine.default,
-)
-
 # What a node made by the rewrite keeps of the linear's ``_int_mm``: the user's line and module.
 _KEPT_META = ("stack_trace", "nn_module_stack", "torch_fn", "from_node")
 _INNER = torch.ops.export.access_subclass_inner_tensor.default
 
 
-def rewrite_int8_dynamic_linears(program: ExportedProgram, *, delegated: bool = True) -> tuple[ExportedProgram, Report]:
+def rewrite_int8_dynamic_linears(program: ExportedProgram) -> tuple[ExportedProgram, Report]:
     """``program`` (a torch.export program, before ``to_edge``) with each linear that torchao's
     ``Int8DynamicActivationInt8WeightConfig`` quantized computed as
     ``linear(dequantize_affine(quantize_affine(x)), dequantize_affine(weight codes), bias)``,
     on the same quantized activation and the same int8 weight, with one ``EG407`` finding per
     linear on the user's line; ``program`` itself, with an empty report, when it has none.
-    ``program`` is never modified.
-
-    Args:
-        delegated: a delegate (XNNPACK) will take the linears; ``False`` for the portable
-            kernels: torchao's quantization ops of the program then become the core ATen ops
-            that define them (the weight's codes stay int8 constants).
+    ``program`` is never modified. For the portable kernels, decompose torchao's quantize ops
+    after it (:func:`~export_guards.passes.quantized_ops.decompose_torchao_quantize_ops`).
     """
     found = int8_dynamic_linears(program)
     if not found:
@@ -68,9 +55,6 @@ def rewrite_int8_dynamic_linears(program: ExportedProgram, *, delegated: bool = 
     module.graph.lint()
     module.recompile()
     rewritten = updated_program(program, module, program.graph_signature)
-    if not delegated:
-        table = default_decompositions()
-        rewritten = rewritten.run_decompositions({op: table[op] for op in _QUANTIZE_OPS})
     return rewritten, Report.of(_finding(linear) for linear in found)
 
 

@@ -19,6 +19,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from export_guards.errors import GuardError
 from export_guards.internals import replace_constants_in_place
 from export_guards.passes.control_flow import ControlFlowOutputsPass
+from export_guards.passes.quantized_ops import QuantizedKernelsPass
 from export_guards.passes.placement.host_copy import host_constants, host_graph
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.plan import EMITTER, check_policy, plan_placement
@@ -37,17 +38,20 @@ def emit_passes(policy: PlacementPolicy = "error") -> list[PassBase]:
     method (its device, the node that uses it, the user's source line); ``"copy"`` emits the
     method's host twin instead: its ``.pte`` is the CPU export's, byte for byte.
 
-    Three passes, in this order: :class:`EmittedProgram`, which ``to_executorch`` hands the
-    program it is emitting, the :class:`EmitPlacementPass` that checks that program, and
+    Four passes, in this order: :class:`EmittedProgram`, which ``to_executorch`` hands the
+    program it is emitting, the :class:`EmitPlacementPass` that checks that program,
     :class:`~export_guards.passes.control_flow.ControlFlowOutputsPass`, which gives each
     ``torch.cond`` result that outlives its branch's memory bytes of its own (EG518; a program
-    without one is left as it is).
+    without one is left as it is), and
+    :class:`~export_guards.passes.quantized_ops.QuantizedKernelsPass`, which registers
+    ExecuTorch's quantized kernels where quantize ops are left outside the delegates (and stops,
+    saying what works, on torchao's, which have no kernel).
 
     Raises:
         ValueError: ``policy`` is not ``"error"`` or ``"copy"``.
     """
     guard = EmitPlacementPass(policy)
-    return [guard.emitted, guard, ControlFlowOutputsPass()]
+    return [guard.emitted, guard, ControlFlowOutputsPass(), QuantizedKernelsPass()]
 
 
 class EmittedProgram(SpecPropPass):
