@@ -387,11 +387,11 @@ def lower_with_guards(
     on); ``lowering``: the user's own partitioners and configs (:class:`Lowering`), lowered with
     instead of ``backend``'s. In order: the placement plan (:func:`plan_placement`: a constant the
     host cannot read stops the export here, ``edge=None``, or is copied with ``placement="copy"``;
-    a backend that holds device constants on purpose defers to its guarded partitioner); for the
-    portable kernels, torchao's quantize ops decomposed as torchao defines them
-    (:func:`~export_guards.passes.quantized_ops.decompose_torchao_quantize_ops`); the fold
-    of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the program-stage
-    lint (torchao's int8 x int8 dynamic linears rewritten before it, EG407); ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
+    a backend that holds device constants on purpose defers to its guarded partitioner); the
+    quantization in a form this lowering computes (torchao's int8 x int8 dynamic linears
+    rewritten, EG407; torchao's quantize ops decomposed for the portable kernels; float8 refused);
+    the fold of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the
+    program-stage lint; ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
     (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
     where its rules apply (XNNPACK). ``GuardedExport.to_pte`` emits with :func:`emit_passes`. The
     lint does not raise: compare ``report`` with a fail level, as the command line does.
@@ -405,9 +405,8 @@ def lower_with_guards(
     ledger = Ledger()
     lowering = lowering or Lowering()
     chosen = _backend_of(settings.backend, lowering)
-    # Placement is decided once, here: a constant no host reader can take stops the export
-    # before lowering (lowering would crash), whatever the settings select; the guarded
-    # partitioners then see only who reads the device constants this plan leaves to them.
+    # Placement is decided once, here: a constant no host reader can take stops the export before
+    # lowering would crash; the guarded partitioners see only the device constants left to them.
     progress.now("planning where constants live and what folds")
     plan = plan_placement("forward", program, settings.placement, defer_device_constants=chosen.holds_device_memory)
     if plan.stops:
