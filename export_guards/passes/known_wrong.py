@@ -213,7 +213,8 @@ def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
     op = aten_name(match.node.target)
     wrong = f"{backends} in executorch {release} computes it wrong: {entry.summary} ({entry.report})"
     if kept:
-        message = f"kept '{op}' off {backends}, which the portable kernels run right, more slowly; {wrong}"
+        slower = f" ({entry.slower})" if entry.slower else ""
+        message = f"kept '{op}' off {backends}, which the portable kernels run right, more slowly{slower}; {wrong}"
         hit = Hit(message, match.node, subjects=(node_origin(match.node),))
     else:
         message = f"the partitioner gave '{op}' to {backends}; {wrong}"
