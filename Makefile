@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-known-wrong delegate-numerics operator-table kernel-table same-outcome clean
+.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -133,6 +133,11 @@ bench-check-runtime: $(INSTALLED)
 # pattern (issue 52: at most 1.02x, the same bytes).
 bench-known-wrong: $(INSTALLED)
 	$(PY) benchmarks/known_wrong_cost.py
+
+# A weight-only quantized linear on the portable kernels (EG405) against 8da8w and fp32 on
+# XNNPACK, in the runtime (issue 62: what EG405's fallback costs; --candidates for the rewrites).
+bench-weight-only: $(INSTALLED)
+	$(PY) benchmarks/weight_only_speed.py
 
 # Every quantization configuration documented for XNNPACK, stock / portable / guarded against
 # eager: where the known-wrong table (export_guards/analysis/known_wrong.py) comes from.

@@ -128,6 +128,33 @@ def test_the_pass_leaves_its_input_program_as_it_was() -> None:
     assert not [n for n in result.exported_program.graph.nodes if "dequantize_affine" in str(n.target)]
 
 
+class Unseen(torch.nn.Module):
+    """Linears of shapes no case has, with and without a bias, the last one the output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.mid, self.down = torch.nn.Linear(48, 80), torch.nn.Linear(80, 48, bias=False), torch.nn.Linear(48, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.mid(torch.relu(self.up(x))))
+
+
+@pytest.mark.parametrize("config", ["int4-group16", "int8-channel"])
+def test_a_kept_linear_runs_as_the_portable_mm_and_matches_eager_on_any_shape(config: str) -> None:
+    from torchao.quantization import IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    torch.manual_seed(0)
+    model, inputs = Unseen().eval(), (torch.randn(2, 5, 48),)  # rank 3
+    width, granularity = (torch.int4, PerGroup(16)) if config == "int4-group16" else (torch.int8, PerAxis(0))
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=width, granularity=granularity))
+    result = eg.lower_with_guards(torch.export.export(model, inputs))
+    assert len(result.report.with_code("EG405")) == 3
+    # each biased linear's addmm became a mm and an add: the portable addmm is many times slower
+    assert result.delegation is not None and result.delegation.portable == {"mm": 3}
+    assert relative_error(model, inputs, result.to_pte()) < 1e-4
+
+
 def test_other_backends_patterns_do_not_apply() -> None:
     model, inputs = CASES["torchao-int8wo"]()
     edge = as_partitioned(model, inputs)

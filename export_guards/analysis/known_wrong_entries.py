@@ -29,6 +29,8 @@ class KnownWrong:
         summary: what goes wrong, in one clause.
         report: the upstream report.
         fixed_in: the first ExecuTorch release that computes it right, ``None`` while none does.
+        slower: what running it on the portable kernels costs, measured against the form the
+            delegate computes right (a benchmark named), for the finding; ``""`` if unmeasured.
     """
 
     name: str
@@ -36,6 +38,7 @@ class KnownWrong:
     summary: str
     report: str
     fixed_in: tuple[int, int, int] | None
+    slower: str = ""
 
     def applies(self, release: tuple[int, int, int] | None = None) -> bool:
         """Whether ExecuTorch ``release`` (the installed one by default) computes it wrong."""
@@ -68,6 +71,8 @@ XNNPACK_LINEAR_WEIGHT_MATH = KnownWrong(
     "Int8WeightOnlyConfig, IntxWeightOnlyConfig)",
     report="https://github.com/pytorch/executorch/issues/8830",
     fixed_in=None,
+    slower="on decoder-sized linears 20x or more the time of 8da8w on XNNPACK for one token, "
+    "5x to 9x for 64: benchmarks/weight_only_speed.py",
 )
 
 KNOWN_WRONG: tuple[KnownWrong, ...] = (XNNPACK_LINEAR_WEIGHT_MATH,)

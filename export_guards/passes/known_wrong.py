@@ -6,7 +6,9 @@ For XNNPACK's decomposed linear whose weight is dequantized in the graph (weight
 quantization), the dequantization leaves the linear's source partition, which is what XNNPACK
 matches: the partitioner then sees a weight that is computed, not static, and leaves the linear
 to the portable kernels. torchao's ``dequantize_affine``, which has no portable kernel, becomes
-the core ATen ops it is defined by. The weight stays quantized in the program.
+the core ATen ops it is defined by, and the linear's ``addmm`` a ``mm`` and an ``add`` (the
+runtime's ``mm`` kernel is many times faster than its ``addmm`` on a matrix of tokens:
+``benchmarks/weight_only_speed.py``). The weight stays quantized in the program.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class KnownWrongDelegationPass(ExportedProgramPassBase):
         module, copied = copied_module(exported_program.graph_module)
         for original in dict.fromkeys(step for match in matches for step in match.path):
             _detach(copied[original])
+        for original in dict.fromkeys(match.node for match in matches):
+            if aten_name(original.target) == "addmm":
+                _split_addmm(copied[original])
         report = Report.of([_finding(match, kept=True) for match in matches])
         return GuardPassResult(updated_program(exported_program, module, exported_program.graph_signature), True, report)
 
@@ -87,9 +92,16 @@ def copied_module(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
 
 
 def _detach(node: Node) -> None:
+    """Take ``node`` out of its linear's source partition; a ``dequantize_affine`` becomes the
+    core ATen ops that compute it."""
+    _leave_linear(node)
+    if aten_name(node.target) == "dequantize_affine":
+        _decompose_dequantize(node)
+
+
+def _leave_linear(node: Node) -> None:
     """Take ``node`` out of its linear's source partition (torch's ``get_source_partitions``
-    reads ``source_fn_stack``, else the innermost ``nn_module_stack`` entry's module); a
-    ``dequantize_affine`` becomes the core ATen ops that compute it."""
+    reads ``source_fn_stack``, else the innermost ``nn_module_stack`` entry's module)."""
     sources = [entry for entry in node.meta.get("source_fn_stack") or () if not _is_linear(entry[1])]
     node.meta.pop("source_fn_stack", None)
     if sources:
@@ -98,8 +110,23 @@ def _detach(node: Node) -> None:
     while modules and _is_linear(next(reversed(modules.values()))[1]):
         modules.popitem()
     node.meta["nn_module_stack"] = modules
-    if aten_name(node.target) == "dequantize_affine":
-        _decompose_dequantize(node)
+
+
+def _split_addmm(node: Node) -> None:
+    """``addmm(bias, x, weight)`` as ``mm(x, weight) + bias``, outside the linear's partition:
+    the portable kernels' ``mm`` is a fast one, their ``addmm`` a plain loop."""
+    bias, mat1, mat2 = node.args[:3]
+    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+        return  # not a linear's: leave it as written
+    graph = node.graph
+    with graph.inserting_before(node):
+        product = _call(graph, exir_ops.edge.aten.mm.default, (mat1, mat2), node)
+        total = _call(graph, exir_ops.edge.aten.add.Tensor, (product, bias), node)
+    for made in (product, total):
+        _leave_linear(made)
+    node.replace_all_uses_with(total)
+    graph.erase_node(node)
+    total.name = node.name  # the graph signature names it where it is an output
 
 
 def _is_linear(source: object) -> bool:
@@ -186,7 +213,8 @@ def _finding(match: WrongDelegation, *, kept: bool) -> Finding:
     op = aten_name(match.node.target)
     wrong = f"{backends} in executorch {release} computes it wrong: {entry.summary} ({entry.report})"
     if kept:
-        message = f"kept '{op}' off {backends}, which the portable kernels run right, more slowly; {wrong}"
+        slower = f" ({entry.slower})" if entry.slower else ""
+        message = f"kept '{op}' off {backends}, which the portable kernels run right, more slowly{slower}; {wrong}"
         hit = Hit(message, match.node, subjects=(node_origin(match.node),))
     else:
         message = f"the partitioner gave '{op}' to {backends}; {wrong}"

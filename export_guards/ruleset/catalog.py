@@ -303,8 +303,10 @@ _RULES = (
         "it right, and more slowly than a delegate would.",
         "Nothing to do for correct numbers. For the delegate's speed, use a form it computes "
         "right (for a weight-only quantized linear on XNNPACK: torchao's "
-        "Int8DynamicActivationIntxWeightConfig, 8da4w or 8da8w), or upgrade ExecuTorch once the "
-        "report named is fixed; to accept the portable kernels, ignore EG405.",
+        "Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, "
+        "weight_granularity=PerAxis(0)), 8da8w, or weight_dtype=torch.int4, 8da4w: the weight as "
+        "small, the activations quantized as it runs), or upgrade ExecuTorch once the report "
+        "named is fixed; to accept the portable kernels, ignore EG405.",
         "action",
         done=("op kept off a delegate that computes it wrong", "ops kept off a delegate that computes them wrong"),
     ),
