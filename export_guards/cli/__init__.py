@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from export_guards.cli import check, codes, diff, lint
-from export_guards.cli.arguments import UsageError, options_from, parser, unrecognized
+from export_guards.cli.arguments import UsageError, options_from, parser, short_usage, unrecognized
 from export_guards.cli.console import problem, write_stdout
 from export_guards.cli.options import CheckOptions, DiffOptions, ExplainOptions, LintOptions, RulesOptions
 from export_guards.cli.reporting import EXIT_CLEAN, EXIT_ERROR, said_failed
@@ -54,9 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None, interrupts: Interrupts) -> int:
     top = parser()
     args, unknown = top.parse_known_args(argv)
-    if unknown:  # the usage of the command given, not the top level's
+    if unknown:  # the command given, in three lines at most: its one-line usage, not every option
         command = getattr(args, "command_parser", None) or top
-        command.error(unrecognized(unknown, command))
+        print(f"{short_usage(command)}\n{command.prog}: error: {unrecognized(unknown, command)}", file=sys.stderr)
+        return EXIT_ERROR
     if args.version:
         write_stdout(f"export-guards {_version()}\n")
         return EXIT_CLEAN

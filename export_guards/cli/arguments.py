@@ -74,13 +74,25 @@ def parser() -> argparse.ArgumentParser:
 
 def unrecognized(arguments: Sequence[str], command: argparse.ArgumentParser) -> str:
     """The error for ``arguments`` that ``command`` does not take, each option with the closest
-    one it takes, as git and ruff suggest (``--fail-levle``: did you mean ``--fail-level``?)."""
-    options = [option for option in command._option_string_actions if option.startswith("--")]
-    said = []
-    for argument in arguments:
-        close = difflib.get_close_matches(argument.split("=", 1)[0], options, n=1) if argument.startswith("--") else []
-        said.append(f"{argument} (did you mean {close[0]}?)" if close else argument)
+    one it takes, as git and ruff suggest (``--fail-levle``: did you mean ``--fail-level``?), and
+    the value given after it, which argparse left over too, read as that option's."""
+    actions = {option: action for option, action in command._option_string_actions.items() if option.startswith("--")}
+    said, rest = [], list(arguments)
+    while rest:
+        argument = rest.pop(0)
+        close = difflib.get_close_matches(argument.split("=", 1)[0], list(actions), n=1) if argument.startswith("--") else []
+        if not close:
+            said.append(argument)
+            continue
+        takes_value = actions[close[0]].nargs != 0 and "=" not in argument
+        value = f" {rest.pop(0)}" if takes_value and rest and not rest[0].startswith("-") else ""
+        said.append(f"{argument}{value} (did you mean {close[0]}{value or ('=' + argument.split('=', 1)[1] if '=' in argument else '')}?)")
     return f"unrecognized arguments: {' '.join(said)}"
+
+
+def short_usage(command: argparse.ArgumentParser) -> str:
+    """One line of usage, where argparse prints every option (15 lines for ``check``)."""
+    return f"usage: {command.prog} [options] ...  (all options: {command.prog} --help)"
 
 
 def _check_options(checking: argparse.ArgumentParser) -> None:
