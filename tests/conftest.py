@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from export_guards.ruleset import CATALOG
 from export_guards.testing import load_trapdev
 
 TESTS = Path(__file__).parent
+T = TypeVar("T")
 
 DEVICES = [
     "trapdev",
@@ -125,30 +128,51 @@ def last_json(completed: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return json.loads(lines[-1])
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[], T]) -> T:
+    """``build()`` once a run, however many xdist workers ask: the first builds it under a lock
+    and pickles it into the run's folder (the workers' temporary folders' parent, new each run);
+    the others unpickle it. Only for what no test changes (bytes, files read back): each worker
+    gets its own copy, never a shared model. Without xdist, ``build()`` (the session caches it)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build()
+    from filelock import FileLock  # torch's own dependency
+
+    path = tmp_path_factory.getbasetemp().parent / f"built-once-{name}.pickle"
+    with FileLock(f"{path}.lock"):
+        if not path.exists():
+            written = path.with_suffix(".partial")
+            written.write_bytes(pickle.dumps(build()))
+            written.replace(path)  # whole or absent, whatever stops a worker midway
+        return pickle.loads(path.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def written_programs(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, object]:
-    """``pte_models.write_programs``, once a session: portable, XNNPACK, external-data and
-    mutable-buffer programs on disk. Read them; a test that damages one edits a copy of its
-    bytes and writes it under its own ``tmp_path``."""
+    """``pte_models.write_programs``, once a run: portable, XNNPACK, external-data and
+    mutable-buffer programs on disk, in a folder the workers share. Read them; a test that
+    damages one edits a copy of its bytes and writes it under its own ``tmp_path``."""
     from pte_models import write_programs
 
-    return MappingProxyType(write_programs(tmp_path_factory.mktemp("programs")))
+    def write() -> dict[str, object]:
+        return write_programs(Path(tmp_path_factory.mktemp("programs")))
+
+    return MappingProxyType(built_once(tmp_path_factory, "written-programs", write))
 
 
 @pytest.fixture(scope="session")
-def architecture_programs() -> Mapping[str, bytes]:
-    """``pte_models.architectures()``, once a session: realistic programs, as bytes."""
+def architecture_programs(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, bytes]:
+    """``pte_models.architectures()``, once a run: realistic programs, as bytes."""
     from pte_models import architectures
 
-    return MappingProxyType(architectures())
+    return MappingProxyType(built_once(tmp_path_factory, "architectures", architectures))
 
 
 @pytest.fixture(scope="session")
-def valid_program_bytes(architecture_programs: Mapping[str, bytes]) -> Mapping[str, bytes]:
-    """``pte_models.valid_programs()``, once a session, sharing the architectures."""
+def valid_program_bytes(tmp_path_factory: pytest.TempPathFactory, architecture_programs: Mapping[str, bytes]) -> Mapping[str, bytes]:
+    """``pte_models.valid_programs()``, once a run, sharing the architectures."""
     from pte_models import valid_programs
 
-    return MappingProxyType(valid_programs(architecture_programs))
+    return MappingProxyType(built_once(tmp_path_factory, "valid-programs", lambda: valid_programs(architecture_programs)))
 
 
 @dataclass(frozen=True)

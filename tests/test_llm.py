@@ -103,6 +103,18 @@ def is_stock_byte_for_byte(done: Exported) -> None:
     assert not done.guarded.report.with_code("EG201")
 
 
+def warns_of_the_head_quantized_apart_from_its_embedding_with_the_bytes(done: Exported) -> None:
+    """PT2E gives the tied head an int8 weight of its own: the bytes differ, nothing is shared
+    (tests/test_store_once.py), and EG404 says so with what each copy costs."""
+    assert done.pte == done.stock and not eg.shared_copies(done.stock)
+    (twice,) = done.guarded.report.with_code("EG404")
+    float_bytes, int8_bytes = llm.Config.vocab * llm.Config.dim * 4, llm.Config.vocab * llm.Config.dim
+    assert twice.severity is Severity.WARNING
+    assert "stored twice, in bytes that differ" in twice.message and "quantized_decomposed::dequantize_per_channel" in twice.message
+    assert f"{int8_bytes:,} bytes" in twice.message and f"{float_bytes:,} bytes" in twice.message
+    assert f"holds {int8_bytes + float_bytes:,} bytes for this weight" in twice.message
+
+
 def stores_the_tied_weight_once(done: Exported) -> None:
     """Stock's program but for the head's copy of the tied weight (XNNPACK's named data), which
     the guarded program points at the embedding's bytes (tests/test_store_once.py); nothing is
@@ -168,7 +180,7 @@ CLAIMS: dict[str, tuple[Callable[[Exported], None], ...]] = {
     "fp32": (stores_the_tied_weight_once, states_the_tied_embedding_stored_once, counts_the_ops_left_on_the_runtime_kernels),
     "8da4w": (stores_the_tied_weight_once, leaves_torchao_weights_to_to_edge, the_pass_list_gives_stock_bytes),
     "int8wo": (),
-    "pt2e": (is_stock_byte_for_byte,),
+    "pt2e": (is_stock_byte_for_byte, warns_of_the_head_quantized_apart_from_its_embedding_with_the_bytes),
     "lora": (folds_the_lora_merges_so_xnnpack_takes_every_projection,),
 }
 
