@@ -177,6 +177,16 @@ def test_the_pass_list_writes_a_decoder_with_a_quantized_embedding_and_stock_can
     assert str(program.graph) == graph and all(torch.equal(state[k], _plain(v)) for k, v in program.state_dict.items())  # the caller's program kept
 
 
+def test_an_embedding_that_is_the_output_is_the_kernels_output() -> None:
+    from executorch.exir import to_edge
+
+    model, inputs = quantized("int4-group32", nn.Sequential(nn.Embedding(ROWS, COLUMNS)))
+    edge = to_edge(torch.export.export(model, inputs)).transform([QuantizedEmbeddingPass()])
+    (actual,) = run_pte(edge.to_executorch().buffer, inputs)
+    with torch.no_grad():
+        assert torch.equal(actual, model(*inputs))
+
+
 def _plain(tensor: torch.Tensor) -> torch.Tensor:
     """A torchao weight's codes (its tensor subclass compares nothing), else the tensor."""
     return getattr(tensor, "qdata", tensor)

@@ -12,6 +12,7 @@ quantized model computes in eager. One EG408 per embedding.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -77,7 +78,12 @@ def _rewritten(ep: ExportedProgram, found: list[QuantizedEmbedding]) -> Exported
     module = GraphModule(ep.graph_module, graph)
     module.meta.update(ep.graph_module.meta)
     input_specs = [specs[n.name] for n in graph.nodes if n.op == "placeholder"]
-    signature = ExportGraphSignature(input_specs, list(ep.graph_signature.output_specs))
+    outputs = graph.output_node().args[0]
+    output_specs = [  # an output the embedding was is now the kernel's call
+        replace(spec, arg=TensorArgument(outputs[i].name)) if isinstance(spec.arg, TensorArgument) else spec  # type: ignore[index]
+        for i, spec in enumerate(ep.graph_signature.output_specs)
+    ]
+    signature = ExportGraphSignature(input_specs, output_specs)
     state_dict = {**{k: v for k, v in ep.state_dict.items() if k not in dropped}, **parameters}
     constants = {k: v for k, v in ep.constants.items() if k not in dropped}
     return updated_program(ep, module, signature, state_dict=state_dict, constants=constants)
