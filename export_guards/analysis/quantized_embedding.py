@@ -22,7 +22,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from export_guards.analysis.ops import aten_name
-from export_guards.analysis.programs import ProgramConstant, iter_constants
+from export_guards.analysis.programs import ConstantKind, ProgramConstant, iter_constants
 
 __all__ = ["EmbeddingKernel", "QuantizedEmbedding", "pack_codes", "quantized_embeddings"]
 
@@ -108,6 +108,8 @@ def _matched(node: Node, constants: dict[Node, ProgramConstant]) -> QuantizedEmb
     sources = {n: constants[n] for n in (codes, scale, zero_point) if isinstance(n, Node) and n in constants}
     if codes not in sources or scale not in sources or (zero_point is not None and zero_point not in sources):
         return None
+    if any(c.kind is ConstantKind.MUTABLE_BUFFER for c in sources.values()):
+        return None  # a table the program writes is no constant to pack
     group = _group(sources[codes].tensor, block_size)
     kernel = _kernel(table, sources, group) if group else None
     return QuantizedEmbedding(node, table, sources, group, kernel) if kernel is not None else None
@@ -151,7 +153,8 @@ def _kernel(dequantize: Node, sources: dict[Node, ProgramConstant], group: int) 
     shift = offset if bits < 8 and not (-offset <= low and high < offset) else 0
     zero_point = _zero_point(zero, shift, per_row, out_dtype)
     stored = codes if bits == 8 else pack_codes(codes.to(torch.int16) + (offset - shift), bits)
-    kernel_min, kernel_max = (-offset, offset - 1) if bits < 8 else (quant_min, quant_max)
+    declared = (quant_min, quant_max) if isinstance(quant_min, int) and isinstance(quant_max, int) else (low, high)
+    kernel_min, kernel_max = (-offset, offset - 1) if bits < 8 else declared
     return EmbeddingKernel(bits, stored, scale.reshape(per_row), zero_point, kernel_min, kernel_max, out_dtype)
 
 

@@ -72,8 +72,12 @@ def _rewritten(ep: ExportedProgram, found: list[QuantizedEmbedding]) -> Exported
     for match in found:
         _replace(graph, copies, match, add)
     graph.eliminate_dead_code()  # the dequantizes nothing else reads; placeholders stay
-    dropped = {specs[n.name].target for n in graph.nodes if n.op == "placeholder" and not n.users and _is_constant(specs[n.name])}
-    for node in [n for n in graph.nodes if n.op == "placeholder" and specs[n.name].target in dropped]:
+    unread = [
+        copies[n] for match in found for n in match.sources
+        if n.op == "placeholder" and not copies[n].users and _is_constant(specs[n.name])
+    ]  # fmt: skip
+    dropped = {specs[n.name].target for n in unread}
+    for node in dict.fromkeys(unread):
         graph.erase_node(node)
     module = GraphModule(ep.graph_module, graph)
     module.meta.update(ep.graph_module.meta)
@@ -167,10 +171,10 @@ def _finding(match: QuantizedEmbedding):  # noqa: ANN202
     granularity = "one scale per row" if match.group == columns else f"a scale per {match.group} columns"
     float_bytes = rows * columns * torch.empty((), dtype=kernel.out_dtype).element_size()
     message = (
-        f"'embedding' read a table that torchao quantized ({rows}x{columns}, {granularity}) through "
-        f"torchao::dequantize_affine, which no ExecuTorch kernel runs: it now runs on quantized_decomposed::"
-        f"{kernel.op_name}, which reads the table as {width} ({kernel.codes.nbytes:,} bytes, not the "
-        f"{float_bytes:,} of a float table); the runtime must link ExecuTorch's quantized kernels"
+        f"ran 'embedding' of a table torchao quantized ({rows}x{columns}, {granularity}) on quantized_decomposed::"
+        f"{kernel.op_name}, which reads it as {width} ({kernel.codes.nbytes:,} bytes, not the {float_bytes:,} of a "
+        "float table): no ExecuTorch kernel runs the torchao::dequantize_affine a stock lowering leaves before it; "
+        "the runtime must link ExecuTorch's quantized kernels"
     )
     hit = Hit(message, match.embedding, subjects=(node_origin(match.embedding),))
     return finding(CATALOG["EG408"], hit, locate=node_site)
