@@ -19,6 +19,7 @@ __all__ = [
     "has_pre_decomposition_transform",
     "load_program",
     "named_data_alignments",
+    "register_quantized_kernels",
     "runtime_mismatch",
     "say_once_if_untested",
     "takes_keyword",
@@ -82,14 +83,51 @@ def has_pre_decomposition_transform(partitioner_type: type) -> bool:
     return hasattr(partitioner_type, "transform_for_pre_decomposition")
 
 
+_QUANTIZED_KERNELS: list[bool] = []  # whether they are registered, once asked
+
+
+def register_quantized_kernels() -> bool:
+    """Register ExecuTorch's quantized kernels (``quantized_decomposed::embedding_4bit.out``,
+    ``dequantize_per_channel.out``, ...) in this process's ``executorch.runtime``, once;
+    whether it has them. The pip wheel's runtime registers none by itself: they are in the
+    wheel's ``executorch/lib/libexecutorch_kernels_quantized.so``, which registers them in the
+    runtime's registry when loaded (as ``import executorch.kernels.quantized`` does, through
+    the library it loads into torch). Loading it takes under a millisecond (measured on
+    executorch 1.5.1). A wheel without it (another layout) leaves the runtime as it is: EG521
+    then names the kernels it lacks.
+    Call it before loading a program: the runtime looks its kernels up then."""
+    if _QUANTIZED_KERNELS:
+        return _QUANTIZED_KERNELS[0]
+    import ctypes
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("executorch")
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
+    libraries = [root / "lib" / "libexecutorch_kernels_quantized.so" for root in roots]
+    try:
+        for library in libraries:
+            if library.is_file():
+                ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)  # its static initializers register the kernels
+                _QUANTIZED_KERNELS.append(True)
+                break
+    except OSError:
+        pass
+    if not _QUANTIZED_KERNELS:
+        _QUANTIZED_KERNELS.append(False)
+    return _QUANTIZED_KERNELS[0]
+
+
 def load_program(runtime: Any, program: Any, data_path: str | None = None) -> Any:
     """``runtime.load_program(program)`` (``executorch.runtime.Runtime``), with its external
-    data file where one is given.
+    data file where one is given, and ExecuTorch's quantized kernels registered
+    (:func:`register_quantized_kernels`).
 
     Raises:
         RuntimeError: a data file was given, and this ExecuTorch's ``Runtime.load_program``
             takes none (its ``data_path`` keyword is new in executorch 1.5).
     """
+    register_quantized_kernels()
     if data_path is None:
         return runtime.load_program(program)
     if not takes_keyword(runtime.load_program, "data_path"):

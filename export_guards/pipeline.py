@@ -34,6 +34,7 @@ from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
 from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops, float8_refusal
+from export_guards.passes.quantized_embedding import QuantizedEmbeddingPass
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
 from export_guards.pte.check import check_pte
@@ -391,8 +392,8 @@ def lower_with_guards(
     quantization in a form this lowering computes (torchao's int8 x int8 dynamic linears
     rewritten, EG407; torchao's quantize ops decomposed for the portable kernels; float8 refused);
     the fold of weight math ``to_edge`` would reject (:func:`fold_non_core_constants`); the
-    program-stage lint; ``to_edge_transform_and_lower`` with the fold pass, :class:`KnownWrongDelegationPass`
-    (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
+    program-stage lint; ``to_edge_transform_and_lower`` with the fold pass, :class:`QuantizedEmbeddingPass`
+    (EG408), :class:`KnownWrongDelegationPass` (EG405) and the guarded partitioners (:func:`guard_partitioners`); the partitioned-stage lint
     where its rules apply (XNNPACK). ``GuardedExport.to_pte`` emits with :func:`emit_passes`. The
     lint does not raise: compare ``report`` with a fail level, as the command line does.
 
@@ -468,11 +469,11 @@ def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Led
 def _lowered(
     program: ExportedProgram, settings: Settings, chosen: _Backend, lowering: Lowering, ledger: Ledger
 ) -> tuple[EdgeProgramManager, Mapping[str, str]]:
-    """``to_edge_transform_and_lower`` with the fold pass, the known-wrong pass (each call's
+    """``to_edge_transform_and_lower`` with the fold pass, the quantized embedding and known-wrong passes (each call's
     report recorded in ``ledger``, as are the torch.cond results that ``to_pte`` will copy: EG406)
     and the guarded partitioners; and the partitioners' reason for each node they left out."""
     fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
-    passes = GuardPasses(ledger.recorded(None, [*fold_pass, KnownWrongDelegationPass(chosen.backend_ids)]))
+    passes = GuardPasses(ledger.recorded(None, [*fold_pass, QuantizedEmbeddingPass(), KnownWrongDelegationPass(chosen.backend_ids)]))
     with capture_partitioner_reasons() as reasons:
         edge = to_edge_transform_and_lower(
             program, transform_passes=passes, partitioner=guard_partitioners(list(chosen.partitioners)), compile_config=lowering.compile_config

@@ -16,6 +16,7 @@ from export_guards.internals import pass_error
 from export_guards.passes.fold import FoldConstantsPass
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.placement import ConstantPlacementPass, GuardedPartitioner, check_policy
+from export_guards.passes.quantized_embedding import QuantizedEmbeddingPass
 from export_guards.settings import PlacementPolicy, Settings, with_keywords
 
 __all__ = ["GuardPasses", "guard_passes"]
@@ -90,8 +91,9 @@ def guard_passes(
        ``"copy"`` the method becomes its host twin, whose ``.pte`` is the CPU export's (EG103).
     2. ``FoldConstantsPass`` with the fold on: weights computed from constants only become
        static parameters that delegates such as XNNPACK take.
-    3. ``KnownWrongDelegationPass``: what a delegate is known to compute wrong is left to the
-       runtime's kernels (EG405): their backends' patterns with guarded partitioners, else all.
+    3. ``QuantizedEmbeddingPass``: a torchao-quantized embedding runs on ExecuTorch's kernel (EG408).
+    4. ``KnownWrongDelegationPass``: what a delegate is known to compute wrong is left to the
+       runtime's kernels (EG405), their backends' patterns with guarded partitioners, else all.
 
     Before partitioning, nobody knows which backend will read a constant, so step 1 rejects
     every constant in device memory. A backend that reads device memory itself (the CUDA
@@ -125,11 +127,9 @@ def guard_passes(
     lists = _partitioner_lists(partitioner)
     if settings.placement == "copy":
         _hand_the_copy_to(lists)
-    passes: list[PassType] = [ConstantPlacementPass(settings.placement, defer_device_constants=bool(lists))]
-    if settings.fold:
-        passes.append(FoldConstantsPass(max_growth=settings.fold_max_growth))
-    passes.append(KnownWrongDelegationPass(_backend_ids(lists)))
-    return GuardPasses(passes)
+    fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
+    placement_pass = ConstantPlacementPass(settings.placement, defer_device_constants=bool(lists))
+    return GuardPasses([placement_pass, *fold_pass, QuantizedEmbeddingPass(), KnownWrongDelegationPass(_backend_ids(lists))])
 
 
 def _partitioner_lists(partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None) -> list[Sequence[Partitioner]]:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import final
 
+from export_guards.compat import register_quantized_kernels
+
 __all__ = ["RuntimeInventory"]
 
 # An operator as the runtime's registry names it: namespace::name, then .overload where there is one.
@@ -36,12 +38,14 @@ class RuntimeInventory:
     @classmethod
     def installed(cls) -> RuntimeInventory:
         """The ``executorch.runtime`` that this Python imports (its portable library, with the
-        kernels and backends it was built with)."""
+        kernels and backends it was built with), with ExecuTorch's quantized kernels, as
+        export-guards runs a program (``compat.register_quantized_kernels``)."""
         from importlib.metadata import PackageNotFoundError, version
 
         from executorch.runtime import Runtime
 
         runtime = Runtime.get()
+        register_quantized_kernels()
         try:
             name = f"executorch.runtime {version('executorch')}"
         except PackageNotFoundError:

@@ -341,6 +341,23 @@ _RULES = (
         done=("int8 dynamic linear rewritten", "int8 dynamic linears rewritten"),
     ),
     Rule(
+        "EG408",
+        "quantized-embedding-kernel",
+        Severity.WARNING,
+        "A guard ran an embedding of a torchao-quantized table (IntxWeightOnlyConfig on an "
+        "nn.Embedding) on ExecuTorch's quantized embedding kernel (quantized_decomposed::"
+        "embedding_byte, embedding_4bit or embedding_2bit): no kernel runs torchao's "
+        "dequantize_affine, so a stock lowering cannot write the program; the program keeps the "
+        "quantized table and needs a runtime that links ExecuTorch's quantized kernels.",
+        "Nothing to do where the runtime links ExecuTorch's quantized kernels: in Python, "
+        "executorch.runtime once `import executorch.kernels.quantized` has run (export-guards' "
+        "runs do it), ExecuTorch's llama runner; a C++ runtime of your own links quantized_ops_lib "
+        "(EXECUTORCH_BUILD_KERNELS_QUANTIZED=ON), else the program does not load (EG521). To "
+        "accept the kernel, ignore EG408.",
+        "action",
+        done=("embedding put on a quantized embedding kernel", "embeddings put on a quantized embedding kernel"),
+    ),
+    Rule(
         "EG501",
         "pte-header",
         Severity.ERROR,

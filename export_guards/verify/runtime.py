@@ -11,7 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from export_guards.compat import RuntimeMismatch, runtime_mismatch
+from export_guards.compat import RuntimeMismatch, load_program, runtime_mismatch
 from export_guards.ruleset import first_line
 
 __all__ = ["LoadedMethod", "input_differences", "run_pte", "runtime_error_text"]
@@ -33,7 +33,7 @@ class LoadedMethod:
         mismatch = runtime_mismatch()
         if mismatch is not None:
             raise RuntimeMismatch(mismatch)
-        self._program = Runtime.get().load_program(pte)  # kept: the method's memory is the program's
+        self._program = load_program(Runtime.get(), pte)  # kept: the method's memory is the program's
         self._method = self._program.load_method(method)
 
     def __call__(self, inputs: Sequence[object]) -> list[object]:
