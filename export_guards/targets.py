@@ -411,7 +411,9 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "which have no out variant of it. Lower with the partitioner configuration that takes it, as "
         "your own script does: return `export_guards.Exportable(model, inputs, partitioners=[...])` "
         "from the factory (for torchao's quantized ops, the XNNPACK partitioner with its quantized "
-        "configs); a custom op's out variant must be registered (imported) before export.",
+        "configs; for the portable kernels, which have none of torchao's quantize ops, decompose them before "
+        "to_edge: `program, report = export_guards.fold_non_core_constants(program, partitioner=[])`); a custom "
+        "op's out variant must be registered (imported) before export.",
     ),
     (
         ("Requires mslk",),
