@@ -32,7 +32,7 @@ from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report, Severity
 from export_guards.ruleset import CATALOG, Hit, finding
 
-__all__ = ["KnownWrongDelegationPass", "refuse_known_wrong"]
+__all__ = ["KnownWrongDelegationPass", "copied_module", "decompose_dequantize", "refuse_known_wrong"]
 
 # What a node made by the rewrite keeps of the node it replaces: the user's line and module,
 # not the source partition that a partitioner matches.
@@ -96,7 +96,7 @@ def _detach(node: Node) -> None:
     core ATen ops that compute it."""
     _leave_linear(node)
     if aten_name(node.target) == "dequantize_affine":
-        _decompose_dequantize(node)
+        decompose_dequantize(node)
 
 
 def _leave_linear(node: Node) -> None:
@@ -136,7 +136,7 @@ def _is_linear(source: object) -> bool:
     return source in LINEAR_SOURCES or (isinstance(source, type) and issubclass(source, torch.nn.Linear))
 
 
-def _decompose_dequantize(node: Node) -> None:
+def decompose_dequantize(node: Node) -> None:
     """``torchao.dequantize_affine`` as torchao defines it: ``(q - zero_point) * scale`` per
     block, in the output dtype."""
     quantized, block_size, scale, zero_point, *_ = node.args

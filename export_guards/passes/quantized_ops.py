@@ -9,11 +9,14 @@ the portable kernels, and on XNNPACK what its partitioner does not match. Two fa
   which ``to_executorch`` needs registered ("Missing out variants" otherwise) and which
   ``executorch.kernels.quantized`` registers, as ExecuTorch's own LLM exporter does.
 - torchao's ``choose_qparams_affine`` / ``quantize_affine`` / ``dequantize_affine``: no kernel
-  exists for them. torchao defines each by core ATen math (the decomposition it registers for
-  inductor), so before ``to_edge`` a program for the portable kernels has them decomposed by
-  torchao's own definition: the program computes what the quantized model computes in eager.
-  After ``to_edge`` it is too late to decompose them: the pass list's pre-``to_edge`` step
-  does it (``fold_non_core_constants(program, partitioner=[])``), and the error says so.
+  exists for them. torchao defines each by core ATen math. A ``dequantize_affine`` that reaches
+  ``to_executorch`` becomes that math there, in any path (an embedding's table goes to
+  ExecuTorch's quantized embedding kernel before, EG408). ``choose_qparams_affine`` and
+  ``quantize_affine`` (a dynamically quantized activation) must be decomposed before ``to_edge``
+  for the portable kernels, by torchao's own definitions: the pass list's pre-``to_edge`` step
+  does it (``fold_non_core_constants(program, partitioner=[])``), and ``to_executorch`` stops,
+  naming that step, where it was not taken. Either way the program computes what the quantized
+  model computes in eager.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from export_guards.analysis.ops import aten_name, aten_overload
 from export_guards.analysis.source import node_location
 from export_guards.errors import LoweringFailed
 from export_guards.passes.int8_dynamic import PRE_STEP
+from export_guards.passes.known_wrong import decompose_dequantize
 from export_guards.report import Report, SourceLocation
 from export_guards.targets import QUANTIZATION_THAT_WORKS
 
@@ -74,11 +78,13 @@ def _namespace(node: Node) -> str | None:
 
 
 def decompose_torchao_quantize_ops(program: ExportedProgram) -> ExportedProgram:
-    """``program`` with torchao's quantize ops decomposed into core ATen by torchao's own
-    definitions (``program`` itself when it calls none): for a lowering that leaves them to the
-    portable kernels, which have none of them. Apply it before ``to_edge``; a delegate that
-    matches them (XNNPACK's quantized linears) must see them whole, so only where none takes them."""
-    found = {node.target for node in torchao_quantize_ops(program.graph.nodes)}
+    """``program`` with torchao's ``choose_qparams_affine`` and ``quantize_affine`` decomposed
+    into core ATen by torchao's own definitions (``program`` itself when it calls neither): for a
+    lowering that leaves them to the portable kernels, which have neither. Apply it before
+    ``to_edge``; a delegate that matches them (XNNPACK's quantized linears) must see them whole,
+    so only where none takes them. ``dequantize_affine`` is left for later: an embedding's goes to
+    its kernel (EG408), any other becomes core ATen at emission (:class:`QuantizedKernelsPass`)."""
+    found = {node.target for node in torchao_quantize_ops(program.graph.nodes) if aten_name(node.target) in _BEFORE_TO_EDGE}
     if not found:
         return program
     from torch._inductor.decomposition import decompositions  # torchao registers its definitions here
@@ -86,21 +92,33 @@ def decompose_torchao_quantize_ops(program: ExportedProgram) -> ExportedProgram:
     return program.run_decompositions({op: decompositions[op] for op in found if op in decompositions})
 
 
+_BEFORE_TO_EDGE = ("choose_qparams_affine", "quantize_affine")
+"""torchao's quantize ops that only a decomposition before ``to_edge`` can make core ATen."""
+
+
 class QuantizedKernelsPass(PassBase):
-    """In ``to_executorch``, before its out-variant pass: registers ExecuTorch's quantized
-    kernels where the program calls a ``quantized_decomposed`` op outside a delegate (as
-    ``import executorch.kernels.quantized`` does), and stops, saying what works, where it calls
-    one of torchao's quantize ops there, for which no kernel exists. A program without either is
-    left as it is. One of :func:`~export_guards.emit_passes`."""
+    """In ``to_executorch``, before its out-variant pass, for the quantize ops left outside the
+    delegates: registers ExecuTorch's quantized kernels where the program calls a
+    ``quantized_decomposed`` op (as ``import executorch.kernels.quantized`` does); computes each
+    torchao ``dequantize_affine`` as the core ATen ops torchao defines it by; and stops, naming
+    the step that works, on torchao's ``choose_qparams_affine`` or ``quantize_affine``, which
+    only a decomposition before ``to_edge`` makes core ATen. A program without any is left as
+    it is. One of :func:`~export_guards.emit_passes`."""
 
     def call(self, graph_module: GraphModule) -> PassResult:
-        nodes = [node for module in graph_module.modules() if isinstance(module, GraphModule) for node in module.graph.nodes]
+        modules = [module for module in graph_module.modules() if isinstance(module, GraphModule)]
+        nodes = [node for module in modules for node in module.graph.nodes]
         if any(_namespace(node) == "quantized_decomposed" for node in nodes):
             import executorch.kernels.quantized  # noqa: F401 - registers the kernels and their out variants
-        left = torchao_quantize_ops(nodes)
+        found = torchao_quantize_ops(nodes)
+        left = [node for node in found if aten_name(node.target) in _BEFORE_TO_EDGE]
         if left:
             raise _no_kernel_error(left)
-        return PassResult(graph_module, False)
+        for node in found:
+            decompose_dequantize(node)
+        for module in modules if found else ():
+            module.recompile()
+        return PassResult(graph_module, bool(found))
 
 
 def _no_kernel_error(left: list[Node]) -> LoweringFailed:
