@@ -390,7 +390,8 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "allowing it (`_core_aten_ops_exception_list`) leaves torchao's quantize ops without a kernel. "
         "Rewrite the linears into the form ExecuTorch computes before lowering: `program, report = "
         "export_guards.fold_non_core_constants(program, partitioner=partitioner)` before "
-        "to_edge_transform_and_lower (`partitioner=[]` for the portable kernels); lower_with_guards, "
+        "to_edge_transform_and_lower (`partitioner=[]` for the portable kernels, and "
+        "`to_executorch(ExecutorchBackendConfig(passes=export_guards.emit_passes()))`); lower_with_guards, "
         "export-guards lint and the fixtures do it. Or quantize with "
         "`Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))`, "
         "the same int8 x int8 linear in that form.",

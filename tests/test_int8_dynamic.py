@@ -173,9 +173,9 @@ def test_the_hint_for_int_mm_followed_gives_a_right_program(built: dict) -> None
         to_edge_transform_and_lower(program)
     hint = hint_for(rejected.value)
     assert hint is not None and "export_guards.fold_non_core_constants(program, partitioner=partitioner)" in hint
-    assert "`partitioner=[]` for the portable kernels" in hint
+    assert "`partitioner=[]` for the portable kernels, and `to_executorch(ExecutorchBackendConfig(passes=export_guards.emit_passes()))`" in hint
     folded, _ = eg.fold_non_core_constants(program, partitioner=[])  # the portable kernels: no partitioner above
-    pte = to_edge_transform_and_lower(folded).to_executorch().buffer
+    pte = to_edge_transform_and_lower(folded).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
     assert relative_error(model, inputs, pte) <= NOISE
 
 

@@ -28,7 +28,8 @@ __all__ = ["PRE_STEP", "refuse_int8_dynamic_linears", "rewrite_int8_dynamic_line
 
 PRE_STEP = (
     "program, report = export_guards.fold_non_core_constants(program, partitioner=partitioner) before "
-    "to_edge_transform_and_lower (partitioner=[] for the portable kernels)"
+    "to_edge_transform_and_lower (partitioner=[] for the portable kernels, and to_executorch(ExecutorchBackendConfig("
+    "passes=export_guards.emit_passes())), which computes torchao's dequantize as core ATen ops)"
 )
 """The step before ``to_edge`` that rewrites these linears (``lower_with_guards`` runs it)."""
 
