@@ -112,6 +112,19 @@ class Lowering:
                 "(partitioners, compile_config, backend_config), not both"
             )
 
+    def for_exported(self, taker: str) -> Lowering:
+        """This lowering, for ``taker``, which takes a program already exported.
+
+        Raises:
+            ValueError: it has a quantize step, which runs on the model, before torch.export.
+        """
+        if self.quantize is not None:
+            raise ValueError(
+                f"{taker} takes a program torch.export already made: run the lowering's quantize step on the model before "
+                "exporting it (export_with_guards and the fixtures run it), and pass lowering.after_quantize"
+            )
+        return self
+
     def emit_config(self, passes: Sequence[Any]) -> ExecutorchBackendConfig:
         """The ``ExecutorchBackendConfig`` to write the program with: the user's, with ``passes``
         (the guards' emit passes) after its own; or ExecuTorch's default with ``passes``."""

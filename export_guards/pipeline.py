@@ -406,19 +406,13 @@ def lower_with_guards(
     lint does not raise: compare ``report`` with a fail level, as the command line does.
 
     Raises:
-        ValueError: an unknown backend or placement policy, or a ``lowering`` with a quantize
-            step (it runs on the model, before torch.export).
+        ValueError: an unknown backend or placement policy, or a ``lowering`` with a quantize step.
         LoweringFailed: ExecuTorch could not lower the program; its ``report`` holds the
             lint's findings, which often say why.
     """
     settings = with_keywords(config, "lower_with_guards", backend=backend, placement=placement, fold=fold)
     ledger = Ledger()
-    lowering = lowering or Lowering()
-    if lowering.quantize is not None:  # it runs on a model, and the program here is already exported
-        raise ValueError(
-            "lower_with_guards takes a program torch.export already made: run the lowering's quantize step on the model "
-            "before exporting it (export_with_guards runs it), and pass lowering.after_quantize"
-        )
+    lowering = (lowering or Lowering()).for_exported("lower_with_guards")
     chosen = _backend_of(settings.backend, lowering)
     # Placement is decided once, here: a constant no host reader can take stops the export before
     # lowering would crash; the guarded partitioners see only the device constants left to them.

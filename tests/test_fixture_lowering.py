@@ -90,3 +90,23 @@ def test_a_lowering_with_a_quantize_step_is_refused_where_the_model_is_already_e
         eg.lower_with_guards(program, lowering=models.xnnpack_8da4w().lowering)
     with pytest.raises(TypeError, match="quantize must be a callable"):
         eg.Lowering(quantize=3)  # type: ignore[arg-type]
+
+
+def test_torchaos_8da4w_lowers_as_docs_exporters_md_says() -> None:
+    """docs/exporters.md: the default XNNPACK partitioner lowers 8da4w whole; ExecuTorch's own
+    lowering for the portable kernels stops at the quantize ops' missing out variants, and the
+    guarded one writes a program that runs as eager does."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from export_guards.verify import LoadedMethod
+
+    made = models.xnnpack_8da4w()
+    model = made.lowering.quantized(made.model, made.inputs)
+    assert to_edge_transform_and_lower(torch.export.export(model, made.inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    with pytest.raises(RuntimeError, match="Missing out variants") as stopped:
+        to_edge_transform_and_lower(torch.export.export(model, made.inputs), partitioner=[]).to_executorch()
+    assert all(op in str(stopped.value) for op in ("torchao::choose_qparams_affine", "torchao::quantize_affine", "torchao::dequantize_affine"))
+    pte = eg.export_with_guards(model, made.inputs, lowering=eg.Lowering(partitioners=[])).to_pte()
+    (out,) = LoadedMethod(pte)(made.inputs)
+    torch.testing.assert_close(out, model(*made.inputs), atol=1e-1, rtol=1e-1)  # the lint's tolerance for a quantized program
