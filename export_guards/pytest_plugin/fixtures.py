@@ -107,7 +107,7 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     the same program, byte for byte). Where executorch's runtime cannot run with the installed torch, the test
     skips at the run, saying in one line which torch it needs."""
     with libraries_kept_quiet():
-        from export_guards.verify import EagerReference, Tolerance
+        from export_guards.verify import EagerReference
 
         import_runtime()
 
