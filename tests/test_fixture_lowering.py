@@ -110,3 +110,12 @@ def test_torchaos_8da4w_lowers_as_docs_exporters_md_says() -> None:
     pte = eg.export_with_guards(model, made.inputs, lowering=eg.Lowering(partitioners=[])).to_pte()
     (out,) = LoadedMethod(pte)(made.inputs)
     torch.testing.assert_close(out, model(*made.inputs), atol=1e-1, rtol=1e-1)  # the lint's tolerance for a quantized program
+
+
+def test_an_exportable_given_whole_keeps_its_dynamic_shapes_and_partitioners(guarded_export: Callable[..., eg.GuardedExport]) -> None:
+    batch = torch.export.Dim("batch", min=2, max=8)
+    made = eg.Exportable(nn.Linear(4, 2).eval(), (torch.randn(3, 4),), ({0: batch},), strict=True, partitioners=[])
+    export = guarded_export(made)
+    (x,) = [n for n in export.program.graph.nodes if n.op == "placeholder" and n.name in export.program.graph_signature.user_inputs]
+    assert isinstance(x.meta["val"].shape[0], torch.SymInt)  # the batch stays dynamic
+    assert export.delegation is not None and export.delegation.fraction_delegated == 0  # partitioners=[]: the portable kernels
