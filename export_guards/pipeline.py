@@ -45,7 +45,7 @@ from export_guards.recipes import guard_recipe, ledger_of, linted_session, quant
 from export_guards.report import Finding, Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
-from export_guards.targets import hint_for, load_target, step, step_report, target_file
+from export_guards.targets import hint_for, load_target, quantized, step, step_report, target_file
 
 __all__ = ["Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
 
@@ -238,23 +238,26 @@ def export_with_guards(
 ) -> GuardedExport:
     """``torch.export`` ``model`` on ``example_inputs`` (with ``dynamic_shapes`` and
     ``strict`` as torch.export takes them), then :func:`lower_with_guards` (with ``lowering``,
-    the user's own partitioners and configs); or, when ``config`` names a recipe,
-    :func:`export_with_recipe`.
+    the user's own partitioners and configs, its quantize step run on a copy of ``model`` first);
+    or, when ``config`` names a recipe, :func:`export_with_recipe`.
 
     Raises:
         ValueError: both a recipe and a ``lowering`` are named.
+        NotAModule: ``lowering``'s quantize step returned something else than an ``nn.Module``.
     """
+    lowering = lowering or Lowering()
     if config is not None and config.recipe is not None:
-        (lowering or Lowering()).refuse_recipe(config.recipe)
+        lowering.refuse_recipe(config.recipe)
         settings = with_keywords(config, "export_with_guards", placement=placement, fold=fold)
+        model = lowering.quantized(model, tuple(example_inputs))
         return export_with_recipe(model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     return lower_with_guards(
-        _torch_export(model, tuple(example_inputs), dynamic_shapes, strict),
+        _torch_export(lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict),
         backend=backend,
         placement=placement,
         fold=fold,
         config=config,
-        lowering=lowering,
+        lowering=lowering.after_quantize,
     )
 
 
@@ -287,22 +290,27 @@ def export_in_steps(
     lowering: Lowering | None = None,
 ) -> GuardedExport:
     """:func:`export_with_guards`, one step at a time, each inside ``each_step(what it does)``
-    when given (``"torch.export"``); ``lowering``: the user's own (:class:`Lowering`).
+    when given (``"torch.export"``); ``lowering``: the user's own (:class:`Lowering`), its
+    quantize step run on a copy of ``model`` first.
 
     Raises:
-        StepFailed: ``torch.export`` or lowering failed; the message names the step, the
+        StepFailed: quantizing, ``torch.export`` or lowering failed; the message names the step, the
             innermost cause and the line of ``source`` (the model's file) it went through.
     """
     settings = config or Settings()
     timed = each_step or _as_is
     inputs = tuple(example_inputs)
+    lowering = lowering or Lowering()
+    if lowering.quantize is not None:
+        with timed("quantizing the model"):
+            model = quantized(lowering, model, inputs, source)
+        lowering = lowering.after_quantize
     if settings.recipe is not None:
         with timed(f"exporting, linting and lowering with the recipe {settings.recipe}"), step(f"exporting with the recipe {settings.recipe}", source):
-            (lowering or Lowering()).refuse_recipe(settings.recipe)
+            lowering.refuse_recipe(settings.recipe)
             return export_with_recipe(model, inputs, settings.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
     with timed("torch.export"), step("torch.export", source):
         program = _torch_export(model, inputs, dynamic_shapes, strict)
-    lowering = lowering or Lowering()
     named = settings.backend if lowering.partitioners is None else ", ".join(type(p).__name__ for p in lowering.partitioners) or "portable"
     with timed(f"linting and lowering ({named})"), step(f"lowering ({named})", source):
         return lower_with_guards(program, config=settings, lowering=lowering)
@@ -398,13 +406,13 @@ def lower_with_guards(
     lint does not raise: compare ``report`` with a fail level, as the command line does.
 
     Raises:
-        ValueError: an unknown backend or placement policy.
+        ValueError: an unknown backend or placement policy, or a ``lowering`` with a quantize step.
         LoweringFailed: ExecuTorch could not lower the program; its ``report`` holds the
             lint's findings, which often say why.
     """
     settings = with_keywords(config, "lower_with_guards", backend=backend, placement=placement, fold=fold)
     ledger = Ledger()
-    lowering = lowering or Lowering()
+    lowering = (lowering or Lowering()).for_exported("lower_with_guards")
     chosen = _backend_of(settings.backend, lowering)
     # Placement is decided once, here: a constant no host reader can take stops the export before
     # lowering would crash; the guarded partitioners see only the device constants left to them.

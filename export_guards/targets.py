@@ -25,7 +25,7 @@ from export_guards.ruleset import CATALOG, Hit, finding, first_line
 if TYPE_CHECKING:
     from export_guards.lowering import Lowering
 
-__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "hint_for", "load_target", "parse_arguments", "step", "step_report", "target_file"]
+__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "hint_for", "load_target", "parse_arguments", "quantized", "step", "step_report", "target_file"]
 
 
 class Exportable(NamedTuple):
@@ -61,14 +61,15 @@ class Exportable(NamedTuple):
 
     @property
     def lowering(self) -> Lowering:
-        """How this model lowers: the user's partitioners and configs, as one value.
+        """How this model lowers: the user's quantize step, partitioners and configs, as one
+        value, which the fixtures and ``export_with_guards`` take whole.
 
         Raises:
             TypeError: one of them is not what ExecuTorch takes there.
         """
         from export_guards.lowering import Lowering
 
-        return Lowering(self.partitioners, self.compile_config, self.backend_config)
+        return Lowering(self.partitioners, self.compile_config, self.backend_config, self.quantize)
 
 
 class TargetError(ValueError):
@@ -134,7 +135,8 @@ def parse_arguments(pairs: Iterable[str]) -> dict[str, Any]:
 
 def load_target(target: str, arguments: Mapping[str, Any] | None = None) -> Exportable:
     """Import the target's module, call its factory with ``arguments``, and return what it
-    made: the model, its example inputs, their dynamic shapes and whether to export strictly.
+    made: the model, its example inputs, their dynamic shapes and whether to export strictly;
+    the model quantized by the factory's quantize step, which is then ``None`` (run, once).
 
     Raises:
         TargetError: the target names no file, module or callable.
@@ -302,17 +304,30 @@ def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[
         made.lowering  # noqa: B018 - checked here, where the factory is named
     except TypeError as error:
         raise StepFailed("building the model", f"{target} must return {_RETURNS}; its {error}") from None
-    if made.quantize is not None and not callable(made.quantize):
-        raise StepFailed("building the model", f"{target} must return {_RETURNS}; its quantize is a {type(made.quantize).__name__}, not a callable")
     inputs = made.inputs
     made = made._replace(inputs=inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,))
-    if made.quantize is not None:
-        with step("quantizing the model", path, call="the factory's quantize()"):
-            quantized = made.quantize(made.model, made.inputs)
-        if not isinstance(quantized, torch.nn.Module):
-            raise StepFailed("quantizing the model", f"the quantize step of {target} must return the quantized nn.Module; it returned a {type(quantized).__name__}")
-        made = made._replace(model=quantized)
+    if made.quantize is not None:  # on the model built for this export: no copy; done, so not run again
+        made = made._replace(model=quantized(made.lowering, made.model, made.inputs, path, copied=False, call="the factory's quantize()"), quantize=None)
     return made
+
+
+def quantized(lowering: Lowering, model: Any, inputs: tuple[Any, ...], path: Path | None = None, *, copied: bool = True, call: str = "quantize()") -> Any:
+    """``lowering.quantized(model, inputs)`` (on a copy unless not ``copied``) as a step of the
+    user's job, "quantizing the model": what the user's step raises is a ``StepFailed`` on its
+    line (:func:`step`); a step that returns no model, one that says so in a line.
+
+    Raises:
+        StepFailed: the quantize step raised, or returned something else than an ``nn.Module``.
+    """
+    from export_guards.lowering import NotAModule
+
+    try:
+        with step("quantizing the model", path, call=call):
+            return lowering.quantized(model, inputs, copied=copied)
+    except StepFailed as failed:
+        if isinstance(failed.__cause__, NotAModule):  # not an error inside the user's step: no line of theirs to name
+            raise StepFailed("quantizing the model", str(failed.__cause__)) from None
+        raise
 
 
 @contextlib.contextmanager

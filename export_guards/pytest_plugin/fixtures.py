@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the plugin loads in every pytest run: torch and the pipelin
     from export_guards.lowering import Lowering
     from export_guards.pipeline import GuardedExport
     from export_guards.report import Report
-    from export_guards.targets import StepFailed
+    from export_guards.targets import Exportable, StepFailed
     from export_guards.verify import EagerReference, InputSet, OutputError, Tolerance
 
 __all__ = ["ExportCheck", "assert_delegated", "check_export", "eg_device", "guarded_export"]
@@ -57,16 +57,28 @@ class ExportCheck:
 
 @pytest.fixture
 def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExport]:
-    """``guarded_export(model, example_inputs, *, dynamic_shapes=None, strict=None, **settings)
-    -> GuardedExport``: export with the guards (placement, fold, lint before and after
-    partitioning); ``dynamic_shapes`` and ``strict`` as torch.export takes them. Never fails the test."""
+    """``guarded_export(model, example_inputs, *, dynamic_shapes=None, strict=None, lowering=None,
+    **settings) -> GuardedExport``: export with the guards (placement, fold, lint before and after
+    partitioning); ``dynamic_shapes`` and ``strict`` as torch.export takes them; ``lowering`` (a
+    ``Lowering``, or an ``Exportable``'s) quantizes a copy of the model first and lowers as it
+    says. ``guarded_export(exportable)`` takes all of them from an ``Exportable``, as the lint
+    does. Never fails the test."""
 
     def run(
-        model: torch.nn.Module, example_inputs: Sequence[object], *, dynamic_shapes: Any = None, strict: bool | None = None, lowering: Lowering | None = None, **overrides: Any
+        model: torch.nn.Module | Exportable,
+        example_inputs: Sequence[object] | None = None,
+        *,
+        dynamic_shapes: Any = None,
+        strict: bool | None = None,
+        lowering: Lowering | Exportable | None = None,
+        **overrides: Any,
     ) -> GuardedExport:
-        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("dynamic_shapes", "strict", "lowering"))
+        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("example_inputs", "dynamic_shapes", "strict", "lowering"))
+        given = _Given.of("guarded_export", model, example_inputs, dynamic_shapes, strict, lowering)
+        if given.inputs is None:
+            pytest.fail("export-guards: guarded_export(model, example_inputs) needs the example inputs", pytrace=False)
         with libraries_kept_quiet():
-            return _export(settings, model, example_inputs, dynamic_shapes, strict, lowering)
+            return _export(settings, given.model, given.inputs, given.dynamic_shapes, given.strict, given.lowering)
 
     return run
 
@@ -74,10 +86,14 @@ def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExp
 @pytest.fixture
 def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoReturn]) -> Callable[..., ExportCheck]:
     """``check_export(model, example_inputs=None, *, steps=(), extra_inputs=(), dynamic_shapes=None,
-    strict=None, atol=1e-5, rtol=1e-5, **settings) -> ExportCheck``: export with the guards
-    (``dynamic_shapes`` and ``strict`` as torch.export takes them), fail on lint findings at
+    strict=None, lowering=None, atol=None, rtol=None, **settings) -> ExportCheck``: export with the
+    guards (``dynamic_shapes`` and ``strict`` as torch.export takes them; ``lowering``, a
+    ``Lowering`` or an ``Exportable``'s: its quantize step run on a copy of the model, which is
+    then the model exported and compared, and its partitioners and configs), fail on lint findings at
     the fail level, run the ``.pte`` in ``executorch.runtime`` and fail on any output that
-    differs from eager beyond atol / rtol (``Tolerance.absolute``). The example inputs and each
+    differs from eager beyond atol / rtol (``Tolerance.absolute``; 1e-5 each where not given, or,
+    with neither given, the lint's tolerance for a program that quantizes, ``Tolerance.by_dtype(
+    quantized=True)``: a delegate rounds otherwise than torchao's reference). The example inputs and each
     set of ``extra_inputs`` run on a freshly loaded program, and eagerly on a fresh copy of the
     model; ``steps`` run in order through one loaded method, and eagerly through one copy,
     compared step by step (a model with state: a decoder's prefill, then its decode steps).
@@ -86,42 +102,129 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
     input sets ``export-guards lint`` runs, ``export_guards.verify.input_sets``; a bound where
     eager raises on those inputs is not run), each on a freshly loaded program. Outputs that
     eager does not repeat from the same state (a random op) are not compared. The caller's model
-    is never run. Where executorch's runtime cannot run with the installed torch, the test
+    is never run nor changed. ``check_export(exportable)`` takes the model, inputs, dynamic shapes,
+    strictness and lowering from an ``Exportable`` (a factory's, as ``export-guards lint`` does:
+    the same program, byte for byte). Where executorch's runtime cannot run with the installed torch, the test
     skips at the run, saying in one line which torch it needs."""
     with libraries_kept_quiet():
-        from export_guards.verify import EagerReference, Tolerance
+        from export_guards.verify import EagerReference
 
         import_runtime()
 
     def check(
-        model: torch.nn.Module,
+        model: torch.nn.Module | Exportable,
         example_inputs: Sequence[object] | None = None,
         *,
         steps: Sequence[Sequence[object]] = (),
         extra_inputs: Sequence[Sequence[object]] = (),
         dynamic_shapes: Any = None,
         strict: bool | None = None,
-        lowering: Lowering | None = None,
-        atol: float = 1e-5,
-        rtol: float = 1e-5,
+        lowering: Lowering | Exportable | None = None,
+        atol: float | None = None,
+        rtol: float | None = None,
         **overrides: Any,
     ) -> ExportCheck:
         settings = with_keywords(export_guards_settings, overrides, "check_export", _OWN_KEYWORDS)
-        if example_inputs is None and not steps:
+        given = _Given.of("check_export", model, example_inputs, dynamic_shapes, strict, lowering)
+        if given.inputs is None and not steps:
             pytest.fail("export-guards: check_export(model, example_inputs) needs the example inputs, or steps=[...]", pytrace=False)
-        pristine = copy.deepcopy(model)  # the state the program starts from, for each eager run
-        inputs = steps[0] if example_inputs is None else example_inputs
-        exported = _Exported.made(settings, model, inputs, dynamic_shapes, strict, lowering, _eg_fail)
+        inputs = steps[0] if given.inputs is None else given.inputs
+        exported_model = given.quantized(inputs, _eg_fail)  # the caller's model when nothing quantizes it
+        pristine = copy.deepcopy(exported_model)  # the state the program starts from, for each eager run
+        exported = _Exported.made(settings, exported_model, inputs, given.dynamic_shapes, given.strict, given.lowering.after_quantize, _eg_fail)
         reference = EagerReference(pristine, exported.result.program, copy_model=True)
-        sets, skipped = _input_sets(exported.result.program, example_inputs, extra_inputs, steps, inputs)
-        tolerance = Tolerance.absolute(atol=atol, rtol=rtol)
+        sets, skipped = _input_sets(exported.result.program, given.inputs, extra_inputs, steps, inputs)
+        tolerance = _tolerance(exported.result.program, atol, rtol)
         comparisons = [compared for label, each in sets for compared in exported.compared(label, each, reference, tolerance, skipped)]
         return ExportCheck(exported.result, exported.pte, comparisons, skipped)
 
     return check
 
 
+def _tolerance(program: torch.export.ExportedProgram, atol: float | None, rtol: float | None) -> Tolerance:
+    """``atol`` / ``rtol`` as ``torch.allclose`` takes them (1e-5 where not given); with neither
+    given, for a program that quantizes, the lint's tolerance for one (what it passes, the
+    fixture passes)."""
+    from export_guards.analysis.ops import inserted_by_quantizer
+    from export_guards.verify import Tolerance
+
+    if atol is None and rtol is None and any(inserted_by_quantizer(node) for node in program.graph.nodes):
+        return Tolerance.by_dtype(quantized=True)
+    return Tolerance.absolute(atol=1e-5 if atol is None else atol, rtol=1e-5 if rtol is None else rtol)
+
+
+def _said(tolerance: Tolerance) -> str:
+    """The tolerance, as a failure's first line says it."""
+    if tolerance.scaled:
+        return "the lint's tolerance for a quantized program"
+    return f"atol={tolerance.atol}, rtol={tolerance.rtol}"
+
+
 _OWN_KEYWORDS = ("example_inputs", "steps", "extra_inputs", "dynamic_shapes", "strict", "lowering", "atol", "rtol")
+
+
+@final
+@dataclass(frozen=True)
+class _Given:
+    """What a fixture exports: the model, its example inputs (``None``: none given), dynamic
+    shapes, strictness and lowering, given one by one or as an ``Exportable`` (a factory's
+    return value: the lint's), first or as ``lowering=``."""
+
+    model: torch.nn.Module
+    inputs: tuple[object, ...] | None
+    dynamic_shapes: Any
+    strict: bool | None
+    lowering: Lowering
+
+    @classmethod
+    def of(
+        cls, fixture: str, model: Any, inputs: Sequence[object] | None, dynamic_shapes: Any, strict: bool | None, lowering: Lowering | Exportable | None
+    ) -> _Given:
+        """What the fixture named ``fixture`` was given; the test fails on a value given twice
+        (in the ``Exportable`` and as a keyword) or a lowering that ExecuTorch does not take."""
+        from export_guards.lowering import Lowering
+        from export_guards.targets import Exportable
+
+        if isinstance(lowering, Exportable):  # the whole lowering, its quantize step too
+            lowering = _lowering_of(lowering, fixture)
+        if not isinstance(model, Exportable):
+            return cls(model, None if inputs is None else tuple(inputs), dynamic_shapes, strict, lowering or Lowering())
+        made, own = model, _lowering_of(model, fixture)
+        twice = [name for name, mine, theirs in (("example_inputs", inputs, made.inputs), ("dynamic_shapes", dynamic_shapes, made.dynamic_shapes), ("strict", strict, made.strict)) if mine is not None and theirs is not None]
+        twice += ["lowering"] if lowering is not None and (own.chosen or own.quantize is not None) else []
+        if twice:
+            pytest.fail(
+                f"export-guards: {fixture}(exportable, ...) was given {', '.join(twice)} twice, in the Exportable and as a keyword: "
+                "give each once (other inputs to compare: extra_inputs=[...])",
+                pytrace=False,
+            )
+        made_inputs = made.inputs if isinstance(made.inputs, tuple) else tuple(made.inputs) if isinstance(made.inputs, list) else (made.inputs,)
+        return cls(
+            made.model,
+            made_inputs if inputs is None else tuple(inputs),
+            made.dynamic_shapes if dynamic_shapes is None else dynamic_shapes,
+            made.strict if strict is None else strict,
+            own if lowering is None else lowering,
+        )
+
+    def quantized(self, inputs: Sequence[object], fail: Callable[..., NoReturn]) -> torch.nn.Module:
+        """The model the lowering's quantize step makes of a copy of the caller's (as the lint
+        quantizes: ``export_guards.targets.quantized``), or the caller's model without one; the
+        test fails, in a few lines, where the step fails."""
+        from export_guards.targets import StepFailed, quantized
+
+        made = _failed_or(lambda: quantized(self.lowering, self.model, tuple(inputs), _source_of(self.model)))
+        if isinstance(made, StepFailed):  # failed here, out of the except block: no chained tracebacks
+            fail(_step_failed(made), _failed_report(made))
+        return made
+
+
+def _lowering_of(made: Exportable, fixture: str) -> Lowering:
+    """``made.lowering``; the test fails where one of its settings is not what ExecuTorch takes."""
+    try:
+        return made.lowering
+    except TypeError as error:
+        pytest.fail(f"export-guards: {fixture}'s Exportable: its {error}", pytrace=False)
 
 
 def _input_sets(
@@ -227,7 +330,7 @@ class _Exported:
         state = mutable_buffers(self.result.program)
         lines = "\n".join(f"  {e}" for e in errors)
         return (
-            f"export-guards: the .pte's outputs differ from eager on the {name} (atol={tolerance.atol}, rtol={tolerance.rtol}, "
+            f"export-guards: the .pte's outputs differ from eager on the {name} ({_said(tolerance)}, "
             f"{self.settings.recipe or self.settings.backend}):\n{lines}\n"
             + (_state_advice(state, stepped, index) if state else _AT_BOUND if at_bound else _SPECIALISED)
         )
