@@ -20,7 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import export_guards as eg  # first: it keeps torch's and torchao's start-up warnings quiet
 import torch
+from export_guards.quiet import buffer_warning_answered, libraries_quiet, runtime_chatter_dropped
 
 PARAMS = {"dim": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32, "norm_eps": 1e-5}
 
@@ -64,8 +66,6 @@ def guarded(config) -> bytes:  # noqa: ANN001
     from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export
     from executorch.extension.llm.export.partitioner_lib import get_xnnpack_partitioner
 
-    import export_guards as eg
-
     builder = _prepare_for_llama_export(config).export()
     builder.run_canonical_optimizations()
     partitioners = [get_xnnpack_partitioner(dynamic_quant_only_partitioner=True)]
@@ -90,13 +90,18 @@ def main(argv: list[str]) -> None:
     embedding_quantize = "--no-embedding-quantize" not in argv
     folder = Path(tempfile.mkdtemp())
     write_model(folder)
-    stock_pte = stock(llm_config(config_file, folder, "stock.pte", embedding_quantize))
-    guarded_pte = guarded(llm_config(config_file, folder, "guarded.pte", embedding_quantize))
+    # What this script prints is the comparison: export_llama's progress lines and prints, the
+    # emitter's warning about the KV cache (it starts at zeros: nothing lost) and the native
+    # start-up lines of the tokenizers and the runtime's CPU probe stay off the terminal.
+    with libraries_quiet(), buffer_warning_answered(), runtime_chatter_dropped():
+        stock_pte = stock(llm_config(config_file, folder, "stock.pte", embedding_quantize))
+        guarded_pte = guarded(llm_config(config_file, folder, "guarded.pte", embedding_quantize))
+        steps = list(zip(decode(stock_pte), decode(guarded_pte), strict=True)) if not embedding_quantize else []
     same = "byte for byte" if stock_pte == guarded_pte else "different bytes"
     print(f"{config_file}: stock {len(stock_pte):,} bytes, guarded {len(guarded_pte):,} bytes ({same})")
     if embedding_quantize:
         return
-    for step, (theirs, ours) in enumerate(zip(decode(stock_pte), decode(guarded_pte), strict=True)):
+    for step, (theirs, ours) in enumerate(steps):
         print(f"step {step}: same token {torch.equal(ours.argmax(-1), theirs.argmax(-1))}, max logit difference {(ours - theirs).abs().max().item():.2g}")
 
 

@@ -27,7 +27,7 @@ from typing import IO, Any, final
 from export_guards.internals import warning_filters_changed
 
 __all__ = [
-    "BUFFER_WARNING", "CPU_PROBE", "KNOWN_NOISE", "LIBRARIES", "KnownLine", "buffer_warning_answered", "filter_known_noise", "libraries_quiet",
+    "BUFFER_WARNING", "CPU_PROBE", "KNOWN_NOISE", "LIBRARIES", "TOKENIZER_REGISTRATION", "KnownLine", "buffer_warning_answered", "filter_known_noise", "libraries_quiet",
     "runtime_chatter_dropped", "show_known_noise",
 ]  # fmt: skip
 
@@ -152,6 +152,11 @@ KNOWN_NOISE: tuple[KnownLine, ...] = (
         FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated",
         "torch.export's own copies of its graphs (copy.deepcopy) make LeafSpecs: torch's to change",
     ),
+    KnownLine(
+        FutureWarning, r"_check_is_size will be removed",
+        "ExecuTorch's LLM custom ops (its KV-cache update and SDPA) call torch's deprecated _check_is_size at "
+        "every trace: ExecuTorch's to change",
+    ),
 )  # fmt: skip
 """The lines :func:`filter_known_noise` keeps off the terminal, each at its source."""
 
@@ -218,13 +223,19 @@ CPU_PROBE = "[cpuinfo_utils.cpp:"
 """How the runtime's CPU probe starts its lines (five, when the first XNNPACK program loads:
 files of ARM machines it looks for, on any other machine). They say nothing about the program."""
 
+TOKENIZER_REGISTRATION = "I tokenizers:regex.cpp:"
+"""How the line starts that ``pytorch_tokenizers``' native module logs as it is imported (by
+ExecuTorch's LLM exporter): a fallback it registers, nothing about the model or the program."""
+
 
 @contextlib.contextmanager
 def runtime_chatter_dropped() -> Iterator[None]:
     """For the block: what native code writes to file descriptor 2 (``executorch.runtime``'s
     log) goes on to stderr line by line as it comes, except the CPU probe's lines
-    (:data:`CPU_PROBE`). Every other line, an error above all, still reaches the user. For an
-    in-process run of the runtime (the demo); a child process's log is read by its parent."""
+    (:data:`CPU_PROBE`) and the tokenizers' registration line (:data:`TOKENIZER_REGISTRATION`).
+    Every other line, an error above all, still reaches the user. For an in-process run of the
+    runtime or the LLM exporter (the examples); a child process's log is read by its parent."""
+    dropped = (CPU_PROBE.encode(), TOKENIZER_REGISTRATION.encode())
     sys.stderr.flush()
     saved = os.dup(2)
     reading, writing = os.pipe()
@@ -234,7 +245,7 @@ def runtime_chatter_dropped() -> Iterator[None]:
     def forward() -> None:
         with os.fdopen(reading, "rb") as pipe:
             for line in pipe:
-                if not line.startswith(CPU_PROBE.encode()):
+                if not line.startswith(dropped):
                     os.write(saved, line)
 
     forwarder = threading.Thread(target=forward, name="export-guards stderr", daemon=True)

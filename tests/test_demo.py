@@ -33,3 +33,17 @@ def test_demo_exports_runs_and_writes_the_report(tmp_path: Path) -> None:
     assert markdown.count("(4 times)") == 2
     assert "median of 2 timed runs each, interleaved, after a warm-up" in markdown  # like for like, said
     assert "x faster, the median of paired ratios" in done.stdout
+
+
+LLM_EXAMPLE = DEMO.parent / "export_llm_guarded.py"
+
+
+def test_the_export_llm_example_prints_only_its_comparison() -> None:
+    """``export_llama`` stock and guarded on a shipped config: the same bytes, the same tokens,
+    and no library line (torchao's start-up, torch's FutureWarnings, export_llama's prints)."""
+    done = subprocess.run([sys.executable, str(LLM_EXAMPLE), "--no-embedding-quantize"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("(byte for byte)") and len(lines) == 7, done.stdout
+    assert all("same token True" in line for line in lines[1:]), done.stdout
+    assert done.stderr == "", done.stderr

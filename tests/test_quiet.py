@@ -120,13 +120,14 @@ def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> 
 
 
 @pytest.mark.subprocess
-def test_native_lines_pass_except_the_cpu_probe() -> None:
+def test_native_lines_pass_except_the_cpu_probe_and_the_tokenizers_registration() -> None:
     code = textwrap.dedent("""
         import os
         from export_guards.quiet import runtime_chatter_dropped
 
         with runtime_chatter_dropped():
             os.write(2, b"[cpuinfo_utils.cpp:71] Reading file /sys/devices/soc0/image_version\\n")
+            os.write(2, b"I tokenizers:regex.cpp:40] Registering override fallback regex\\n")
             os.write(2, b"[method.cpp:744] Op index 12 out of range\\n")
         os.write(2, b"after\\n")
     """)
