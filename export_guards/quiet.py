@@ -143,6 +143,11 @@ KNOWN_NOISE: tuple[KnownLine, ...] = (
         "torch/utils/_pytree.py",
     ),
     KnownLine(
+        "torchao.kernel.intmm", r"Warning: Detected no triton",
+        "torchao's Triton int-matmul kernels, for CUDA: a CPU build has no Triton and needs none",
+        "torchao/kernel/intmm.py",
+    ),
+    KnownLine(
         "root", r"Disabled validating the partitioner\.$",
         "ExecuTorch's recipe stages turn the check of each partitioner off themselves (executorch/export/stages.py, "
         "validation_disabled) and log it on the root logger at every lowering: nothing for the user to do",
