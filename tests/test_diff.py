@@ -79,6 +79,8 @@ def test_the_same_model_built_again_reuses_every_weight(cli: Callable[..., Ran],
     (account,) = [f for f in findings if f["code"] == "EG535"]
     assert "2 reused (3,232 bytes), 0 re-packed (0 bytes), 0 orphaned (0 bytes)" in account["message"]
     assert "grows by 0 bytes" in account["message"]
+    biases = [str(f["message"]) for f in findings if str(f["message"]).startswith("bias value")]
+    assert len(biases) == 2 and all("its filter's key" in m and "followed by its own" in m for m in biases)  # not the filter's key alone
     text = cli("diff", programs["shipped"], programs["again"])
     assert text.returncode == 0 and "EG534" not in text.stdout  # infos are counted, listed with --show-info
     assert "2 reused (3,232 bytes)" in text.stdout

@@ -284,7 +284,7 @@ def _stale(old: list[Weight], new: list[Weight]) -> str:
         if before.content is not None and weight.content is not None and before.content != weight.content:
             return f"named data '{_short(weight.key)}' holds other bytes in each program under the same key"
         if _scales(before) != _scales(weight):
-            return f"{weight.role} value {weight.value_id} keeps its integers and key, but its scales changed"
+            return f"the scales of {weight.role} value {weight.value_id} changed under the same integers"
     return ""
 
 
