@@ -198,9 +198,9 @@ def test_check_command_exit_codes(cli: Callable[..., Ran], programs: dict[str, W
     assert cli("check", str(programs["xnnpack"].pte)).returncode == 0
     empty = tmp_path / "empty.pte"
     empty.write_bytes(b"")
-    done = cli("check", str(empty), "--format", "json")
-    assert done.returncode == 1
-    assert json.loads(done.stdout)["findings"][0]["code"] == "EG501"
+    done = cli("check", str(empty), "--format", "json")  # a file that is no program at all: one line, as a missing one
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert f"{empty} cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program (.pte)" in done.stderr
     missing = cli("check", str(tmp_path / "missing.pte"))
     assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
     nothing = tmp_path / "nothing"
@@ -215,7 +215,7 @@ def test_check_many_programs_and_folders_each_its_report_one_exit_code(cli: Call
     gate = tmp_path / "gate"
     (gate / "external").mkdir(parents=True)
     shutil.copy(programs["xnnpack"].pte, gate / "a.pte")
-    (gate / "cut.pte").write_bytes(programs["xnnpack"].pte.read_bytes()[:3000])
+    (gate / "cut.pte").write_bytes(_flipped_weights(programs["xnnpack"].pte.read_bytes()))  # readable, wrong contents: findings
     shutil.copy(programs["external"].pte, gate / "external" / "model.pte")  # the only program there: its .ptd is its own
     for ptd in programs["external"].data_files:
         shutil.copy(ptd, gate / "external" / ptd.name)
@@ -231,6 +231,19 @@ def test_check_many_programs_and_folders_each_its_report_one_exit_code(cli: Call
     assert machine.returncode == 1 and {f["artifact"] for f in json.loads(machine.stdout)["findings"]} == {"cut.pte"}  # relative to the project root
     data = cli("check", str(gate / "a.pte"), str(gate / "cut.pte"), "--data", str(next(iter(programs["external"].data_files))))
     assert data.returncode == 2 and "--data goes with one program file" in data.stderr
+    (gate / "short.pte").write_bytes(programs["xnnpack"].pte.read_bytes()[:3000])  # cannot be read at all: exit 2 wins
+    short = cli("check", str(gate), str(programs["portable"].pte), "--isolated", "--format", "json")
+    assert short.returncode == 2 and short.stdout == "" and len(short.stderr.strip().splitlines()) == 1
+    assert f"{gate / 'short.pte'} cannot be read as a program: it is truncated: 3000 bytes of the " in short.stderr
+
+
+def _flipped_weights(data: bytes) -> bytes:
+    """``data`` with its largest weight's first bytes flipped: a program that reads, and is wrong."""
+    region = max(PteFile(data, "<bytes>").named_data.values(), key=lambda region: region.size)
+    damaged = bytearray(data)
+    for offset in range(region.start, region.start + 50):
+        damaged[offset] ^= 0xFF
+    return bytes(damaged)
 
 
 def test_a_program_in_a_folder_of_several_gets_the_ptd_named_after_it(tmp_path: Path) -> None:

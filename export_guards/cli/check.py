@@ -18,7 +18,7 @@ from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.digests import ContentDigests
-from export_guards.pte.reader.identity import file_kind_of
+from export_guards.pte.reader.identity import file_kind_of, unreadable_program_at
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.targets import StepFailed, TargetError, check_target
 
@@ -180,6 +180,8 @@ def programs_to_check(options: CheckOptions) -> list[Program]:
         if file_kind_of(given) == "data":
             raise UsageError(f"{given} is an external data file (.ptd), not a program: pass it with --data next to its .pte")
         programs.append((given, ()))
+    for path, _ in programs:  # before any is checked: one that cannot be read at all is exit 2, however many are given
+        _readable_program(path)
     for path in options.data:
         _readable_file(path, "--data")
         if file_kind_of(path) == "program":
@@ -205,6 +207,20 @@ def data_beside(program: Path, folder: Sequence[Path]) -> tuple[Path, ...]:
         return ptds
     stem = program.stem
     return tuple(p for p in ptds if p.stem == stem or p.stem.startswith((f"{stem}.", f"{stem}_")))
+
+
+def _readable_program(path: Path) -> None:
+    """``path`` can be read as a program (its contents are the check's to judge).
+
+    Raises:
+        UsageError: it cannot (:func:`unreadable_program_at`), in one line.
+    """
+    try:
+        why = unreadable_program_at(path)
+    except OSError as error:
+        raise UsageError(f"cannot read {path} (the program): {error.strerror or error}") from None
+    if why is not None:
+        raise UsageError(f"{path} cannot be read as a program: {why}")
 
 
 def _readable_file(path: Path, option: str) -> None:
