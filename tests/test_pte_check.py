@@ -522,3 +522,18 @@ def test_the_context_asks_the_runtimes_child_in_the_order_it_answers() -> None:
     assert PteContext(PteFile(b"not a program", "x"), answers=Child()).replayed is None
     assert needs_of(PTE_RULES, Settings()) == {Need.REPLAYED, Need.CONTENT_DIGESTS}
     assert needs_of(PTE_RULES, Settings(ignore=("EG519", "EG523"))) == frozenset()
+
+
+@pytest.mark.parametrize(("saved", "held"), [({"x": torch.ones(2)}, "holds a dict"), (torch.ones(2, 3), "holds a tensor of shape (2, 3)")])
+def test_inputs_that_are_not_a_list_are_exit_2_naming_the_file_not_the_program(
+    cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path, saved: object, held: str
+) -> None:
+    """Issue 63: an inputs file of the wrong content is the user's file at fault: one line naming
+    it, never EG511 blamed on the program."""
+    path = tmp_path / "inputs.pt"
+    torch.save(saved, path)
+    done = cli("check", programs["xnnpack"].pte, "--runtime", "--inputs", path)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"--inputs {path} {held}, not a list or tuple of the inputs" in done.stderr and "--save-inputs" in done.stderr
+    torch.save([torch.ones(1)], path)  # a list: the runtime runs it, and says what it makes of it
+    assert cli("check", programs["xnnpack"].pte, "--runtime", "--inputs", path).returncode in (0, 1)
