@@ -236,3 +236,10 @@ def test_diff_reads_both_programs_without_torch(programs: dict[str, Path]) -> No
     done = subprocess.run([sys.executable, "-c", code, "diff", "-q", programs["shipped"], programs["retrained"]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "1 re-packed (1,056 bytes)" in done.stdout
+
+
+def test_show_info_lists_each_weight_then_the_total(cli: Callable[..., Ran], programs: dict[str, Path]) -> None:
+    """Issue 63: the EG535 total follows every weight of both programs, not among them."""
+    done = cli("diff", programs["shipped"], programs["retrained"], "--show-info")
+    listed = [line for line in done.stdout.splitlines() if " [info] " in line]
+    assert len(listed) > 2 and " EG535 [info] " in listed[-1] and not any(" EG535 " in line for line in listed[:-1]), done.stdout
