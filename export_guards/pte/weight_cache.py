@@ -2,7 +2,8 @@
 build, weight by weight (``export-guards diff``).
 
 XNNPACK names each constant by the SHA-256 of its bytes as stored (``scale_`` and that hash
-for the scales of a per-channel quantized weight), and its runtime weights cache
+for the scales of a per-channel or blockwise quantized weight, bf16 for blockwise; a
+per-tensor scale is inline; no scale is part of a packed entry's key), and its runtime weights cache
 (``XNNWeightsCache.cpp``) keys a packed weight by its filter's name followed by its bias's
 name. So a weight is reused when that key is in both programs, re-packed when the new build
 has a key the old one lacks, and the old key's entry is orphaned. Weights are paired across
