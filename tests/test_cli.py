@@ -351,7 +351,8 @@ def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(cli: Callable
     assert configured.returncode == 2 and "'XYZ999'" in configured.stderr
     nothing = cli("check", str(empty), "--select", "EG3")
     assert nothing.returncode == 2 and "reports nothing that `check` checks" in nothing.stderr
-    assert cli("check", str(empty), "--select", "EG501").returncode == 1  # a real selection: the empty file fails
+    real = cli("check", str(empty), "--select", "EG501")  # a real selection: the file is judged, and cannot be read
+    assert real.returncode == 2 and "it is empty (0 bytes); expected an ExecuTorch program (.pte)" in real.stderr
 
 
 def test_the_program_file_is_written_atomically_or_not_left_stale(cli: Callable[..., Ran], tmp_path: Path) -> None:

@@ -99,6 +99,12 @@ CASES: dict[str, Case] = {
     "a .ptd as the program": lambda d, m, p: (["check", next(p.parent.glob("*.ptd"))], "not a program: pass it with --data next to its .pte"),
     "missing data file": lambda d, m, p: (["check", p, "--data", d / "missing.ptd"], "no such file"),
     "a .pte as the data": lambda d, m, p: (["check", p, "--data", p], "is a program (.pte), not a data file"),
+    "empty program": lambda d, m, p: (["check", _bytes(d / "e.pte", b"")], "e.pte cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program"),
+    "another schema version": lambda d, m, p: (["check", _bytes(d / "v.pte", p.read_bytes().replace(b"ET12", b"ET99", 1))], "of schema version ET99; expected ET12"),
+    "empty inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", _bytes(d / "in.pt", b"")], "in.pt cannot be read as inputs: it is empty (0 bytes)"),
+    "text as inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", _notes(d)], "cannot be read as inputs: it is a text file; expected the example inputs"),
+    "a .pte as the inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", p], "it is an ExecuTorch program (.pte), not inputs"),
+    "truncated inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", _zip_cut(d)], "(truncated, or not a zip archive); expected the example inputs"),
     "unknown recipe": lambda d, m, p: (["lint", f"{m}:model", "--recipe", "xnnpack_fp23"], "did you mean xnnpack_fp32?"),
     # outputs that would destroy an input or a file that is not the tool's
     "--pte is the model file": lambda d, m, p: (["lint", f"{m}:model", "--pte", m], "which this run reads"),
@@ -110,6 +116,23 @@ CASES: dict[str, Case] = {
     "a user's file at --report-file": lambda d, m, p: (["check", p, "--report-file", _notes(d)], "pass --force to replace it"),
     "a user's file at --pte": lambda d, m, p: (["lint", f"{m}:model", "--pte", _notes(d)], "is not an ExecuTorch program"),
 }
+
+
+def _bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _zip_cut(folder: Path) -> Path:
+    """A file laid out as torch.save writes one (a zip archive with a pickle), cut short."""
+    import io
+    import zipfile
+
+    whole = io.BytesIO()
+    with zipfile.ZipFile(whole, "w") as archive:
+        archive.writestr("inputs/data.pkl", b"\x80\x02]q\x00." * 40)
+        archive.writestr("inputs/version", b"3\n")
+    return _bytes(folder / "cut.pt", whole.getvalue()[:-30])
 
 
 def _write(path: Path, text: str) -> Path:

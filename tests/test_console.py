@@ -113,11 +113,18 @@ def _plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
 
 
+def _bad_header(folder: Path) -> Path:
+    """A program file that reads and fails EG501 (its extended header's length is wrong), in microseconds."""
+    head = b"\0\0\0\0ET12eh00" + (4).to_bytes(4, "little") + (40).to_bytes(8, "little")
+    path = folder / "bad-header.pte"
+    path.write_bytes(head.ljust(64, b"\0"))
+    return path
+
+
 def test_force_color_colours_the_text_report_and_errors_never_machine_formats_or_files(
     cli: Callable[..., Ran], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    empty = tmp_path / "empty.pte"
-    empty.write_bytes(b"")
+    empty = _bad_header(tmp_path)
     monkeypatch.setenv("FORCE_COLOR", "1")
     text = cli("check", empty, "--select", "EG501")
     assert text.returncode == 1 and f"{ESC}1mEG501{ESC}0m [{ESC}31merror{ESC}0m]" in text.stdout
@@ -134,8 +141,7 @@ def test_force_color_colours_the_text_report_and_errors_never_machine_formats_or
 
 
 def test_quiet_silences_every_progress_line_the_baseline_ones_included(cli: Callable[..., Ran], tmp_path: Path) -> None:
-    empty = tmp_path / "empty.pte"
-    empty.write_bytes(b"")
+    empty = _bad_header(tmp_path)
     baseline = tmp_path / "baseline.json"
     written = cli("check", empty, "--select", "EG501", "--isolated", "--write-baseline", baseline, "-q")
     assert written.returncode == 0 and baseline.is_file() and written.stderr == ""

@@ -79,6 +79,8 @@ def test_the_same_model_built_again_reuses_every_weight(cli: Callable[..., Ran],
     (account,) = [f for f in findings if f["code"] == "EG535"]
     assert "2 reused (3,232 bytes), 0 re-packed (0 bytes), 0 orphaned (0 bytes)" in account["message"]
     assert "grows by 0 bytes" in account["message"]
+    biases = [str(f["message"]) for f in findings if str(f["message"]).startswith("bias value")]
+    assert len(biases) == 2 and all("its filter's key" in m and "followed by its own" in m for m in biases)  # not the filter's key alone
     text = cli("diff", programs["shipped"], programs["again"])
     assert text.returncode == 0 and "EG534" not in text.stdout  # infos are counted, listed with --show-info
     assert "2 reused (3,232 bytes)" in text.stdout
@@ -138,13 +140,17 @@ def test_bad_input_exits_2_saying_what_and_how_to_fix(cli: Callable[..., Ran], p
     text = tmp_path / "notes.pte"
     text.write_text("not a program at all")
     other = cli("diff", programs["shipped"], text)
-    assert other.returncode == 2 and "is not an ExecuTorch program (NEW, the new build)" in other.stderr
+    assert other.returncode == 2 and "notes.pte (NEW, the new build) cannot be read as a program: it is a text file; expected an ExecuTorch program" in other.stderr
     damaged = tmp_path / "damaged.pte"
     data = programs["shipped"].read_bytes()
     damaged.write_bytes(data[:40])  # the identifier survives; the flatbuffer does not
     cut = cli("diff", programs["shipped"], damaged)
-    assert cut.returncode == 2 and "cannot be read as an ExecuTorch program" in cut.stderr
-    assert "export-guards check FILE says what is wrong" in cut.stderr
+    assert cut.returncode == 2 and "damaged.pte (NEW, the new build) cannot be read as a program: it is truncated: 40 bytes of the " in cut.stderr
+    empty = tmp_path / "empty.pte"
+    empty.write_bytes(b"")
+    said = cli("diff", empty, programs["shipped"]).stderr  # the sentence check gives: one classification
+    assert "empty.pte (OLD, the shipped program) cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program (.pte)" in said
+    assert cli("check", empty).stderr.partition("a program: ")[2] == said.partition("a program: ")[2]
     folder = cli("diff", tmp_path, programs["shipped"])
     assert folder.returncode == 2 and "is a folder" in folder.stderr
 
@@ -163,11 +169,11 @@ def test_a_truncated_program_is_exit_2_in_one_line_wherever_it_is_cut(cli: Calla
             assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr and "{" not in done.stderr, (length, done.stderr)
             assert "cut.pte" in done.stderr
     cut.write_bytes(data[: len(data) // 2])
-    assert "is damaged" in cli("diff", cut, programs["shipped"]).stderr and "truncated" in cli("diff", cut, programs["shipped"]).stderr
+    assert f"it is truncated: {len(data) // 2} bytes of the {len(data)} its header gives" in cli("diff", cut, programs["shipped"]).stderr
     text = tmp_path / "notes.txt"
     text.write_text("hello\n")
     said = cli("diff", text, programs["shipped"]).stderr
-    assert "this holds b'o\\n'" in said and "{bytes" not in said  # what the file holds, not the code that says it
+    assert "it is 6 bytes long, too short for a program; expected an ExecuTorch program (.pte)" in said and "{" not in said
 
 
 def test_byte_flips_give_a_verdict_or_exit_2_never_a_traceback(cli: Callable[..., Ran], programs: dict[str, Path], tmp_path: Path) -> None:
@@ -230,3 +236,10 @@ def test_diff_reads_both_programs_without_torch(programs: dict[str, Path]) -> No
     done = subprocess.run([sys.executable, "-c", code, "diff", "-q", programs["shipped"], programs["retrained"]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "1 re-packed (1,056 bytes)" in done.stdout
+
+
+def test_show_info_lists_each_weight_then_the_total(cli: Callable[..., Ran], programs: dict[str, Path]) -> None:
+    """Issue 63: the EG535 total follows every weight of both programs, not among them."""
+    done = cli("diff", programs["shipped"], programs["retrained"], "--show-info")
+    listed = [line for line in done.stdout.splitlines() if " [info] " in line]
+    assert len(listed) > 2 and " EG535 [info] " in listed[-1] and not any(" EG535 " in line for line in listed[:-1]), done.stdout

@@ -198,9 +198,9 @@ def test_check_command_exit_codes(cli: Callable[..., Ran], programs: dict[str, W
     assert cli("check", str(programs["xnnpack"].pte)).returncode == 0
     empty = tmp_path / "empty.pte"
     empty.write_bytes(b"")
-    done = cli("check", str(empty), "--format", "json")
-    assert done.returncode == 1
-    assert json.loads(done.stdout)["findings"][0]["code"] == "EG501"
+    done = cli("check", str(empty), "--format", "json")  # a file that is no program at all: one line, as a missing one
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert f"{empty} cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program (.pte)" in done.stderr
     missing = cli("check", str(tmp_path / "missing.pte"))
     assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
     nothing = tmp_path / "nothing"
@@ -215,7 +215,7 @@ def test_check_many_programs_and_folders_each_its_report_one_exit_code(cli: Call
     gate = tmp_path / "gate"
     (gate / "external").mkdir(parents=True)
     shutil.copy(programs["xnnpack"].pte, gate / "a.pte")
-    (gate / "cut.pte").write_bytes(programs["xnnpack"].pte.read_bytes()[:3000])
+    (gate / "cut.pte").write_bytes(_flipped_weights(programs["xnnpack"].pte.read_bytes()))  # readable, wrong contents: findings
     shutil.copy(programs["external"].pte, gate / "external" / "model.pte")  # the only program there: its .ptd is its own
     for ptd in programs["external"].data_files:
         shutil.copy(ptd, gate / "external" / ptd.name)
@@ -231,6 +231,19 @@ def test_check_many_programs_and_folders_each_its_report_one_exit_code(cli: Call
     assert machine.returncode == 1 and {f["artifact"] for f in json.loads(machine.stdout)["findings"]} == {"cut.pte"}  # relative to the project root
     data = cli("check", str(gate / "a.pte"), str(gate / "cut.pte"), "--data", str(next(iter(programs["external"].data_files))))
     assert data.returncode == 2 and "--data goes with one program file" in data.stderr
+    (gate / "short.pte").write_bytes(programs["xnnpack"].pte.read_bytes()[:3000])  # cannot be read at all: exit 2 wins
+    short = cli("check", str(gate), str(programs["portable"].pte), "--isolated", "--format", "json")
+    assert short.returncode == 2 and short.stdout == "" and len(short.stderr.strip().splitlines()) == 1
+    assert f"{gate / 'short.pte'} cannot be read as a program: it is truncated: 3000 bytes of the " in short.stderr
+
+
+def _flipped_weights(data: bytes) -> bytes:
+    """``data`` with its largest weight's first bytes flipped: a program that reads, and is wrong."""
+    region = max(PteFile(data, "<bytes>").named_data.values(), key=lambda region: region.size)
+    damaged = bytearray(data)
+    for offset in range(region.start, region.start + 50):
+        damaged[offset] ^= 0xFF
+    return bytes(damaged)
 
 
 def test_a_program_in_a_folder_of_several_gets_the_ptd_named_after_it(tmp_path: Path) -> None:
@@ -509,3 +522,18 @@ def test_the_context_asks_the_runtimes_child_in_the_order_it_answers() -> None:
     assert PteContext(PteFile(b"not a program", "x"), answers=Child()).replayed is None
     assert needs_of(PTE_RULES, Settings()) == {Need.REPLAYED, Need.CONTENT_DIGESTS}
     assert needs_of(PTE_RULES, Settings(ignore=("EG519", "EG523"))) == frozenset()
+
+
+@pytest.mark.parametrize(("saved", "held"), [({"x": torch.ones(2)}, "holds a dict"), (torch.ones(2, 3), "holds a tensor of shape (2, 3)")])
+def test_inputs_that_are_not_a_list_are_exit_2_naming_the_file_not_the_program(
+    cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path, saved: object, held: str
+) -> None:
+    """Issue 63: an inputs file of the wrong content is the user's file at fault: one line naming
+    it, never EG511 blamed on the program."""
+    path = tmp_path / "inputs.pt"
+    torch.save(saved, path)
+    done = cli("check", programs["xnnpack"].pte, "--runtime", "--inputs", path)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"--inputs {path} {held}, not a list or tuple of the inputs" in done.stderr and "--save-inputs" in done.stderr
+    torch.save([torch.ones(1)], path)  # a list: the runtime runs it, and says what it makes of it
+    assert cli("check", programs["xnnpack"].pte, "--runtime", "--inputs", path).returncode in (0, 1)

@@ -17,7 +17,7 @@ from pte_models import Written
 from pte_mutations import MUTATIONS, mutate
 from pte_structure import STRUCTURE_MUTATORS
 
-from export_guards.pte.check import check_pte
+from export_guards.pte.check import check_pte, diff_pte
 from export_guards.pte.reader.file import PteFile
 from export_guards.report import Report
 
@@ -78,6 +78,35 @@ def test_fuzz(seeds: dict[str, Written], request: pytest.FixtureRequest, tmp_pat
             detected += data != base and bool(report.errors)
     # Most damage is found: a checker that reports nothing would pass the loop above.
     assert detected > 0.6 * per_seed * len(seeds), f"only {detected} of {per_seed * len(seeds)} damaged files reported"
+
+
+def test_diff_fuzz(seeds: dict[str, Written]) -> None:
+    """Issue 63: ``diff`` as ``check``: a program truncated anywhere or with a byte flipped, as
+    either side of the update, gives a report in which no rule failed, or the one sentence the
+    command answers with (exit 2): one line, no placeholder. Never "all reused" for a cut file."""
+    answered = 0
+    for name, written in seeds.items():
+        base = written.pte.read_bytes()
+        rng = random.Random(f"diff-{name}")
+        cuts = [base[:length] for length in sorted({0, 5, 8, 40, *rng.sample(range(41, len(base)), 12), len(base) - 1})]
+        flips = []
+        for _ in range(24):
+            mutant = bytearray(base)
+            mutant[rng.randrange(len(mutant))] ^= 1 << rng.randrange(8)
+            flips.append(bytes(mutant))
+        for number, data in enumerate(cuts + flips):
+            for pair, case in (((base, data), f"{name} #{number} as the new build"), ((data, base), f"{name} #{number} as the shipped program")):
+                try:
+                    with deadline(CASE_TIMEOUT_S, case):
+                        report = diff_pte(*pair)
+                except ValueError as error:
+                    said = str(error)
+                    assert "\n" not in said and "{" not in said and said, f"{case}: {said!r}"
+                    answered += 1
+                    continue
+                assert not [f for f in report if f.code == "EG001"], f"{case}: a rule failed on the input"
+                assert number >= len(cuts) or data == base[: len(data)] and len(data) == len(base), f"{case}: a cut file was compared"
+    assert answered >= len(seeds) * 2 * 10, f"only {answered} damaged files refused"  # every cut is, as either side
 
 
 @pytest.mark.parametrize("kind", sorted(STRUCTURE_MUTATORS))

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import mmap
 import os
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.digests import ContentDigests
-from export_guards.pte.reader.identity import file_kind_of
+from export_guards.pte.reader.identity import HEAD_LENGTH, file_kind, file_kind_of, unreadable_program_at
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.targets import StepFailed, TargetError, check_target
 
@@ -48,6 +49,9 @@ def run(options: CheckOptions, interrupts: Interrupts) -> int:
     baseline = baseline_from(report.baseline)
     lines = ProgressLines(quiet=report.quiet)
     first = source or (programs[0][0] if programs else None)
+    if options.inputs is not None:
+        with quiet_libraries(report.verbose, load_torch=True):
+            _inputs_loaded(options.inputs)
     with outputs, quiet_libraries(report.verbose, load_torch=False), reported_if_failed(report, outputs, first, options.reproducible):
         digests = _hashing(programs[0]) if programs and settings.enabled(HASH_CHECK) else None
         checked = _checked_programs(options, programs, against, digests, lines)
@@ -125,6 +129,62 @@ def _inputs_fit(options: CheckOptions, programs: Sequence[Program]) -> None:
     if len(programs) != 1:
         raise UsageError(f"--inputs goes with one program ({len(programs)} were given): check each with its own inputs")
     _readable_file(options.inputs, "--inputs")
+    _inputs_screened(options.inputs)
+
+
+_SAVE_INPUTS = "expected the example inputs as a list of tensors saved with torch.save (export-guards lint FILE:factory --save-inputs PATH writes one)"
+
+
+def _inputs_screened(path: Path) -> None:
+    """``path`` is, by its bytes, a file ``torch.save`` wrote (a zip archive with a pickle), before
+    torch loads: an inputs file that is not one is no fault of the program.
+
+    Raises:
+        UsageError: one line naming the file, what it is and what was expected.
+    """
+    what = None
+    with open(path, "rb") as file:
+        head = file.read(HEAD_LENGTH)
+    if not head:
+        what = "it is empty (0 bytes)"
+    elif file_kind(head) is not None:
+        what = f"it is an ExecuTorch {'program (.pte)' if file_kind(head) == 'program' else 'data file (.ptd)'}, not inputs"
+    elif not zipfile.is_zipfile(path) and not head.startswith(b"\x80"):  # a pickle: torch.save's legacy format, torch.load's to judge
+        what = "it is a text file" if head.isascii() and all(32 <= b < 127 or b in b"\t\n\r" for b in head) else "it is not a torch.save file"
+        what += " (truncated, or not a zip archive)" if head.startswith(b"PK") else ""
+    elif zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                pickled = [name for name in archive.namelist() if name.endswith("/data.pkl")]
+                damaged = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as error:
+            pickled, damaged = [], str(error)
+        if damaged is not None:
+            what = f"it is damaged ({damaged} does not read)"
+        elif not pickled:
+            what = "it is a zip archive, but not one torch.save wrote"
+    if what is not None:
+        raise UsageError(f"--inputs {path} cannot be read as inputs: {what}; {_SAVE_INPUTS}")
+
+
+def _inputs_loaded(path: Path) -> None:
+    """What ``torch.save`` put in ``path`` is a list or tuple (of tensors, as the runtime takes them).
+
+    Raises:
+        UsageError: one line naming the file, what it holds and what was expected.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(f"--inputs {path} cannot be read as inputs: torch.load refuses it ({first}); {_SAVE_INPUTS}") from None
+    if not isinstance(loaded, (list, tuple)):
+        held = f"a tensor of shape {tuple(loaded.shape)}" if isinstance(loaded, torch.Tensor) else f"a {type(loaded).__name__}"
+        raise UsageError(f"--inputs {path} holds {held}, not a list or tuple of the inputs; {_SAVE_INPUTS}")
 
 
 def _hashing(program: Program) -> ContentDigests:
@@ -180,6 +240,8 @@ def programs_to_check(options: CheckOptions) -> list[Program]:
         if file_kind_of(given) == "data":
             raise UsageError(f"{given} is an external data file (.ptd), not a program: pass it with --data next to its .pte")
         programs.append((given, ()))
+    for path, _ in programs:  # before any is checked: one that cannot be read at all is exit 2, however many are given
+        _readable_program(path)
     for path in options.data:
         _readable_file(path, "--data")
         if file_kind_of(path) == "program":
@@ -205,6 +267,20 @@ def data_beside(program: Path, folder: Sequence[Path]) -> tuple[Path, ...]:
         return ptds
     stem = program.stem
     return tuple(p for p in ptds if p.stem == stem or p.stem.startswith((f"{stem}.", f"{stem}_")))
+
+
+def _readable_program(path: Path) -> None:
+    """``path`` can be read as a program (its contents are the check's to judge).
+
+    Raises:
+        UsageError: it cannot (:func:`unreadable_program_at`), in one line.
+    """
+    try:
+        why = unreadable_program_at(path)
+    except OSError as error:
+        raise UsageError(f"cannot read {path} (the program): {error.strerror or error}") from None
+    if why is not None:
+        raise UsageError(f"{path} cannot be read as a program: {why}")
 
 
 def _readable_file(path: Path, option: str) -> None:

@@ -11,7 +11,7 @@ from export_guards.cli.options import DiffOptions
 from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root
 from export_guards.cli.signals import Interrupts
-from export_guards.pte.reader.identity import file_kind
+from export_guards.pte.reader.identity import file_kind_of, unreadable_program_at
 from export_guards.report import Severity
 
 __all__ = ["run"]
@@ -57,15 +57,10 @@ def _program_file(path: Path, role: str) -> None:
     if path.is_dir():
         raise UsageError(f"{path} is a folder, not a program ({role}): give the path of a .pte file")
     try:
-        with open(path, "rb") as file:
-            head = file.read(8)
+        why = unreadable_program_at(path)
     except OSError as error:
         raise UsageError(f"cannot read {path} ({role}): {error.strerror or error}") from None
-    kind = file_kind(head)
-    if kind == "data":
+    if file_kind_of(path) == "data":
         raise UsageError(f"{path} is an external data file (.ptd), not a program ({role}): give the .pte it belongs to")
-    if kind != "program":
-        raise UsageError(
-            f"{path} is not an ExecuTorch program ({role}): it has {len(head)} bytes to begin with, and a .pte holds 'ET' and "
-            f"a schema version at bytes 4 to 8 (this holds {bytes(head[4:8])!r}); give the .pte file that the export wrote"
-        )
+    if why is not None:
+        raise UsageError(f"{path} ({role}) cannot be read as a program: {why}")

@@ -16,6 +16,7 @@ from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import PteFile, open_bytes
 from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.identity import HEAD_LENGTH, unreadable_program
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES, structure
 from export_guards.pte.rules.kernels import replay_calls
@@ -211,6 +212,9 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
     for given, role in ((old, "the shipped program"), (new, "the new build")):
         data = bytes(given) if isinstance(given, (bytes, bytearray, memoryview)) else open_bytes(given)
         pte = PteFile(data, _name(given))
+        why = unreadable_program(data[:HEAD_LENGTH], len(data))
+        if why is not None:  # the sentence the command answers with
+            raise ValueError(f"{pte.name} ({role}) cannot be read as a program: {why}")
         if pte.program is None:
             why = "; ".join(pte.problems) or "it is not an ExecuTorch program"
             raise ValueError(f"{pte.name} ({role}) cannot be read as an ExecuTorch program: {why}")

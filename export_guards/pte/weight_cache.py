@@ -2,7 +2,8 @@
 build, weight by weight (``export-guards diff``).
 
 XNNPACK names each constant by the SHA-256 of its bytes as stored (``scale_`` and that hash
-for the scales of a per-channel quantized weight), and its runtime weights cache
+for the scales of a per-channel or blockwise quantized weight, bf16 for blockwise; a
+per-tensor scale is inline; no scale is part of a packed entry's key), and its runtime weights cache
 (``XNNWeightsCache.cpp``) keys a packed weight by its filter's name followed by its bias's
 name. So a weight is reused when that key is in both programs, re-packed when the new build
 has a key the old one lacks, and the old key's entry is orphaned. Weights are paired across
@@ -284,7 +285,7 @@ def _stale(old: list[Weight], new: list[Weight]) -> str:
         if before.content is not None and weight.content is not None and before.content != weight.content:
             return f"named data '{_short(weight.key)}' holds other bytes in each program under the same key"
         if _scales(before) != _scales(weight):
-            return f"{weight.role} value {weight.value_id} keeps its integers and key, but its scales changed"
+            return f"the scales of {weight.role} value {weight.value_id} changed under the same integers"
     return ""
 
 

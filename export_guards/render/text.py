@@ -32,12 +32,12 @@ def render_text(report: Report, *, show_info: bool = False, root: Path | None = 
 
 
 def _position(finding: Finding) -> tuple[object, ...]:
-    """Where a finding sorts: by source file and line, then by program file and byte, then by
-    method; then by code."""
+    """Where a finding sorts: by source file and line, then by program file and byte (those on
+    a whole file, such as diff's total, after every file's bytes), then by method; then by code."""
     if finding.location is not None:
         return (0, finding.location.file, finding.location.line, finding.code)
     if finding.artifact is not None:
-        return (1, finding.artifact, finding.region[0] if finding.region else -1, finding.code)
+        return (1, not finding.region, finding.artifact, finding.region[0] if finding.region else 0, finding.code)
     return (2, finding.method or "", 0, finding.code)
 
 

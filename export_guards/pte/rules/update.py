@@ -72,7 +72,7 @@ def weight_reused(diff: CacheDiff) -> Iterator[Hit]:
             continue
         yield _on(
             change.weight,
-            f"{change.weight} is reused: its cache key '{_short(change.weight.cache_key)}' is in both programs",
+            f"{change.weight} is reused: {_entry_key(change.weight)} is in both programs",
             diff.new,
         )
 
@@ -89,6 +89,13 @@ def _on(weight: Weight, message: str, artifact: str) -> Hit:
 
 def _entry_bytes(diff: CacheDiff, change: WeightChange) -> int:
     return sum({c.weight.key: c.weight.nbytes for c in diff.of("repacked") if c.weight.cache_key == change.weight.cache_key}.values())
+
+
+def _entry_key(weight: Weight) -> str:
+    """The key of ``weight``'s packed entry, in words: a bias's begins with its filter's key."""
+    if weight.role == "bias":
+        return f"its packed entry's key (its filter's key '{_short(weight.cache_key)}' followed by its own, '{_short(weight.key)}')"
+    return f"its cache key '{_short(weight.cache_key)}'"
 
 
 def _short(key: str) -> str:
