@@ -371,6 +371,14 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "factory, for export-guards lint).",
     ),
     (
+        # Before the generic device mismatch: moving meta tensors to a device gives no values.
+        ("devices, cpu and meta", "devices, meta and cpu", "on the meta device", "Cannot copy out of meta tensor"),
+        "a weight on the meta device: the model was built without its values (under `torch.device(\"meta\")` "
+        "or by an `init_empty_weights`-style loader). Load the weights before export: "
+        "`model.load_state_dict(state_dict, assign=True)`, or `model.to_empty(device=\"cpu\")` then "
+        "`model.load_state_dict(state_dict)`.",
+    ),
+    (
         ("FakeTensorDeviceMismatch", "Unhandled FakeTensor Device Propagation", "Expected all tensors to be on the same device"),
         "tensors on different devices meet here: move the model and every example input to one "
         "device before torch.export (`model.to(device)`, `x.to(device)`), and create tensors in "
