@@ -32,6 +32,7 @@ __all__ = [
     "replace_constants_in_place",
     "set_example_inputs",
     "set_original_program",
+    "specialization_sites",
     "transform_program",
     "unname_pass",
     "updated_program",
@@ -157,6 +158,29 @@ def cause_of_type(error: BaseException | None, cls: type[E]) -> E | None:
     while error is not None and not isinstance(error, cls):
         error = pass_error(error)
     return error
+
+
+def specialization_sites(error: BaseException) -> list[tuple[str, int, str]]:
+    """Where torch.export's tracing fixed each symbolic size that ``error`` (a
+    ``ConstraintViolationError``) says the code specialized: ``(file, line, function)`` of each,
+    as torch recorded them, first recorded first.
+
+    Relies on ``ShapeEnv.produce_guards_verbose`` raising the error with the ``ShapeEnv`` as its
+    frame's ``self``, and on the ``ShapeEnv`` keeping, for each symbol it replaced by a constant,
+    the place in ``replacements_slocs`` and, for each range it narrowed, in
+    ``var_to_range_sloc`` (``SLoc.framework_loc``: a ``traceback.FrameSummary`` of the first
+    frame outside torch's tracing machinery, or a string where torch knows no frame)."""
+    env, tb = None, error.__traceback__
+    while tb is not None:  # the innermost frame whose self is a ShapeEnv
+        owner = tb.tb_frame.f_locals.get("self")
+        env = owner if type(owner).__name__ == "ShapeEnv" else env
+        tb = tb.tb_next
+    if env is None:
+        return []
+    slocs = [*getattr(env, "replacements_slocs", {}).values()]
+    slocs += [bound for ranged in getattr(env, "var_to_range_sloc", {}).values() for bound in (ranged.upper, ranged.lower)]
+    sites = [(f.filename, f.lineno or 1, f.name) for sloc in slocs if hasattr(f := getattr(sloc, "framework_loc", None), "filename")]
+    return list(dict.fromkeys(sites))
 
 
 def name_pass(instance: object, name: str) -> None:

@@ -11,6 +11,7 @@ import difflib
 import importlib
 import importlib.machinery
 import importlib.util
+import re
 import sys
 import sysconfig
 import traceback
@@ -346,8 +347,12 @@ def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
         raised = f"{call + ' raised ' if call else ''}{type(shown).__name__}: {first_line(shown)}"
         innermost = _chain(error)[-1]
         cause = f"{type(innermost).__name__}: {first_line(innermost)}"
-        if cause not in raised:  # the root cause, that a wrapper's message may have dropped
+        if first_line(innermost) not in raised:  # the root cause, that a wrapper's message may have dropped
             raised += f"\n  caused by {cause}"
+        explained = explanation(innermost)
+        if explained:
+            raised += f"\n  torch says: {explained}"
+            cause += f" {explained}"
         location = getattr(error, "location", None)  # where the user's code made what failed
         frame = _user_frame(error, path)
         in_model_file = frame is not None and path is not None and Path(frame.filename).resolve() == path.resolve()
@@ -357,7 +362,8 @@ def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
             where = f"\n  at {location}: {location.code}"
         else:
             location = None
-            where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else ""
+            # torch's own line says nothing where torch said why
+            where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame and not explained else ""
         hint = hint_for(error)
         said = f"\n  hint: {hint}" if hint else ""
         raise StepFailed(step, raised + where + said + _found_before(error), cause, location, hint) from error
@@ -380,6 +386,14 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "factory, for export-guards lint).",
     ),
     (
+        # Before the generic device mismatch: moving meta tensors to a device gives no values.
+        ("devices, cpu and meta", "devices, meta and cpu", "on the meta device", "Cannot copy out of meta tensor"),
+        "a weight on the meta device: the model was built without its values (under `torch.device(\"meta\")` "
+        "or by an `init_empty_weights`-style loader). Load the weights before export: "
+        "`model.load_state_dict(state_dict, assign=True)`, or `model.to_empty(device=\"cpu\")` then "
+        "`model.load_state_dict(state_dict)`.",
+    ),
+    (
         ("FakeTensorDeviceMismatch", "Unhandled FakeTensor Device Propagation", "Expected all tensors to be on the same device"),
         "tensors on different devices meet here: move the model and every example input to one "
         "device before torch.export (`model.to(device)`, `x.to(device)`), and create tensors in "
@@ -391,6 +405,13 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "`.tolist()`, `nonzero`) decides a shape or an `if` here. Bound it with `torch._check(...)` "
         "(`torch._check_is_size(n)` for a size), compute the shape from input shapes instead, or "
         "branch with `torch.cond`; see torch.export's page on data-dependent shapes.",
+    ),
+    (
+        ("Cannot evaluate a finite upper bound",),
+        "a size with no upper bound: ExecuTorch plans each tensor's memory for its largest size, and a "
+        "size read from a tensor (`.item()`, `nonzero`) or a dynamic dimension without a max has none. "
+        "Bound it where it is made: `torch._check(n <= N)` after the `.item()` (with `torch._check(n >= 0)`), "
+        "or `Dim(\"name\", max=N)` in dynamic_shapes.",
     ),
     (
         ("expected compiled_fn to be GraphModule",),
@@ -457,7 +478,65 @@ def hint_for(error: BaseException) -> str | None:
     if own is not None:  # an error that knows its program (GradModeWriteError) says its own fix
         return own
     said = [f"{type(raised).__name__}: {raised}" for raised in chain]
+    specialized = next((hint for text in said if (hint := _specialized_hint(text))), None)
+    if specialized is not None:
+        return specialized
     return next((hint for words, hint in HINTS if any(word in text for word in words for text in said)), None)
+
+
+_BOILERPLATE = (
+    "For more information, run with",
+    "For extended logs",
+    "If you suspect the guard",
+    "For more debugging help",
+    "For C++ stack trace",
+    "The error above occurred when calling",
+    "Caused by:",  # the user's line, which the finding's location says
+)
+"""The lines of torch's shape errors that say how to debug torch, not why the export failed."""
+
+
+def explanation(error: BaseException) -> str:
+    """What torch.export's shape reasoning said of ``error`` beyond its first line, in one line:
+    why (``You marked batch as dynamic but your code specialized it to be a constant (1)``) and
+    its ``Suggested fixes``; empty for any other error, whose first line is its message."""
+    if not type(error).__module__.startswith(("torch.fx.experimental", "torch._dynamo", "torch.export")):
+        return ""
+    lines = (line.strip().removeprefix("- ").strip() for line in str(error).strip().splitlines()[1:])
+    return " ".join(line for line in lines if line and not line.startswith(_BOILERPLATE))[:1200]
+
+
+def _specialized_hint(text: str) -> str | None:
+    """The hint for torch.export's ``Constraints violated``: a dimension marked dynamic that the
+    trace fixed, with torch's own suggested fix (``batch = 2``) said as a change to make."""
+    fixed = re.findall(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((-?\d+)\)", text)
+    if not fixed:
+        return None
+    names = ", ".join(name for name, _ in fixed)
+    if all(value in ("0", "1") for _, value in fixed):  # torch makes every size 0 or 1 a constant
+        return (
+            f"an example input of size {fixed[0][1]} on {names}, a dimension marked dynamic: torch.export makes "
+            "every size 0 or 1 of the example a constant, whatever the code does. Give example inputs of size 2 "
+            f"or more there; the Dim's min can stay 1, with the max that ExecuTorch plans memory for "
+            f"(`Dim(\"{fixed[0][0]}\", min=1, max=...)`)."
+        )
+    said = ", ".join(f"{name} = {value}" for name, value in fixed)
+    return (
+        f"the code fixes {names} to the example's size here ({said}, torch's suggested fix, makes it static). "
+        "To keep it dynamic, compute from the input's shape instead of a constant (`x.view(x.shape[0], -1)`, "
+        "`x.reshape(-1, n)`, no `if x.shape[0] == ...`); else drop it from dynamic_shapes (`Dim.STATIC`)."
+    )
+
+
+def _specialization_site(error: BaseException, path: Path | None) -> traceback.FrameSummary | None:
+    """The user's line where torch.export fixed a dimension marked dynamic (``Constraints
+    violated``), where torch recorded one in the user's files (the model's file first)."""
+    from export_guards.internals import specialization_sites
+
+    frames = [traceback.FrameSummary(file, line, name) for file, line, name in specialization_sites(error)]
+    model_file = path.resolve() if path is not None else None
+    mine = [f for f in frames if Path(f.filename).resolve() == model_file] or [f for f in frames if _is_users(f)]
+    return mine[0] if mine else None
 
 
 def _unwrapped(error: BaseException) -> BaseException:
@@ -474,6 +553,9 @@ def _user_frame(error: BaseException, path: Path | None) -> traceback.FrameSumma
     user's files (a model's layers in another module); else the innermost frame outside this
     module."""
     chain = _chain(error)
+    site = _specialization_site(chain[-1], path)
+    if site is not None:  # the trace ended before torch found the dimension fixed: no user frame in it
+        return site
     model_file = path.resolve() if path is not None else None
     for mine in (lambda f: Path(f.filename).resolve() == model_file, _is_users):
         for raised in chain:

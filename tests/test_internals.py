@@ -252,3 +252,18 @@ def test_the_modules_loaded_from_the_wheel_without_torch_are_where_the_loader_lo
     assert folders
     for name in wheel.LIGHT_MODULES:
         assert wheel._source(name, folders) is not None, f"{name} is not a file of the installed executorch"
+
+
+def test_specialization_sites_are_where_the_trace_fixed_a_dynamic_dimension() -> None:
+    class Branch(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if x.shape[0] == 3 else x  # fixes the dimension
+
+    with pytest.raises(Exception) as raised:
+        torch.export.export(Branch(), (torch.randn(3, 2),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    innermost = raised.value
+    while innermost.__cause__ is not None or innermost.__context__ is not None:
+        innermost = innermost.__cause__ or innermost.__context__
+    assert type(innermost).__name__ == "ConstraintViolationError"
+    assert (__file__, Branch.forward.__code__.co_firstlineno + 1, "forward") in internals.specialization_sites(innermost)
+    assert internals.specialization_sites(ValueError("no trace")) == []

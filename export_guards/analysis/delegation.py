@@ -36,8 +36,8 @@ class DelegationSummary:
         return sum(self.delegated.values()) / total if total else 1.0
 
     def stated(self) -> str:
-        """``12 of 12 compute ops delegated (100%) to XnnpackBackend; 44 other ops on the
-        runtime's kernels``, or ``no conv / linear / matmul to delegate (no delegate)``: as
+        """``12 of 12 compute ops delegated (100%) to XnnpackBackend (compute ops: conv / linear /
+        matmul); 44 other ops on the runtime's kernels``, or ``no conv / linear / matmul to delegate (no delegate)``: as
         EG402 and the lint's summary line say it. The other ops are counted, so that a fully
         delegated matmul count never reads as a fully delegated program."""
         delegated = sum(self.delegated.values())
@@ -45,8 +45,9 @@ class DelegationSummary:
         backends = ", ".join(sorted(self.backends)) or "no delegate"
         others = sum(self.other_portable.values())
         rest = f"; {others} other op{'s' if others != 1 else ''} on the runtime's kernels" if others else ""
-        if total:
-            return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}{rest}"
+        if total:  # the other ops are of another kind: said so, lest "35 of 35" beside "100 other" read as a contradiction
+            kind = " (compute ops: conv / linear / matmul)" if others else ""
+            return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}{kind}{rest}"
         return f"no conv / linear / matmul to delegate ({backends}){rest}"
 
     def count(self, *names: str) -> tuple[int, int]:

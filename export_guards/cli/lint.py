@@ -163,6 +163,9 @@ def _exported(options: LintOptions, target: str, arguments: dict[str, object], l
     except TargetError as error:
         raise UsageError(str(error)) from None
     saved = _saved(made.inputs) if options.save_inputs is not None else None
+    if made.partitioners is not None and settings.recipe is None:  # the header named the backend before the factory ran
+        named = ", ".join(type(p).__name__ for p in made.lowering.partitioners or ()) or "none: the portable kernels"
+        lines.say(f"lowering with the factory's partitioners ({named}), not {settings.backend}'s default", ongoing=False)
     result = export_in_steps(
         made.model,
         made.inputs,

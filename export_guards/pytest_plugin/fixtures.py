@@ -325,14 +325,14 @@ class _Exported:
 
     def _differs(self, name: str, errors: Sequence[OutputError], tolerance: Tolerance, stepped: bool, index: int, at_bound: bool) -> str:
         """Why the program's outputs on ``name`` differ from eager's: each output, then the likely cause."""
-        from export_guards.verify import mutable_buffers
+        from export_guards.verify import QUANTIZATION_ERROR, mutable_buffers, quantizes
 
         state = mutable_buffers(self.result.program)
         lines = "\n".join(f"  {e}" for e in errors)
         return (
             f"export-guards: the .pte's outputs differ from eager on the {name} ({_said(tolerance)}, "
             f"{self.settings.recipe or self.settings.backend}):\n{lines}\n"
-            + (_state_advice(state, stepped, index) if state else _AT_BOUND if at_bound else _SPECIALISED)
+            + (_state_advice(state, stepped, index) if state else _AT_BOUND if at_bound else QUANTIZATION_ERROR if quantizes(self.result.program) else _SPECIALISED)
         )
 
 _SPECIALISED = (

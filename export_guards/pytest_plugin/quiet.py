@@ -10,10 +10,11 @@ import re
 import sys
 import warnings
 from collections.abc import Generator, Iterator
+from typing import final
 
 import pytest
 
-from export_guards.quiet import libraries_quiet
+from export_guards.quiet import LIBRARIES, libraries_quiet
 
 __all__ = ["import_runtime", "is_library_module", "libraries_kept_quiet", "pytest_runtest_call", "pytest_runtest_setup", "pytest_runtest_teardown"]
 
@@ -72,9 +73,51 @@ def libraries_kept_quiet() -> Iterator[None]:
     the model's or the test's code (``warnings.warn`` in ``forward``) is reported as always.
     The libraries' log lines and prints stay out of the test's captured output too
     (``export_guards.quiet``)."""
-    with warnings.catch_warnings(), libraries_quiet():
+    with warnings.catch_warnings(), libraries_quiet(), _library_errors_held():
         warnings.filterwarnings("ignore", module=_LIBRARY_MODULE)
         yield
+
+
+@contextlib.contextmanager
+def _library_errors_held() -> Iterator[None]:
+    """Hold the libraries' ERROR records for the block: where it raises, they are dropped, as
+    the error says what they said (torch's fake tensors log the very error they raise, traceback
+    and all, which reached a test's failure twice: torch's own handler and pytest's log
+    capture); where it ends, they are logged as they were."""
+    held = _HeldErrors()
+    loggers = [logging.getLogger(), *(logger for name, logger in logging.Logger.manager.loggerDict.items() if _is_library_logger(name))]
+    handlers = {handler for logger in loggers if isinstance(logger, logging.Logger) for handler in logger.handlers}  # torch gives many of its loggers their own
+    for handler in handlers:
+        handler.addFilter(held)
+    try:
+        yield
+    except BaseException:
+        held.records.clear()
+        raise
+    finally:
+        for handler in handlers:
+            handler.removeFilter(held)
+        for record in held.records:
+            logging.getLogger(record.name).handle(record)
+
+
+def _is_library_logger(name: str) -> bool:
+    return name.partition(".")[0] in LIBRARIES
+
+
+@final
+class _HeldErrors(logging.Filter):
+    """On each handler: keeps back the libraries' ERROR records (each once), which the block's end decides on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: dict[int, logging.LogRecord] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not _is_library_logger(record.name):
+            return True
+        self.records.setdefault(id(record), record)
+        return False
 
 
 def import_runtime() -> None:

@@ -128,7 +128,7 @@ _RULES = (
         "folds every computation on constants): fold-max-growth in [tool.export-guards], "
         "--fold-max-growth, or guard_passes(max_growth=...).",
         "action",
-        done=("fold declined", "folds declined"),
+        done=("fold declined as not worth it (EG203)", "folds declined as not worth it (EG203)"),
     ),
     Rule(
         "EG210",

@@ -9,7 +9,7 @@ from typing import final
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["TOLERANCES", "OutputError", "Tolerance", "compare_outputs"]
+__all__ = ["QUANTIZATION_ERROR", "TOLERANCES", "OutputError", "Tolerance", "compare_outputs", "quantizes"]
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-7, 1e-9),
@@ -25,6 +25,24 @@ QUANTIZED = (1e-1, 1e-1)
 """A quantized program against its quantized reference: a delegate rounds where the reference
 does not quite, and an int8 step (1/127 of the range) of difference compounds layer by layer
 (an int8 decoder: 4% of its largest value); a wrong scale or zero point is far beyond a tenth."""
+
+
+QUANTIZATION_ERROR = (
+    "The program quantizes: the runtime's quantized kernels round where torchao's eager ops do not quite, "
+    "an int8 step (1/127 of a value's range) that compounds layer by layer, so a quantized program is "
+    "not equal to eager within a float tolerance. Compare it with the quantized model (not the float one) "
+    "within the quantization's error: atol and rtol of about a tenth of the outputs' scale "
+    "(`check_export(..., atol=0.1, rtol=0.1)` for outputs near 1; export-guards lint allows 0.1 of the largest value)."
+)
+"""Why a quantized program's outputs differ from eager's beyond a float tolerance, and its fix."""
+
+
+def quantizes(program: torch.export.ExportedProgram) -> bool:
+    """Whether ``program`` computes with quantize ops (torchao's or PT2E's): its outputs are
+    eager's within the quantization's error, not a float tolerance."""
+    from export_guards.analysis.ops import inserted_by_quantizer
+
+    return any(inserted_by_quantizer(node) for node in program.graph.nodes)
 
 
 @final
