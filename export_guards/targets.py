@@ -403,7 +403,7 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         ("data-dependent", "GuardOnDataDependentSymNode", "DataDependentOutputException"),
         "a data-dependent shape or branch: a value read from a tensor (`.item()`, `int(t)`, "
         "`.tolist()`, `nonzero`) decides a shape or an `if` here. Bound it with `torch._check(...)` "
-        "(`torch._check_is_size(n)` for a size), compute the shape from input shapes instead, or "
+        "(`torch._check(n >= 0)` for a size: torch deprecates `_check_is_size`), compute the shape from input shapes instead, or "
         "branch with `torch.cond`; see torch.export's page on data-dependent shapes.",
     ),
     (

@@ -36,7 +36,7 @@ class DelegationSummary:
         return sum(self.delegated.values()) / total if total else 1.0
 
     def stated(self) -> str:
-        """``12 of 12 compute ops delegated (100%) to XnnpackBackend (compute ops: conv / linear /
+        """``12 of 12 compute ops delegated (100%) to XnnpackBackend (conv / linear /
         matmul); 44 other ops on the runtime's kernels``, or ``no conv / linear / matmul to delegate (no delegate)``: as
         EG402 and the lint's summary line say it. The other ops are counted, so that a fully
         delegated matmul count never reads as a fully delegated program."""
@@ -46,7 +46,7 @@ class DelegationSummary:
         others = sum(self.other_portable.values())
         rest = f"; {others} other op{'s' if others != 1 else ''} on the runtime's kernels" if others else ""
         if total:  # the other ops are of another kind: said so, lest "35 of 35" beside "100 other" read as a contradiction
-            kind = " (compute ops: conv / linear / matmul)" if others else ""
+            kind = " (conv / linear / matmul)" if others else ""
             return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}{kind}{rest}"
         return f"no conv / linear / matmul to delegate ({backends}){rest}"
 
