@@ -19,7 +19,7 @@ from export_guards.cli.outputs import Outputs
 from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.digests import ContentDigests
-from export_guards.pte.reader.identity import HEAD_LENGTH, file_kind, file_kind_of, unreadable_program_at
+from export_guards.pte.reader.identity import HEAD_LENGTH, file_kind, file_kind_of, looks_like_text, unreadable_program_at
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.targets import StepFailed, TargetError, check_target
 
@@ -150,7 +150,7 @@ def _inputs_screened(path: Path) -> None:
     elif file_kind(head) is not None:
         what = f"it is an ExecuTorch {'program (.pte)' if file_kind(head) == 'program' else 'data file (.ptd)'}, not inputs"
     elif not zipfile.is_zipfile(path) and not head.startswith(b"\x80"):  # a pickle: torch.save's legacy format, torch.load's to judge
-        what = "it is a text file" if head.isascii() and all(32 <= b < 127 or b in b"\t\n\r" for b in head) else "it is not a torch.save file"
+        what = "it is a text file" if looks_like_text(head) else "it is not a torch.save file"
         what += " (truncated, or not a zip archive)" if head.startswith(b"PK") else ""
     elif zipfile.is_zipfile(path):
         try:

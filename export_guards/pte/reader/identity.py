@@ -10,7 +10,7 @@ from typing import Literal
 
 from export_guards.pte.reader.headers import ExtendedHeader
 
-__all__ = ["DATA_IDENTIFIER", "HEAD_LENGTH", "PROGRAM_IDENTIFIER", "FileKind", "file_kind", "file_kind_of", "unreadable_program", "unreadable_program_at"]
+__all__ = ["DATA_IDENTIFIER", "HEAD_LENGTH", "PROGRAM_IDENTIFIER", "FileKind", "file_kind", "file_kind_of", "looks_like_text", "unreadable_program", "unreadable_program_at"]
 
 PROGRAM_IDENTIFIER = b"ET12"
 """The program schema version this ExecuTorch reads."""
@@ -56,8 +56,7 @@ def unreadable_program(head: bytes, size: int) -> str | None:
     if file_kind(head) == "data":
         return "it is an external data file (.ptd), not a program; expected the .pte it belongs to"
     if file_kind(head) is None:
-        text = bytes(head).isascii() and all(32 <= b < 127 or b in b"\t\n\r" for b in head)
-        what = "a text file" if text else f"not an ExecuTorch program (bytes 4 to 8 are {identifier!r})"
+        what = "a text file" if looks_like_text(head) else f"not an ExecuTorch program (bytes 4 to 8 are {identifier!r})"
         return f"it is {what}; {_EXPECTED}, which holds {PROGRAM_IDENTIFIER!r} at bytes 4 to 8"
     if identifier != PROGRAM_IDENTIFIER:
         return (
@@ -65,6 +64,11 @@ def unreadable_program(head: bytes, size: int) -> str | None:
             f"this ExecuTorch reads: export and run with the same ExecuTorch version"
         )
     return _truncated(head, size)
+
+
+def looks_like_text(head: bytes) -> bool:
+    """Whether ``head`` is printable ASCII (a text file given where a binary one was expected)."""
+    return all(32 <= b < 127 or b in b"\t\n\r" for b in head)
 
 
 def _truncated(head: bytes, size: int) -> str | None:
