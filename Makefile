@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
+.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-llm-scale-1b bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -163,9 +163,14 @@ bench-llm: $(INSTALLED)
 	$(PY) benchmarks/llm_export.py
 
 # The guarded flows (lower_with_guards, the pass list, the lint) against stock at the small and
-# the 100M-parameter decoder, fp32 and 8da4w: time and peak memory, paired (about an hour).
+# the 40M- and 100M-parameter decoders, fp32 and 8da4w: time and peak memory, paired (hours on 2 cores).
 bench-llm-scale: $(INSTALLED)
 	$(PY) benchmarks/llm_scale.py
+
+# The 1B-shape decoder (8da4w) through lower_with_guards against stock, one pair (issue 64): about
+# 2 x 10 GB of peak memory, one run at a time.
+bench-llm-scale-1b: $(INSTALLED)
+	$(PY) benchmarks/llm_scale.py --size 1b --ways guarded --pairs 1
 
 # The same findings, programs and bytes as REV (default HEAD) on the flow matrix, the examples
 # and the device flows: a refactor's proof (issue 39). About 16 minutes on 2 cores.
