@@ -1,9 +1,9 @@
 """The guarded flows against stock ExecuTorch from the bundled decoder to the 1B shape: time and peak memory (issues 53, 64).
 
 Run: ``make bench-llm-scale`` (or ``.venv/bin/python benchmarks/llm_scale.py [--size S,...]
-[--variant V,...] [--ways W,...] [--pairs N] [--static]``); ``make bench-llm-scale-1b`` for the 1B
-shape (8da4w, stock against ``lower_with_guards``); ``--quick`` (the small decoder in fp32, one
-pair) is the smoke test that CI runs.
+[--variant V,...] [--ways W,...] [--pairs N] [--static]``); ``make bench-llm-scale-1b`` for the
+1B shape (8da4w, static, stock against ``lower_with_guards``); ``--quick`` (the small decoder in
+fp32, one pair) is the smoke test that CI runs.
 
 ``examples/llm.py``'s decoder at each size of ``SIZES`` (``small``, ``40m``, ``100m`` =
 ``llm.SHIPPED``, ``1b``), in fp32 and torchao 8da4w (8da4w alone at ``1b``, whose fp32 state is
