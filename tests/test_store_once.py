@@ -202,3 +202,22 @@ def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> N
         assert shared == () and pte == stock
     expected = LoadedMethod(stock)(inputs)
     assert all(torch.equal(a, b) for a, b in zip(expected, LoadedMethod(pte)(inputs), strict=True))
+
+
+def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite's own check (each segment it moves or points elsewhere read back), on a
+    copy pointed 16 bytes off its constant: the program comes back unchanged."""
+    from export_guards.pte import store_once as module
+
+    model, inputs = TwoWeights(equal=True).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    layout = module._layout
+    (copy,) = eg.shared_copies(stock)
+
+    def off(pte: PteFile, copies: list[module.SharedCopy]) -> dict[int, int] | None:
+        offsets = layout(pte, copies)
+        assert offsets is not None
+        return {**offsets, copy.segment: copy.offset + 16}
+
+    monkeypatch.setattr(module, "_layout", off)
+    assert eg.store_once(stock) == stock
