@@ -30,7 +30,7 @@ from export_guards.linter import lint, lint_guarded
 from export_guards.lowering import Lowering
 from export_guards.passes.control_flow import copied_results_report, outliving_results
 from export_guards.passes.defaults import GuardPasses
-from export_guards.passes.fold import FoldConstantsPass, fold_non_core_constants
+from export_guards.passes.fold import FoldConstantsPass, fold_outside_core
 from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops, float8_refusal
@@ -466,7 +466,7 @@ def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Led
     fold_plan = None
     if settings.fold:
         fold_plan = plan_fold(program, max_growth=settings.fold_max_growth)
-        folded, early = fold_non_core_constants(program, plan=fold_plan)
+        folded, early = fold_outside_core(program, fold_plan)  # rewritten for to_edge already (_quantized_for)
         program, fold_plan = folded, fold_plan if folded is program else None
         ledger.put(None, "fold before to_edge", early)
     progress.now("linting the program")

@@ -169,3 +169,55 @@ def test_a_pair_of_readers_that_is_no_embedding_shares_too() -> None:
     expected = LoadedMethod(stock)(inputs)
     assert all(torch.equal(a, b) for a, b in zip(expected, LoadedMethod(pte)(inputs), strict=True))
     assert not eg.check_program(guarded, pte).findings
+
+
+class TwoWeights(torch.nn.Module):
+    """A linear's weight and an index_select's table, two parameters: equal, or equal but for
+    their last row (the same size, the same first bytes)."""
+
+    def __init__(self, equal: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(48, 32))
+        table = self.weight.detach().clone()
+        if not equal:
+            table[-1, -1] += 1.0
+        self.table = torch.nn.Parameter(table)
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.nn.functional.linear(x, self.weight), torch.index_select(self.table, 0, rows)
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> None:
+    """Data is hashed only where its size and first bytes match another's; what decides is
+    every byte."""
+    model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    shared = eg.shared_copies(stock)
+    pte = eg.store_once(stock)
+    if equal:
+        assert [copy.size for copy in shared] == [model.weight.nbytes] and len(pte) < len(stock)
+    else:
+        assert shared == () and pte == stock
+    expected = LoadedMethod(stock)(inputs)
+    assert all(torch.equal(a, b) for a, b in zip(expected, LoadedMethod(pte)(inputs), strict=True))
+
+
+def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite's own check (each segment it moves or points elsewhere read back), on a
+    copy pointed 16 bytes off its constant: the program comes back unchanged."""
+    from export_guards.pte import store_once as module
+
+    model, inputs = TwoWeights(equal=True).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    layout = module._layout
+    (copy,) = eg.shared_copies(stock)
+
+    def off(pte: PteFile, copies: list[module.SharedCopy]) -> dict[int, int] | None:
+        offsets = layout(pte, copies)
+        assert offsets is not None
+        return {**offsets, copy.segment: copy.offset + 16}
+
+    monkeypatch.setattr(module, "_layout", off)
+    assert eg.store_once(stock) == stock

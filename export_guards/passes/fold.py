@@ -81,11 +81,17 @@ def fold_non_core_constants(
         rewritten = decompose_torchao_quantize_ops(rewritten)
     if rewritten is not program:
         program, plan = rewritten, None
-    plan = plan or plan_fold(program, max_growth=max_growth)
-    if not plan.roots or not any(outside_core_aten(node.target) for node in plan.foldable):
-        return program, report  # what it declines, the fold in transform_passes says
-    folded, early = _apply(program, plan)
+    folded, early = fold_outside_core(program, plan or plan_fold(program, max_growth=max_growth))
     return folded, report + early
+
+
+def fold_outside_core(program: ExportedProgram, plan: FoldPlan) -> tuple[ExportedProgram, Report]:
+    """:func:`fold_non_core_constants`'s fold alone, on a ``program`` already rewritten for
+    ``to_edge`` (``lower_with_guards`` has rewritten it, and scans it once): its plan's folds
+    done now if one of them uses an op outside core ATen; otherwise ``program`` unchanged."""
+    if not plan.roots or not any(outside_core_aten(node.target) for node in plan.foldable):
+        return program, Report()  # what it declines, the fold in transform_passes says
+    return _apply(program, plan)
 
 
 def _delegated(partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None) -> bool:

@@ -12,16 +12,17 @@ The flatbuffer keeps its layout: only the numbers of its ``DataSegment`` table c
 one), and the segments after a dropped copy move up, each at an offset as aligned as before.
 The rewrite is done in place, in the one buffer the program is written into, so that a
 100M-parameter program is never held twice; what each reader reads (each segment, each
-named-data entry) is checked against what it read before. A program this cannot rewrite
-exactly is returned unchanged.
+named-data entry) is checked against what it read before, where the rewrite moved it or
+wrote before it. A program this cannot rewrite exactly is returned unchanged. Data is compared
+whole only where its size and first bytes match another's, and compared, not hashed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import mmap
 import zlib
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, final
@@ -31,13 +32,15 @@ from export_guards.pte.reader.file import MIN_ALIGNMENT, PteFile
 from export_guards.pte.reader.headers import ExtendedHeader
 from export_guards.pte.reader.named_regions import named_data_regions, segment_offset_fields
 from export_guards.pte.reader.tensors import tensor_nbytes
-from export_guards.pte.reader.wheel import Tensor
+from export_guards.pte.reader.wheel import DataLocation, Tensor
 
 __all__ = ["SharedCopy", "shared_copies", "store_once"]
 
 # A moved segment keeps the alignment its offset had (the writer's segment alignment, or more
 # where a backend asked for it), up to this: beyond it no loader asks, and more would be padding.
 _MAX_ALIGNMENT = 1 << 16
+_COMPARED = 64  # the first bytes compared before two pieces of data are compared whole
+_PIECE = 1 << 16  # compared a piece at a time, each copied once: in the cache, not a second program
 
 
 @final
@@ -118,13 +121,19 @@ def _stored_once(view: memoryview, alignments: Mapping[str, int]) -> int | None:
     layout = _layout(pte, copies) if copies else None
     if layout is None:
         return None
-    before = _reads(pte)
+    writes, end = _writes(pte, layout)
+    # A segment that stays where it is, before the first byte written, reads as it did: only the
+    # others are read again (a tied head's copy is the last segment: nothing else moves).
+    first = min((start for start, _, _ in writes), default=len(view))
+    base = pte.segment_base
+    checked = {i for i, region in enumerate(pte.segments) if base + layout[i] != region.start or region.end > first}
+    before = _reads(pte, checked)
     if before is None:
         return None
-    end = _move(view, pte, layout)
-    if _reads(PteFile(view[: pte.segment_base + end])) != before:
+    _move(view, pte, layout, writes, end)
+    if _reads(PteFile(view[: base + end]), checked) != before:
         raise _ReadsChanged
-    return pte.segment_base + end
+    return base + end
 
 
 def shared_copies(program: bytes, *, alignments: Mapping[str, int] | None = None) -> tuple[SharedCopy, ...]:
@@ -140,36 +149,57 @@ def _plan(pte: PteFile, alignments: Mapping[str, int]) -> list[SharedCopy]:
     for entry in program.named_data:
         keys.setdefault(entry.segment_index, []).append(entry.key)
     # A segment can be another's copy only when named data alone reads it: never the constant
-    # or a mutable segment, never a delegate's processed data.
+    # or a mutable segment, never a delegate's processed data (named by its index, not read).
     others = {table.table.segment_index for table in pte.subsegment_tables}
-    others |= {int(d.where.split()[1]) for d in pte.delegates if d.where.startswith("segment")}
-    targets = _constant_targets(pte)
-    kept: dict[bytes, tuple[str, int]] = {}  # a named-data segment's digest: where it is
+    others |= {d.processed.index for plan in program.execution_plan for d in plan.delegates if d.processed.location == DataLocation.SEGMENT}
+    named = [
+        (index, region)
+        for index, region in enumerate(pte.segments)
+        if index in keys and index not in others and region.size and pte.in_file(region)
+    ]
+    # Only bytes of the same size and the same first bytes can be the same: a segment that no
+    # other segment or constant begins as is not compared (a decoder's layers differ at once).
+    starts = Counter(_start(pte, region.start, region.size) for _, region in named)
+    targets = _constant_targets(pte, set(starts))
+    base = pte.segment_base
+    kept: dict[tuple[int, bytes], list[tuple[str, int]]] = {}  # the first named-data segment of each content
     copies: list[SharedCopy] = []
-    for index, region in enumerate(pte.segments):
-        if index not in keys or index in others or not region.size or not pte.in_file(region):
+    for index, region in named:
+        start = _start(pte, region.start, region.size)
+        if starts[start] < 2 and start not in targets:
             continue
-        content = memoryview(pte.data)[region.start : region.end]  # hashed where it lies: no copy
-        digest = hashlib.sha256(content).digest()
+        at = region.start - base
+        equal = [(what, where) for what, where in targets.get(start, ()) if _same(pte.data, region.start, base + where, region.size)]
+        earlier = next(((what, where) for what, where in kept.get(start, ()) if _same(pte.data, region.start, base + where, region.size)), None)
         needs = max(MIN_ALIGNMENT, *(alignments.get(key, MIN_ALIGNMENT) for key in keys[index]))
-        found = next(
-            (
-                (what, at)
-                for what, at in (*targets.get((region.size, digest), ()), *([kept[digest]] if digest in kept else []))
-                if (pte.segment_base + at) % needs == 0
-            ),
-            None,
-        )
-        if found is None or found[1] == region.start - pte.segment_base:  # unique, or stored once already
-            kept.setdefault(digest, (f"segment {index}", region.start - pte.segment_base))
+        found = next(((what, where) for what, where in (*equal, *([earlier] if earlier else [])) if (base + where) % needs == 0), None)
+        if found is None or found[1] == at:  # unique, or stored once already
+            if earlier is None:
+                kept.setdefault(start, []).append((f"segment {index}", at))
             continue
         copies.append(SharedCopy(index, tuple(keys[index]), region.size, found[0], found[1]))
     return copies
 
 
-def _constant_targets(pte: PteFile) -> dict[tuple[int, bytes], list[tuple[str, int]]]:
-    """Each constant buffer by the size and digest of its tensor's bytes (its padding left
-    out), with where it is from the segment base."""
+def _start(pte: PteFile, offset: int, size: int) -> tuple[int, bytes]:
+    """What tells bytes apart before they are compared: their size and their first bytes."""
+    return size, bytes(pte.data[offset : offset + min(size, _COMPARED)])
+
+
+def _same(data: bytes | memoryview, first: int, second: int, size: int) -> bool:
+    """Whether the ``size`` bytes at ``first`` and at ``second`` are the same: compared a piece
+    at a time where they lie (memcmp's speed, where a memoryview compares byte by byte)."""
+    view = memoryview(data)
+    return all(
+        bytes(view[first + i : first + min(i + _PIECE, size)]) == bytes(view[second + i : second + min(i + _PIECE, size)])
+        for i in range(0, size, _PIECE)
+    )
+
+
+def _constant_targets(pte: PteFile, starts: set[tuple[int, bytes]]) -> dict[tuple[int, bytes], list[tuple[str, int]]]:
+    """Each constant buffer that begins as a named-data segment does (one of ``starts``: the
+    size of its tensor's bytes, its padding left out, and the first of them), with where it is
+    from the segment base."""
     table, program = pte.constant_table, pte.program
     if table is None or table.segment is None or program is None:
         return {}
@@ -184,10 +214,9 @@ def _constant_targets(pte: PteFile) -> dict[tuple[int, bytes], list[tuple[str, i
     found: dict[tuple[int, bytes], list[tuple[str, int]]] = {}
     for index, size in sorted(nbytes.items()):
         buffer = table.buffer(index)
-        if buffer is None or buffer.size < size or not pte.in_file(buffer):
+        if buffer is None or buffer.size < size or not pte.in_file(buffer) or (start := _start(pte, buffer.start, size)) not in starts:
             continue
-        content = pte.data[buffer.start : buffer.start + size]
-        found.setdefault((size, hashlib.sha256(content).digest()), []).append((f"constant buffer {index}", buffer.start - pte.segment_base))
+        found.setdefault(start, []).append((f"constant buffer {index}", buffer.start - pte.segment_base))
     return found
 
 
@@ -217,37 +246,53 @@ def _layout(pte: PteFile, copies: list[SharedCopy]) -> dict[int, int] | None:
     return offsets
 
 
-def _move(view: memoryview, pte: PteFile, offsets: dict[int, int]) -> int:
-    """Rewrite ``view`` in place: each segment's bytes moved up to its new offset (never later
-    than its old one, so nothing is overwritten before it moves), the padding between them
-    zeros, the offsets and the header's segment data size written; the end of the segments,
-    from the segment base."""
-    fields = segment_offset_fields(view)
-    assert fields is not None
+def _writes(pte: PteFile, offsets: dict[int, int]) -> tuple[list[tuple[int, int, int | None]], int]:
+    """What the rewrite writes, in order: each segment's bytes moved up to its new offset (never
+    later than its old one, so nothing is overwritten before it moves) and the padding between
+    them zeros, as ``(start, end, where the bytes come from or None for zeros)`` in the file (a
+    segment that stays where it is, or padding that is zeros already, is not written); and the
+    end of the segments, from the segment base."""
     base = pte.segment_base
     regions = pte.segments
+    writes: list[tuple[int, int, int | None]] = []
     at = 0  # from the segment base: the bytes laid so far
     for index, offset in sorted(offsets.items(), key=lambda item: (item[1], item[0])):
         region = regions[index]
         if offset + region.size <= at:  # a copy, or a segment stored once before: inside bytes laid already
             continue
-        view[base + at : base + offset] = bytes(offset - at)
-        view[base + offset : base + offset + region.size] = view[region.start : region.end]
+        if at < offset and pte.data[base + at : base + offset] != bytes(offset - at):  # padding zeros already is not written
+            writes.append((base + at, base + offset, None))
+        if base + offset != region.start:
+            writes.append((base + offset, base + offset + region.size, region.start))
         at = offset + region.size
+    return writes, at
+
+
+def _move(view: memoryview, pte: PteFile, offsets: dict[int, int], writes: list[tuple[int, int, int | None]], end: int) -> None:
+    """Rewrite ``view`` in place: ``writes`` (:func:`_writes`) done, the offsets and the header's
+    segment data size (``end``) written."""
+    fields = segment_offset_fields(view)
+    assert fields is not None
+    for start, stop, source in writes:
+        view[start:stop] = bytes(stop - start) if source is None else view[source : source + stop - start]
     for index, offset in offsets.items():
         if fields[index] is not None:
             view[fields[index] : fields[index] + 8] = offset.to_bytes(8, "little")
-    view[8 + 24 : 8 + 32] = at.to_bytes(8, "little")  # the extended header's segment data size
-    return at
+    view[8 + 24 : 8 + 32] = end.to_bytes(8, "little")  # the extended header's segment data size
 
 
-def _reads(pte: PteFile) -> tuple[list[int], dict[str, int]] | None:
-    """What the program's readers read: the CRC of each segment's bytes, by index, and of each
-    named-data entry's, by key (a check of the rewrite's own moves: CRC-32 reads a gigabyte a second)."""
-    if pte.program is None or not all(pte.in_file(region) for region in pte.segments):
+def _reads(pte: PteFile, checked: set[int]) -> tuple[int, dict[int, int], dict[str, tuple[int, int]]] | None:
+    """What the program's readers read of the segments ``checked``: how many segments it has,
+    the CRC of each checked one's bytes, by index, and the segment and CRC of each named-data
+    entry that reads one, by key (a check of the rewrite's own moves: CRC-32 reads a gigabyte
+    a second)."""
+    program = pte.program
+    if program is None or not all(pte.in_file(region) for region in pte.segments):
         return None
     view = memoryview(pte.data)
-    return (
-        [zlib.crc32(view[region.start : region.end]) for region in pte.segments],
-        {key: zlib.crc32(view[region.start : region.end]) for key, region in pte.named_data.items()},
-    )
+    segments = {i: zlib.crc32(view[region.start : region.end]) for i, region in enumerate(pte.segments) if i in checked}
+    first = {}  # the entry of a repeated key that a reader finds: its first
+    for entry in program.named_data or []:
+        first.setdefault(entry.key, entry.segment_index)
+    named = {key: (index, segments[index]) for key, index in first.items() if index in segments}
+    return len(pte.segments), segments, named
