@@ -30,6 +30,7 @@ class Expected:
 
     outputs: object
     unsteady: frozenset[int]
+    repeated: bool = True  # whether the call was repeated to find them (else none was looked for)
 
 
 @final
@@ -55,11 +56,20 @@ class EagerReference:
         else:
             self._put_back(self._start)
 
-    def __call__(self, inputs: Sequence[object]) -> Expected:
-        """Eager's outputs on ``inputs`` from the state now; the state moves on as the model's does."""
+    def __call__(self, inputs: Sequence[object], *, repeat: bool = True) -> Expected:
+        """Eager's outputs on ``inputs`` from the state now; the state moves on as the model's
+        does (where the model raises, it stays as it was). ``repeat=False``: one call, no
+        output looked at for whether eager repeats it (a caller that repeats the call only
+        where the program differs)."""
         before = self._state()
         with torch.no_grad():
-            outputs = self._model(*inputs)
+            try:
+                outputs = self._model(*inputs)
+            except BaseException:
+                self._put_back(before)
+                raise
+            if not repeat:
+                return Expected(outputs, frozenset(), repeated=False)
             after = self._state()
             self._put_back(before)
             again = self._model(*inputs)

@@ -140,25 +140,52 @@ def _compared(path: str, want: object, got: object, tolerance: Tolerance) -> Out
     return _compared_floats(where, path, want, got, tolerance)
 
 
+_CHUNK = 1 << 20
+"""Values compared at a time: the float64 copies of a chunk, not of a whole output (a decoder's
+logits at its longest length are a GB of temporaries in float64)."""
+
+
 def _compared_floats(where: str, path: str, want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance) -> OutputError:
     rtol, atol = tolerance.limits(want.dtype)
-    expected64, got64 = want.double(), got.double()
-    largest = float(expected64.abs().max()) if want.numel() else 0.0
-    diff = (got64 - expected64).abs().nan_to_num(nan=float("inf"))
-    same = (expected64 == got64) | (expected64.isnan() & got64.isnan())  # an infinity or a NaN where eager has it
-    diff = torch.where(same, torch.zeros_like(diff), diff)
-    beyond = diff > (atol * largest if tolerance.scaled else atol) + rtol * expected64.abs()
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    nonzero = expected64.abs() > 0  # relative to the eager value, where there is one
-    max_rel = float((diff[nonzero] / expected64.abs()[nonzero]).max()) if bool(nonzero.any()) else 0.0
-    if not bool(beyond.any()):
+    flat_want, flat_got = want.reshape(-1), got.reshape(-1)
+    chunks = range(0, flat_want.numel(), _CHUNK)
+    largest = _largest([flat_want[i : i + _CHUNK].double().abs().max() for i in chunks])
+    bound = atol * largest if tolerance.scaled else atol
+    max_abs, relative, beyond, flat_at = 0.0, [], 0, 0
+    for start in chunks:
+        diff, eager, outside = _chunk_differences(flat_want[start : start + _CHUNK], flat_got[start : start + _CHUNK], bound, rtol)
+        beyond += int(outside.sum())
+        if float(diff.max()) > max_abs or start == 0:  # the first largest difference, as argmax finds it over the whole
+            max_abs, flat_at = float(diff.max()), start + int(diff.argmax())
+        nonzero = eager > 0  # relative to the eager value, where there is one
+        if bool(nonzero.any()):
+            relative.append((diff[nonzero] / eager[nonzero]).max())
+    max_rel = _largest(relative)
+    if not beyond:
         return OutputError(path, tuple(want.shape), max_abs, max_rel, True)
-    flat_at = int(diff.flatten().argmax())
     at = [int(i) for i in torch.unravel_index(torch.tensor(flat_at), want.shape)] if want.dim() else []
     problem = (
         f"{where} ({str(want.dtype).removeprefix('torch.')}{list(want.shape)}) differs from eager by up to "
-        f"{float(diff.flatten()[flat_at]):.3g} at {at} ({float(got64.flatten()[flat_at]):.6g} where eager's is "
-        f"{float(expected64.flatten()[flat_at]):.6g}); {int(beyond.sum())} of {want.numel()} values beyond "
+        f"{max_abs:.3g} at {at} ({float(flat_got[flat_at].double()):.6g} where eager's is "
+        f"{float(flat_want[flat_at].double()):.6g}); {beyond} of {want.numel()} values beyond "
         f"the tolerance ({tolerance.describe(want.dtype, largest)})"
     )
     return OutputError(path, tuple(want.shape), max_abs, max_rel, False, problem)
+
+
+def _largest(maxima: list[torch.Tensor]) -> float:
+    """The largest of the chunks' maxima (a NaN among them, as torch's ``max`` over the whole
+    says); 0 for none."""
+    return float(torch.stack(maxima).max()) if maxima else 0.0
+
+
+def _chunk_differences(want: torch.Tensor, got: torch.Tensor, bound: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For a chunk of flat values, in float64: ``|got - want|`` (0 where both are the same
+    infinity or NaN, infinite where one is NaN), ``|want|``, and where the difference is beyond
+    ``bound + rtol * |want|``."""
+    expected64, got64 = want.double(), got.double()
+    diff = (got64 - expected64).abs().nan_to_num(nan=float("inf"))
+    same = (expected64 == got64) | (expected64.isnan() & got64.isnan())  # an infinity or a NaN where eager has it
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    eager = expected64.abs()
+    return diff, eager, diff > bound + rtol * eager

@@ -103,36 +103,55 @@ def run_program(
     difference and where.
 
     Where the export has dynamic shapes (and ``at_bounds``), the program also runs at each
-    dynamic dimension's bounds (:func:`input_sets`), each on the program loaded afresh, in the same
-    child; a bound's findings are reported only where the example inputs ran clean (a program that
-    fails on its example fails at its bounds for the same reason).
+    dynamic dimension's bounds (:func:`input_sets`), after the example, on the same loaded
+    program in the same child, as an app calls it: each call sees the state (a KV cache) the
+    calls before it left, and eager is called the same way, from the same state. A bound's
+    findings are reported only where the example inputs ran clean (a program that fails on its
+    example fails at its bounds for the same reason).
 
     Eager is ``model`` itself, the buffers the program writes put back after (:class:`EagerReference`);
     for a recipe, or a model off the host, the export's torch.export program (which a quantizing
-    recipe has quantized: the reference of what the program computes). ``worker``: a child started
-    ahead (:class:`SmokeWorker`, whose import of the runtime overlapped the export), else one starts now."""
+    recipe has quantized: the reference of what the program computes). Eager runs each set
+    once; where the program differs from it, eager runs the calls again, to leave out the
+    outputs that it does not repeat itself (a random op). ``worker``: a child started ahead
+    (:class:`SmokeWorker`, whose import of the runtime overlapped the export), else one starts now."""
     inputs = pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, list(example_inputs))
     reference = EagerReference(_reference_model(export, model, example_inputs, settings), export.program, copy_model=False)
     sets, skipped = input_sets(export.program, inputs, at_bounds=at_bounds)
     progress.now(f"running eager on {len(sets)} input set{'s' if len(sets) > 1 else ''}")
-    runs: list[tuple[InputSet, Expected]] = []
-    for each in sets:
-        expected = expected_at(reference, each)
-        if isinstance(expected, str):
-            skipped.append(expected)
-        else:
-            runs.append((each, expected[0]))
-    reference.close()
-    quantized = any(inserted_by_quantizer(node) for node in export.program.graph.nodes)
-    done = _in_child(pte, runs, tolerance or Tolerance.by_dtype(quantized=quantized), worker, timeout_s)
+    try:
+        runs, failed = _in_sequence(reference, sets)
+        quantized = any(inserted_by_quantizer(node) for node in export.program.graph.nodes)
+        done = _in_child(pte, runs, worker, timeout_s)
+        compared = _compared(reference, runs, done, tolerance or Tolerance.by_dtype(quantized=quantized))
+    finally:
+        reference.close()
     locate = operator_sites(export.edge) if export.edge is not None else None
-    reports = [run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name=ran.program, locate=locate) for ran in done]
+    reports = [run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name=ran.program, locate=locate) for ran in compared]
     report = reports[0]
     if not report:  # else the bounds fail for the example's reason: said once
         for at_bound in reports[1:]:
             report += at_bound
     shapes = ["the example inputs", *(each.bound for each, _ in runs[1:])]
-    return ProgramRuns(report, tuple(shapes[: len(done)]), tuple(skipped))
+    return ProgramRuns(report, tuple(shapes[: len(compared)]), tuple(skipped + failed))
+
+
+def _in_sequence(reference: EagerReference, sets: Sequence[InputSet], *, repeat: frozenset[int] = frozenset()) -> tuple[list[tuple[InputSet, Expected]], list[str]]:
+    """Eager's outputs on each set's first step, the sets in turn from the state the program
+    starts from, each from the state the sets before it left (as one loaded program runs them);
+    the calls at the indices in ``repeat`` repeated (:class:`EagerReference`'s ``repeat``). A
+    bound where eager raises is left out (its state as before it), with why, in a line."""
+    reference.start()
+    runs: list[tuple[InputSet, Expected]] = []
+    failed: list[str] = []
+    for index, each in enumerate(sets):
+        try:
+            runs.append((each, reference(each.steps[0], repeat=index in repeat)))
+        except Exception as error:
+            if not each.bound:
+                raise  # the user's own inputs: their failure is theirs to see
+            failed.append(f"{each.bound}: eager raised {type(error).__name__}: {first_line(error)}")
+    return runs, failed
 
 
 def _reference_model(export: GuardedExport, model: torch.nn.Module, example_inputs: Sequence[object], settings: Settings) -> torch.nn.Module:
@@ -143,8 +162,9 @@ def _reference_model(export: GuardedExport, model: torch.nn.Module, example_inpu
     return model if on_host and settings.recipe is None else export.program.module()
 
 
-def _in_child(pte: bytes, runs: Sequence[tuple[InputSet, Expected]], tolerance: Tolerance, worker: SmokeWorker | None, timeout_s: float) -> list[SmokeRun]:
-    """Each run's inputs through the program in one child, each output compared with eager's."""
+def _in_child(pte: bytes, runs: Sequence[tuple[InputSet, Expected]], worker: SmokeWorker | None, timeout_s: float) -> list[tuple[SmokeRun, list[object] | None]]:
+    """Each run's inputs through the program in one child, in turn; each run and its outputs
+    (``None`` where it did not run to the end)."""
     with tempfile.TemporaryDirectory(prefix="export-guards-run-") as scratch:
         folder = Path(scratch)
         (folder / "program.pte").write_bytes(pte)
@@ -156,11 +176,20 @@ def _in_child(pte: bytes, runs: Sequence[tuple[InputSet, Expected]], tolerance: 
         progress.now(f"running the program on {len(sets)} input set{'s' if len(sets) > 1 else ''} in executorch.runtime")
         with contextlib.nullcontext(worker) if worker is not None else SmokeWorker() as child:
             done = child.run_each(folder / "program.pte", sets, timeout_s=timeout_s)
-        compared = []
-        for ran, (_, expected), each in zip(done, runs, sets):
-            if "ran forward" in ran.steps and Path(each.outputs).is_file():
-                actual = torch.load(each.outputs, weights_only=True)
-                differences = compare_outputs(expected.outputs, actual, tolerance, unsteady=expected.unsteady)
-                ran = replace(ran, mismatches=tuple(d.problem for d in differences if not d.within))
-            compared.append(ran)
-        return compared
+        ran_to_end = ("ran forward" in ran.steps and Path(each.outputs).is_file() for ran, each in zip(done, sets))
+        return [(ran, torch.load(each.outputs, weights_only=True) if whole else None) for ran, each, whole in zip(done, sets, ran_to_end)]
+
+
+def _compared(reference: EagerReference, runs: Sequence[tuple[InputSet, Expected]], done: Sequence[tuple[SmokeRun, list[object] | None]], tolerance: Tolerance) -> list[SmokeRun]:
+    """Each run with the outputs that differ from eager's beyond ``tolerance``; where some do,
+    eager's calls are made again, those runs' repeated, and the outputs that eager does not
+    repeat itself are not compared."""
+    differences = [compare_outputs(expected.outputs, actual, tolerance) if actual is not None else [] for (_, expected), (_, actual) in zip(runs, done)]
+    differ = frozenset(index for index, found in enumerate(differences) if not all(d.within for d in found))
+    if differ:
+        again, _ = _in_sequence(reference, [each for each, _ in runs], repeat=differ)
+        for index in differ:
+            if index < len(again) and again[index][0] is runs[index][0]:  # eager raised nowhere new before it
+                expected, actual = again[index][1], done[index][1]
+                differences[index] = compare_outputs(expected.outputs, actual, tolerance, unsteady=expected.unsteady)
+    return [replace(ran, mismatches=tuple(d.problem for d in found if not d.within)) if actual is not None else ran for (ran, actual), found in zip(done, differences)]

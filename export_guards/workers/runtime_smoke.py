@@ -16,7 +16,8 @@ the lint starts it ahead, so that the import overlaps the export, and so does ``
 --runtime``, which also asks it, before the run, for its runtime's kernels and backends and for
 EG519's replay (one JSON line each: ``{"inventory": ...}``, ``{"replayed": [...]}``), so that the
 parent loads neither the runtime nor torch. Each run after the first (the inputs at
-a dynamic dimension's bounds) is on the program loaded afresh, its lines marked with the run's
+a dynamic dimension's bounds) calls the same loaded method after the runs before it, as an app
+does (one program and one copy of its weights in memory), its lines marked with the run's
 number (``"set"``) and its log after a marker line (``MARKER``), so that the parent tells the
 runs apart in one child.
 """
@@ -46,8 +47,8 @@ __all__ = ["in_dim_order", "made_up", "smoke"]
 def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = ()) -> int:
     """Load ``program`` (with ``data_file``) and run each method once on made-up inputs,
     reporting each step; with ``runs`` (``(inputs, outputs)`` files), run ``forward`` on each
-    run's inputs instead and save its outputs, the program loaded afresh for each run after the
-    first, so that no run sees the state (mutable buffers) another left."""
+    run's inputs instead and save its outputs: one loaded method, called run after run, each
+    run seeing the state (mutable buffers) the runs before it left, as eager's calls do."""
 
     def say(line: dict[str, object], run: int) -> None:
         print(json.dumps({**line, **({"set": run} if run else {})}), flush=True)
@@ -69,10 +70,9 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
             print(f"{MARKER} {run}", file=sys.stderr, flush=True)  # the runtime's log lines after it are this run's
         say({"step": "run forward"}, run)
         try:
-            fresh = loaded if run == 0 else load_program(Runtime.get(), program, data_file)
             # flat, as the runtime takes them (a None kept in its place: the program holds one there)
             given = pytree.tree_leaves(list(torch.load(inputs, weights_only=True)))
-            results = fresh.load_method("forward").execute(given)
+            results = loaded.load_method("forward").execute(given)  # one method (the program caches it): loaded once, as an app loads it
         except Exception as error:
             say({"failure": f"run forward: {type(error).__name__}: {error}"}, run)
             continue
