@@ -236,7 +236,7 @@ class SmokeWorker:
 
     def run_each(self, program: str | os.PathLike[str], runs: Sequence[SmokeInputs], data_files: Sequence[str] = (), timeout_s: float = 120.0) -> tuple[SmokeRun, ...]:
         """Load ``program`` once in this worker and run ``forward`` on each of ``runs`` in turn,
-        each after the first on the program loaded afresh (no state carries over), within
+        the same loaded method, each run seeing the state (mutable buffers) the runs before it left, within
         ``timeout_s`` a run; a crash ends the runs after it. One :class:`SmokeRun` for each run
         started (the first always), in order: a failure, a crash or a time-out is the run's
         where it happened."""
