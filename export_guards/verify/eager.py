@@ -30,7 +30,6 @@ class Expected:
 
     outputs: object
     unsteady: frozenset[int]
-    repeated: bool = True  # whether the call was repeated to find them (else none was looked for)
 
 
 @final
@@ -69,7 +68,7 @@ class EagerReference:
                 self._put_back(before)
                 raise
             if not repeat:
-                return Expected(outputs, frozenset(), repeated=False)
+                return Expected(outputs, frozenset())
             after = self._state()
             self._put_back(before)
             again = self._model(*inputs)
