@@ -251,14 +251,9 @@ def export_with_guards(
         settings = with_keywords(config, "export_with_guards", placement=placement, fold=fold)
         model = lowering.quantized(model, tuple(example_inputs))
         return export_with_recipe(model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
-    return lower_with_guards(
-        _torch_export(lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict),
-        backend=backend,
-        placement=placement,
-        fold=fold,
-        config=config,
-        lowering=lowering.after_quantize,
-    )
+    settings = with_keywords(config, "export_with_guards", backend=backend, placement=placement, fold=fold)
+    program = _torch_export(lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict)
+    return lower_with_guards(program, config=settings, lowering=lowering.after_quantize)
 
 
 def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, config: Settings | None = None, each_step: EachStep | None = None) -> GuardedExport:
