@@ -86,9 +86,9 @@ _NAMESPACES = ("errors", "fold", "passes", "placement", "program", "recipes", "t
 
 _MOVED = {
     **dict.fromkeys(["GradModeWriteError", "KnownWrongDelegationError", "SharedMemoryError"], "errors"),
-    **dict.fromkeys(["FoldConstantsPass", "fold_constants", "fold_parametrizations", "keep_initial_values"], "fold"),
+    **dict.fromkeys(["FoldConstantsPass", "fold_constants", "fold_parametrizations"], "fold"),
     **dict.fromkeys(
-        ["ControlFlowOutputsPass", "GuardGraphPassResult", "GuardPassResult", "GuardPasses", "KnownWrongDelegationPass", "LintPass"], "passes"
+        ["ControlFlowOutputsPass", "GuardGraphPassResult", "GuardPassResult", "GuardPasses", "KnownWrongDelegationPass", "LintPass", "keep_initial_values"], "passes"
     ),
     **dict.fromkeys(
         ["DEVICE_BACKENDS", "ConstantPlacementPass", "EmitPlacementPass", "GuardedPartitioner", "PlacementPolicy", "check_constant_placement", "guard_constant_placement"],

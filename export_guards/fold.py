@@ -6,7 +6,6 @@ the passes' room makes. Each function returns the new program (or model) and its
 from __future__ import annotations
 
 from export_guards.passes.fold import FoldConstantsPass, fold_constants, fold_non_core_constants
-from export_guards.passes.initial_values import keep_initial_values
 from export_guards.passes.module_fold import fold_parametrizations
 
-__all__ = ["FoldConstantsPass", "fold_constants", "fold_non_core_constants", "fold_parametrizations", "keep_initial_values"]
+__all__ = ["FoldConstantsPass", "fold_constants", "fold_non_core_constants", "fold_parametrizations"]

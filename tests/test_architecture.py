@@ -299,7 +299,7 @@ def test_a_pass_that_says_it_keeps_its_input_keeps_it(trapdev: torch.device) -> 
         tensors = {**ep.state_dict, **ep.constants}
         return ep.graph_module.code, str(ep.graph_signature), {k: (id(v), v.device.type) for k, v in tensors.items()}
 
-    passes = [eg.ConstantPlacementPass("copy"), eg.FoldConstantsPass(), eg.LintPass(eg.Settings(fail_level=eg.Severity.ERROR, ignore=("EG1",)))]
+    passes = [eg.placement.ConstantPlacementPass("copy"), eg.fold.FoldConstantsPass(), eg.passes.LintPass(eg.Settings(fail_level=eg.Severity.ERROR, ignore=("EG1",)))]
     assert not any(p.changes_input for p in passes)
     for guard in passes:
         before = state(program)
@@ -320,7 +320,7 @@ def test_the_backends_table_is_the_one_list_of_backends() -> None:
 
     assert BACKENDS == get_args(Backend)  # the type a setting is checked against, and the table
     assert set(DEVICE_MEMORY_BACKENDS) == {"cuda"}
-    assert set(eg.DEVICE_BACKENDS) == {"CudaBackend", "MetalBackend"}
+    assert set(eg.placement.DEVICE_BACKENDS) == {"CudaBackend", "MetalBackend"}
     assert partitioned_lint_applies("XnnpackBackend") and not partitioned_lint_applies("VulkanBackend")
     assert [type(p).__name__ for p in backend_named("xnnpack").partitioners()] == ["XnnpackPartitioner"]
     assert backend_named("portable").partitioners() == []
