@@ -290,7 +290,7 @@ _RULES = (
         "stock ExecuTorch stores them twice (info); where the delegate's copy differs (quantized "
         "for it), the program holds both: a warning that states the bytes.",
         "Same bytes: nothing to do (the pass-list flow stores them once with "
-        "export_guards.store_once). Other bytes: leave the weight as the delegate takes it "
+        "export_guards.program.store_once). Other bytes: leave the weight as the delegate takes it "
         "unchanged (a tied head unquantized) so that one copy serves both, or accept both copies.",
         "partitioned",
     ),
