@@ -1,7 +1,10 @@
 """export-guards: safety passes for the PyTorch to ExecuTorch export pipeline.
 
 Public names load on first use, so that ``import export_guards`` (and the pytest plugin,
-which every pytest run loads) stays cheap until torch and ExecuTorch are needed. The few lines
+which every pytest run loads) stays cheap until torch and ExecuTorch are needed: the few names of
+a guarded export here (``_EXPORTS``, which a test holds the type checkers' imports below to), the
+rest in the namespaces ``export_guards.placement``, ``.fold``, ``.program``, ``.passes``,
+``.recipes``, ``.errors`` and ``.testing`` (docs/api.md). The few lines
 those libraries print that no user can act on are filtered at their source from the start
 (``export_guards.quiet.KNOWN_NOISE``).
 """
