@@ -62,12 +62,12 @@ seconds = {}
 for name, (build, inputs) in MODELS.items():
     model = build()
     for placement in ("error", "copy"):
-        eg.lower_with_guards(torch.export.export(model, inputs), placement=placement).to_pte()  # warm up
+        eg.lower_with_guards(torch.export.export(model, inputs), config=eg.Settings(placement=placement)).to_pte()  # warm up
         runs = []
         for _ in range(3):
             program = torch.export.export(model, inputs)
             start = time.process_time()
-            eg.lower_with_guards(program, placement=placement).to_pte()
+            eg.lower_with_guards(program, config=eg.Settings(placement=placement)).to_pte()
             runs.append(time.process_time() - start)
         seconds[f"{name}, placement={placement}"] = statistics.median(runs)
 print(json.dumps(seconds))

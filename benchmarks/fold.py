@@ -36,7 +36,7 @@ VARIANTS = ["spectral_norm", "parametrizations.spectral_norm", "parametrizations
 
 def lower(program: torch.export.ExportedProgram, fold: bool):
     edge = to_edge_transform_and_lower(
-        program, transform_passes=eg.guard_passes(fold=fold), partitioner=[XnnpackPartitioner()]
+        program, transform_passes=eg.guard_passes(config=eg.Settings(fold=fold)), partitioner=[XnnpackPartitioner()]
     )
     return edge, edge.to_executorch().buffer
 
@@ -61,7 +61,7 @@ def fold_time(program: torch.export.ExportedProgram, rounds: int) -> tuple[float
     for _ in range(rounds):
         gc.collect()
         start = time.perf_counter()
-        eg.fold_constants(program)
+        eg.fold.fold_constants(program)
         ours = min(ours, time.perf_counter() - start)
         fresh = copy.deepcopy(program)
         gc.collect()
@@ -82,7 +82,7 @@ def main() -> int:
     rows, met = [], True
     for variant in VARIANTS:
         model = examples.decoder(variant)
-        twin, _ = eg.fold_parametrizations(model)
+        twin, _ = eg.fold.fold_parametrizations(model)
         program = torch.export.export(model, tuple(inputs))
         twin_program = torch.export.export(twin, tuple(inputs))
 

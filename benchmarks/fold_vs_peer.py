@@ -77,7 +77,7 @@ def passes(way: str) -> list[ExportedProgramPassBase]:
     if way in ("guard", "guard, folded before to_edge"):
         return eg.guard_passes()
     if way == "guard, no growth limit":
-        return eg.guard_passes(max_growth=math.inf)
+        return eg.guard_passes(config=eg.Settings(fold_max_growth=math.inf))
     return []
 
 

@@ -7,7 +7,7 @@ Run: ``make bench-verdict`` (or ``.venv/bin/python benchmarks/lint_verdict.py [-
 
 Each round runs, in one process and in alternating order, A: the guarded export and
 ``to_executorch`` (what ``lint --pte`` did before), and B: the same, then
-``export_guards.check_program`` (what it does now; the runtime's inventory included, read once
+``export_guards.program.check_program`` (what it does now; the runtime's inventory included, read once
 per process as the command does). Reported: the median of the paired ratios B / A (target at
 most 1.1), and the same against a lint that wrote no program (``lint`` without ``--pte`` did
 not emit: C, the export alone), for the whole picture. Wall times.
@@ -34,7 +34,7 @@ def main() -> int:
 
     import segmentation
 
-    from export_guards import check_program
+    from export_guards.program import check_program
     from export_guards.pipeline import export_in_steps
     from export_guards.quiet import libraries_quiet
 

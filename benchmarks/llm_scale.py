@@ -127,7 +127,7 @@ def passes(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], shapes: Sha
     edge = to_edge_transform_and_lower(
         torch.export.export(model, inputs, dynamic_shapes=shapes), transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
     )
-    return len(eg.store_once(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))))
+    return len(eg.program.store_once(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))))
 
 
 def lint(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], shapes: Shapes) -> int:

@@ -68,7 +68,8 @@ def lower(program: torch.export.ExportedProgram, guard: str) -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
-    from export_guards import emit_passes, guard_constant_placement, guard_partitioners, guard_passes
+    from export_guards import emit_passes, guard_partitioners, guard_passes
+    from export_guards.placement import guard_constant_placement
 
     if guard == "functions":
         program = guard_constant_placement(program)
@@ -114,7 +115,7 @@ def ratio(times: dict[str, list[float]], guarded: str, baseline: str) -> tuple[f
 
 def memory_child(variant: str, megabytes: int) -> dict[str, float]:
     """Runs in a fresh process: build, export and lower; report the peak RSS."""
-    from export_guards import guard_constant_placement
+    from export_guards.placement import guard_constant_placement
     from export_guards.testing import load_trapdev
 
     trapdev = load_trapdev()  # loaded in both variants, so both processes map the same code

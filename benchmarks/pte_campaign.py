@@ -95,7 +95,7 @@ def main() -> int:
 
     import export_guards as eg
 
-    installed = eg.RuntimeInventory.installed()
+    installed = eg.program.RuntimeInventory.installed()
     mutators = {**STRUCTURE_MUTATORS, **RUNTIME_MUTATORS}
     rng = random.Random(args.seed)
     scratch = Path(tempfile.mkdtemp(prefix="pte-campaign-"))

@@ -69,7 +69,7 @@ def main() -> int:
         print(error)
 
     heading("3. The 'copy' policy on the torch.export program, then XNNPACK")
-    host_program = eg.guard_constant_placement(program, policy="copy")
+    host_program = eg.placement.guard_constant_placement(program, policy="copy")
     executorch_program = to_edge_transform_and_lower(
         host_program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
     ).to_executorch()

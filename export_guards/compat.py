@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
+from export_guards.errors import RuntimeMismatch
+
 __all__ = [
     "RUNTIME_BUILT_FOR",
     "TESTED",
@@ -40,11 +42,6 @@ MISMATCH_SIGNATURE = "tensor does not have a device"
 pair missing from :data:`RUNTIME_BUILT_FOR` is told by its failure."""
 
 _said = False
-
-
-class RuntimeMismatch(RuntimeError):
-    """executorch's native runtime cannot run programs with the installed torch; the message
-    says, in one line, which torch it needs and which is installed."""
 
 
 def runtime_mismatch(failure: str | None = None, versions: Mapping[str, str | None] | None = None) -> str | None:

@@ -11,16 +11,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
+from export_guards.errors import NotAModule
+
 if TYPE_CHECKING:
     import torch
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig
     from executorch.exir.backend.partitioner import Partitioner
 
 __all__ = ["Lowering", "NotAModule"]
-
-
-class NotAModule(TypeError):
-    """A quantize step returned something else than the quantized ``nn.Module``."""
 
 
 @final

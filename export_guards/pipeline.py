@@ -82,7 +82,7 @@ class GuardedExport:
     def to_pte(self, *, refuse: bool = True) -> bytes:
         """The ``.pte`` bytes (``to_executorch()``, with :func:`emit_passes` guarding the
         emitter's reads), with the bytes a delegate's named data repeats from the program's
-        constants stored once (:func:`~export_guards.store_once`: a tied embedding and head),
+        constants stored once (:func:`~export_guards.program.store_once`: a tied embedding and head),
         checked as ``check_pte`` checks a file: a program it finds errors in is not handed out.
 
         Args:
@@ -251,14 +251,9 @@ def export_with_guards(
         settings = with_keywords(config, "export_with_guards", placement=placement, fold=fold)
         model = lowering.quantized(model, tuple(example_inputs))
         return export_with_recipe(model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
-    return lower_with_guards(
-        _torch_export(lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict),
-        backend=backend,
-        placement=placement,
-        fold=fold,
-        config=config,
-        lowering=lowering.after_quantize,
-    )
+    settings = with_keywords(config, "export_with_guards", backend=backend, placement=placement, fold=fold)
+    program = _torch_export(lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict)
+    return lower_with_guards(program, config=settings, lowering=lowering.after_quantize)
 
 
 def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, config: Settings | None = None, each_step: EachStep | None = None) -> GuardedExport:
@@ -392,8 +387,8 @@ def lower_with_guards(
 ) -> GuardedExport:
     """Guard, lint and lower a torch.export program; never crashes on a device constant.
 
-    ``backend``, ``placement`` and ``fold`` default to ``config``'s (``"xnnpack"``, ``"error"``,
-    on); ``lowering``: the user's own partitioners and configs (:class:`Lowering`), lowered with
+    ``config``'s backend, placement and fold apply (``"xnnpack"``, ``"error"``, on; the keywords
+    ``backend``, ``placement`` and ``fold`` are deprecated, and warn); ``lowering``: the user's own partitioners and configs (:class:`Lowering`), lowered with
     instead of ``backend``'s. In order: the placement plan (:func:`plan_placement`: a constant the
     host cannot read stops the export here, ``edge=None``, or is copied with ``placement="copy"``;
     a backend that holds device constants on purpose defers to its guarded partitioner); the

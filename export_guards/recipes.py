@@ -279,7 +279,7 @@ class _RecipeGuards:
         if stops:
             raise placement_error(stops)
         # the copy policy's copy was made before to_edge (_CopyToHost): here, what is left stops
-        return self.ledger.recorded(method, guard_passes(config=self.settings, placement="error", partitioner=own or None))
+        return self.ledger.recorded(method, guard_passes(config=self.settings.updated({"placement": "error"}, "guard_recipe"), partitioner=own or None))
 
     @property
     def partitioned_lint(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -224,12 +225,17 @@ def with_keywords(config: Settings | None, caller: str, **given: object) -> Sett
     """``config`` (by default ``Settings()``) with the keyword arguments a Python call gave it
     (those not ``None``; ``fold_max_growth``, ``placement``, ...) applied and checked: the one
     place where a function's keywords and its settings merge, so that every guarded way takes the
-    options as one value.
+    options as one value. The keywords are deprecated (``config=Settings(...)`` is the one way):
+    each call that gives one warns, naming the ``Settings`` that says the same.
 
     Raises:
         ValueError: a bad value, naming the keyword and ``caller``.
     """
-    return (Settings() if config is None else config).updated({k: v for k, v in given.items() if v is not None}, caller)
+    given = {k: v for k, v in given.items() if v is not None}
+    if given:
+        spelled = f"Settings({', '.join(f'{k}={v!r}' for k, v in given.items())})" if config is None else f"config.updated({given!r})"
+        warnings.warn(f"export_guards: {caller}({', '.join(f'{k}=' for k in given)}) is deprecated: pass config={spelled}", DeprecationWarning, stacklevel=3)
+    return (Settings() if config is None else config).updated(given, caller)
 
 
 def find_config(start: str | Path) -> Path | None:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from export_guards.errors import Error, TargetError
 from export_guards.report import Report, SourceLocation
 from export_guards.ruleset import CATALOG, Hit, finding, first_line
 
@@ -73,11 +74,7 @@ class Exportable(NamedTuple):
         return Lowering(self.partitioners, self.compile_config, self.backend_config, self.quantize)
 
 
-class TargetError(ValueError):
-    """The target is not a factory that can be called: a usage error, said in one line."""
-
-
-class StepFailed(Exception):
+class StepFailed(Error):
     """A step of the user's job failed (building the model, export, lowering, writing).
 
     Attributes:

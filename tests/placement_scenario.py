@@ -50,7 +50,7 @@ def main(mode: str, device_name: str, backend: str) -> dict[str, object]:
                 passes = eg.guard_passes()
                 to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners)
             else:
-                edge = eg.guard_constant_placement(to_edge(program))
+                edge = eg.placement.guard_constant_placement(to_edge(program))
                 for partitioner in partitioners:
                     edge = edge.to_backend(partitioner)
                 edge.to_executorch()
@@ -66,7 +66,7 @@ def main(mode: str, device_name: str, backend: str) -> dict[str, object]:
 
     assert mode == "copy", mode
     before = {k: (v.device.type, v.cpu().clone()) for k, v in model.state_dict().items()}
-    guarded = eg.guard_constant_placement(program, policy="copy")
+    guarded = eg.placement.guard_constant_placement(program, policy="copy")
     pte = to_edge_transform_and_lower(guarded, partitioner=partitioners).to_executorch().buffer
     cpu_program = torch.export.export(cpu_model, cpu_inputs)
     cpu_pte = to_edge_transform_and_lower(cpu_program, partitioner=partitioners).to_executorch().buffer

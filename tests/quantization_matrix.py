@@ -172,7 +172,7 @@ def program_of(name: str) -> torch.export.ExportedProgram:
 def cell(name: str, backend: str) -> Cell:
     """Configuration ``name`` through ``lower_with_guards`` on ``backend``, written and run."""
     try:
-        export = eg.lower_with_guards(program_of(name), backend=backend)
+        export = eg.lower_with_guards(program_of(name), config=eg.Settings(backend=backend))
         if export.edge is None:
             return Cell(export, None, "; ".join(f.message for f in export.report.errors()), None)
         pte = export.to_pte()

@@ -471,7 +471,7 @@ def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..
     import export_guards as eg
 
     model, inputs = cli_models.cache_in_grad_mode()  # the API says the same
-    with pytest.raises(eg.GradModeWriteError, match="writes the buffer 'cache' in place") as raised:
+    with pytest.raises(eg.errors.GradModeWriteError, match="writes the buffer 'cache' in place") as raised:
         eg.export_with_guards(model, inputs).to_pte()
     assert "requires_grad_(False)" in raised.value.hint and "parameter 'proj" not in str(raised.value)
 

@@ -70,7 +70,7 @@ def test_the_guarded_pipeline_matches_eager_and_refuses_a_stock_program(programs
     guarded = eg.lower_with_guards(torch.export.export(TwoConds(), COND_INPUTS))
     assert same(run(guarded.to_pte()), eager("two conds"))
     calls = [n for n in guarded.edge.exported_program().graph.nodes if n.target is torch.ops.higher_order.cond]
-    with pytest.raises(eg.SharedMemoryError, match="tensor value 2 .* and tensor value 16") as refused:
+    with pytest.raises(eg.errors.SharedMemoryError, match="tensor value 2 .* and tensor value 16") as refused:
         refuse_shared_memory(programs["two conds, stock"], calls)
     assert "pte_models.py:" in str(refused.value)  # the user's torch.cond lines
     assert isinstance(refused.value, eg.GuardError) and refused.value.report.with_code("EG518")

@@ -53,16 +53,16 @@ EXAMPLES: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]
 
 STAGES: dict[str, tuple[Callable[[torch.export.ExportedProgram], bytes], bool]] = {
     # The torch.export program's host twin, then the fold and XNNPACK: what the report ran.
-    "lower_with_guards(placement='copy')": (lambda ep: eg.lower_with_guards(ep, placement="copy").to_pte(), False),
+    "lower_with_guards(config=Settings(placement='copy'))": (lambda ep: eg.lower_with_guards(ep, config=eg.Settings(placement="copy")).to_pte(), False),
     # Guarded XNNPACK handed the copy: its partitioner copies before to_edge_transform_and_lower
     # decomposes (executorch 1.5), the transform passes find nothing left to copy.
-    "guard_partitioners + guard_passes(placement='copy')": (
+    "guard_partitioners + guard_passes(config=Settings(placement='copy'))": (
         lambda ep: _partitioned_copy(ep),
         not has_pre_decomposition_transform(Partitioner),
     ),
     # The edge program's twin, in transform_passes; every constant stays in the program table.
-    "guard_passes(placement='copy')": (
-        lambda ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(placement="copy")).to_executorch().buffer,
+    "guard_passes(config=Settings(placement='copy'))": (
+        lambda ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(config=eg.Settings(placement="copy"))).to_executorch().buffer,
         True,
     ),
     # The graph twinned inside to_executorch (portable: XNNPACK's preprocess would read the
@@ -79,7 +79,7 @@ program, and at emission; and whether it is made after ``to_edge`` decomposed th
 
 def _partitioned_copy(ep: torch.export.ExportedProgram) -> bytes:
     parts = eg.guard_partitioners([XnnpackPartitioner()])
-    edge = to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(placement="copy", partitioner=parts), partitioner=parts)
+    edge = to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")), partitioner=parts)
     return edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
 
 DEVICE_CHOSEN = {"aten._scaled_dot_product_flash_attention_for_cpu.default"}
@@ -135,7 +135,7 @@ def test_the_copy_from_the_device_is_the_cpu_export(trapdev: torch.device, examp
 
 def late_copy_warnings(example: str) -> list[eg.Finding]:
     """The EG104 findings of the copy of the example's edge program exported on the device."""
-    return eg.ConstantPlacementPass("copy")(edge(example, "trapdev")).report.with_code("EG104")
+    return eg.placement.ConstantPlacementPass("copy")(edge(example, "trapdev")).report.with_code("EG104")
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -58,7 +58,7 @@ def test_cuda_backend_with_the_guards_succeeds_with_the_same_bytes() -> None:
         assert guarded == stock
     else:  # it is not: the guards must at least not change the program's size
         assert abs(len(guarded) - len(stock)) <= abs(len(stock_again) - len(stock))
-    guarded_export = eg.lower_with_guards(program, backend="cuda")
+    guarded_export = eg.lower_with_guards(program, config=eg.Settings(backend="cuda"))
     assert guarded_export.edge is not None, guarded_export.report
 
 
@@ -74,7 +74,7 @@ def test_cuda_model_with_xnnpack_is_stopped_with_the_guard_error() -> None:
 
 def test_cuda_model_with_the_copy_policy_runs_and_matches_eager() -> None:
     model, x, program = reproducer()
-    guarded = eg.lower_with_guards(program, backend="xnnpack", placement="copy")
+    guarded = eg.lower_with_guards(program, config=eg.Settings(backend="xnnpack", placement="copy"))
     outputs = Runtime.get().load_program(guarded.to_pte()).load_method("forward").execute([x.cpu()])
     with torch.no_grad():
         torch.testing.assert_close(outputs[0], model(x).cpu(), rtol=1e-4, atol=1e-4)
@@ -98,9 +98,9 @@ def test_cuda_attention_copied_before_decomposition_is_the_cpu_export() -> None:
 
     def lowered(program: torch.export.ExportedProgram) -> bytes:
         partitioner = eg.guard_partitioners([XnnpackPartitioner()])
-        passes = eg.guard_passes(placement="copy", partitioner=partitioner)
+        passes = eg.guard_passes(partitioner=partitioner, config=eg.Settings(placement="copy"))
         edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioner)
         return edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
 
     assert lowered(attention_program("cuda")) == lowered(attention_program("cpu"))
-    assert eg.lower_with_guards(attention_program("cuda"), placement="copy").to_pte() == eg.lower_with_guards(attention_program("cpu")).to_pte()
+    assert eg.lower_with_guards(attention_program("cuda"), config=eg.Settings(placement="copy")).to_pte() == eg.lower_with_guards(attention_program("cpu")).to_pte()

@@ -17,7 +17,7 @@ import export_guards as eg
 import models
 from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
 
-TRUSTING_HOST_COPY = eg.DEVICE_BACKENDS + (BACKEND_ID,)
+TRUSTING_HOST_COPY = eg.placement.DEVICE_BACKENDS + (BACKEND_ID,)
 
 
 class Remainder(nn.Module):
@@ -139,7 +139,7 @@ def test_emit_copy_reports_each_copy_and_refuses_constants_without_data(trapdev:
     edge = to_edge(program)
     copies = []
 
-    class Keep(eg.EmitPlacementPass):
+    class Keep(eg.placement.EmitPlacementPass):
         def call(self, graph_module):  # noqa: ANN001, ANN202
             result = super().call(graph_module)
             copies.extend(result.report)
@@ -182,7 +182,7 @@ def test_plain_guard_passes_still_stop_device_constants_before_any_partitioner(d
 
 def test_lower_with_guards_stops_a_host_reading_backend_without_raising(device: torch.device) -> None:
     _, program = on(device)
-    guarded = eg.lower_with_guards(program, backend="xnnpack")
+    guarded = eg.lower_with_guards(program, config=eg.Settings(backend="xnnpack"))
     assert guarded.edge is None
     assert {f.constant for f in guarded.report.errors} == {"hidden.weight", "hidden.bias", "out.weight", "out.bias"}
 
@@ -199,9 +199,9 @@ def test_bad_arguments_are_explained() -> None:
     with pytest.raises(ValueError, match="'error' or 'copy'"):
         eg.emit_passes("move")  # type: ignore[arg-type]
     with pytest.raises(eg.GuardError, match="runs only inside to_executorch"):
-        eg.EmitPlacementPass()(torch.fx.symbolic_trace(MLP()))
+        eg.placement.EmitPlacementPass()(torch.fx.symbolic_trace(MLP()))
     with pytest.raises(eg.GuardError, match="after the pass that emit_passes"):  # alone, ExecuTorch hands it no program
-        to_edge(torch.export.export(MLP(), (torch.randn(2, 4),))).to_executorch(ExecutorchBackendConfig(passes=[eg.EmitPlacementPass()]))
+        to_edge(torch.export.export(MLP(), (torch.randn(2, 4),))).to_executorch(ExecutorchBackendConfig(passes=[eg.placement.EmitPlacementPass()]))
 
 
 def test_a_guarded_partitioner_is_the_wrapped_one_in_everything_else() -> None:
@@ -210,5 +210,5 @@ def test_a_guarded_partitioner_is_the_wrapped_one_in_everything_else() -> None:
     assert guarded.partitioner is inner
     assert guarded.delegation_spec is inner.delegation_spec
     assert guarded.ops_to_not_decompose is not None
-    assert eg.GuardedPartitioner(guarded).partitioner is inner, "wrapping twice wraps once"
+    assert eg.placement.GuardedPartitioner(guarded).partitioner is inner, "wrapping twice wraps once"
     assert copy.copy(guarded).partitioner is inner, "a copy (which builds the object before its fields) works"

@@ -115,9 +115,9 @@ def test_the_same_float_weights_quantized_to_other_integers_exit_1(cli: Callable
     assert "filter value 2 (qcint8[32, 16], 512 bytes)" in errors[0] and "640 bytes re-packed on every device for nothing" in errors[0]
     assert "EG530 fix: Make the export deterministic for unchanged weights" in done.stdout
     assert "2 re-packed (928 bytes), 2 orphaned (928 bytes)" in done.stderr  # the account, which infos hold, said anyway
-    report = eg.diff_pte(programs["quantized"], programs["requantized"])  # the same from Python
+    report = eg.program.diff_pte(programs["quantized"], programs["requantized"])  # the same from Python
     assert [f.code for f in report.errors] == ["EG530", "EG530"]
-    assert not eg.diff_pte(programs["quantized"], programs["quantized"]).errors
+    assert not eg.program.diff_pte(programs["quantized"], programs["quantized"]).errors
 
 
 def test_json_and_sarif_hold_every_weight(cli: Callable[..., Ran], programs: dict[str, Path]) -> None:

@@ -93,7 +93,7 @@ def test_a_dynamic_model_folds_lints_lowers_and_runs_at_other_sizes(case: str) -
 def test_what_depends_on_a_symbolic_size_is_not_folded() -> None:
     torch.manual_seed(0)
     program = torch.export.export(Positions().eval(), (torch.randn(2, 10, 16),), dynamic_shapes=CASES["sequence"][2])
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert {f.constant for f in report} == {"proj.weight"}
     assert "table" in folded.state_dict, "the table is sliced by the input's length at run time"
     slices = [n for n in folded.graph.nodes if n.op == "call_function" and "slice" in str(n.target)]

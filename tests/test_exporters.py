@@ -89,4 +89,4 @@ def test_guard_passes_are_what_llm_edge_manager_hands_on() -> None:
     source = inspect.getsource(LLMEdgeManager.to_edge_transform_and_lower)
     assert "transform_passes=transform_passes" in source
     passes = eg.guard_passes(partitioner=eg.guard_partitioners([XnnpackPartitioner()]))
-    assert isinstance(passes, eg.GuardPasses) and len(list(passes)) == len(passes)
+    assert isinstance(passes, eg.passes.GuardPasses) and len(list(passes)) == len(passes)

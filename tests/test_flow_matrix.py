@@ -32,7 +32,7 @@ from flow_models import ROWS, Inputs
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow]  # every cell lowers a model
 
-RECIPES = sorted(name for name in eg.recipe_names() if name.startswith("xnnpack_"))
+RECIPES = sorted(name for name in eg.recipes.recipe_names() if name.startswith("xnnpack_"))
 """The recipes whose programs the runtime here can run (XNNPACK's); the others lower only
 where their SDK is (tests/test_recipes.py lowers Core ML's)."""
 
@@ -113,7 +113,7 @@ def exported(name: str) -> torch.export.ExportedProgram:
     return export(*fresh(name))
 
 
-def guard_passes_with(partitioner: Callable[[], object] | None, trusted: tuple[str, ...] = eg.DEVICE_BACKENDS) -> Callable[[str], Lowered]:
+def guard_passes_with(partitioner: Callable[[], object] | None, trusted: tuple[str, ...] = eg.placement.DEVICE_BACKENDS) -> Callable[[str], Lowered]:
     def lower(name: str) -> Lowered:
         parts = eg.guard_partitioners([partitioner()], device_backends=trusted) if partitioner else []
         edge = to_edge_transform_and_lower(exported(name), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts)
@@ -132,7 +132,7 @@ def vulkan() -> object:
 def device_backend(name: str) -> Lowered:
     """Constants on the test device, lowered by a backend that reads device memory itself
     (``device_backend.HostCopyBackend``, trusted); what it does not take is copied at emission."""
-    parts = eg.guard_partitioners([HostCopyPartitioner()], device_backends=(*eg.DEVICE_BACKENDS, BACKEND_ID), emitter="copy")
+    parts = eg.guard_partitioners([HostCopyPartitioner()], device_backends=(*eg.placement.DEVICE_BACKENDS, BACKEND_ID), emitter="copy")
     edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts)
     return Lowered(runnable(edge).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer)
 
@@ -145,21 +145,21 @@ def emit_copy(name: str) -> Lowered:
 def partitioners_copy(name: str) -> Lowered:
     """Constants on the test device, copied by the drop-in passes, lowered by guarded XNNPACK."""
     parts = eg.guard_partitioners([XnnpackPartitioner()])
-    edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(placement="copy", partitioner=parts), partitioner=parts)
+    edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")), partitioner=parts)
     return Lowered(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer, twin=cell("guard_passes × XNNPACK", name).pte)
 
 
 def lower_with_guards_copy(name: str) -> Lowered:
     """Constants on the test device, copied on the torch.export program, folded and lowered by
     ``lower_with_guards``: the CPU export's bytes, parameter flags included."""
-    pte = eg.lower_with_guards(on_trapdev(name), placement="copy").to_pte()
+    pte = eg.lower_with_guards(on_trapdev(name), config=eg.Settings(placement="copy")).to_pte()
     return Lowered(pte, twin=eg.lower_with_guards(exported(name)).to_pte())
 
 
 def recipe(recipe_name: str) -> Callable[[str], Lowered]:
     def lower(name: str) -> Lowered:
         model, inputs = fresh(name)
-        guarded = eg.export_with_recipe(model, inputs, recipe_name)
+        guarded = eg.export_with_guards(model, inputs, config=eg.Settings(recipe=recipe_name))
         assert guarded.delegation is not None
         return Lowered(guarded.to_pte(), portable_convs=guarded.delegation.portable["convolution"])
 
@@ -281,7 +281,7 @@ def test_one_report_whichever_entry_point_ran(name: str) -> None:
     model, inputs = fresh(name)
     on_device = models.to_device(model, device)
     with torch.no_grad():
-        recipe = eg.export_with_recipe(on_device, tuple(x.to(device) for x in inputs), "xnnpack_fp32", config=settings)
+        recipe = eg.export_with_guards(on_device, tuple(x.to(device) for x in inputs), config=settings.updated({"recipe": "xnnpack_fp32"}))
 
     direct_copies, recipe_copies = ({f.constant for f in export.report.with_code("EG103")} for export in (direct, recipe))
     assert direct_copies == set(on_trapdev(name).state_dict) | set(on_trapdev(name).constants)
@@ -289,6 +289,6 @@ def test_one_report_whichever_entry_point_ran(name: str) -> None:
     assert recipe_copies <= direct_copies
     assert {c.rsplit(".", 1)[-1] for c in direct_copies - recipe_copies} <= {"num_batches_tracked"}
     assert len(direct.report.with_code("EG201")) == len(recipe.report.with_code("EG201")) > 0
-    on_host = eg.export_with_recipe(*fresh(name), "xnnpack_fp32")
+    on_host = eg.export_with_guards(*fresh(name), config=eg.Settings(recipe="xnnpack_fp32"))
     assert recipe.to_pte() == on_host.to_pte(), "the recipe's copy is not the CPU twin"
     assert direct.to_pte() == eg.lower_with_guards(exported(name)).to_pte(), "the direct copy is not the CPU twin"

@@ -62,11 +62,11 @@ def test_graph_fold_makes_every_weight_static_so_xnnpack_takes_every_conv(name: 
     model = zoo.built(FOLDABLE[name])
     program = torch.export.export(model, zoo.example_inputs(model))
 
-    unfolded = eg.delegation_summary(lower(program, eg.guard_passes(fold=False)))
+    unfolded = eg.delegation_summary(lower(program, eg.guard_passes(config=eg.Settings(fold=False))))
     if pipeline == "transform_passes":
         edge = lower(program, eg.guard_passes())
     else:
-        edge = lower(eg.fold_constants(program)[0])
+        edge = lower(eg.fold.fold_constants(program)[0])
     summary = eg.delegation_summary(edge)
 
     delegated, total = summary.count(*COMPUTE)
@@ -80,7 +80,7 @@ def test_folding_the_torch_export_program_removes_ops_that_to_edge_rejects() -> 
     program = torch.export.export(model, zoo.example_inputs(model))
     with pytest.raises(Exception, match="linalg_householder_product"):
         lower(program, eg.guard_passes())  # to_edge runs before any transform pass
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert [f.constant for f in report] == ["a.weight", "b.weight"]
     edge = lower(folded)
     assert eg.delegation_summary(edge).count(*COMPUTE) == (2, 2)
@@ -95,7 +95,7 @@ def test_module_fold_is_bit_identical_and_delegates(name: str) -> None:
     with torch.no_grad():
         expected = model(*inputs)
 
-    folded, report = eg.fold_parametrizations(model.train())  # no power iteration, even in train mode
+    folded, report = eg.fold.fold_parametrizations(model.train())  # no power iteration, even in train mode
 
     with torch.no_grad():
         assert torch.equal(folded.eval()(*inputs), expected)
@@ -117,7 +117,7 @@ def test_module_fold_is_bit_identical_and_delegates(name: str) -> None:
 
 def test_module_fold_in_place_and_its_report() -> None:
     model = zoo.built(lambda: zoo.ConvStack(MIXED))
-    same, report = eg.fold_parametrizations(model, inplace=True)
+    same, report = eg.fold.fold_parametrizations(model, inplace=True)
     assert same is model
     assert not any(parametrize.is_parametrized(m) for m in model.modules())
     assert [f.constant for f in report] == ["convs.0.weight", "convs.1.weight", "convs.2.weight", "up.weight"]
@@ -135,7 +135,7 @@ def test_module_fold_in_place_and_its_report() -> None:
 def test_never_folds_what_an_input_a_mutation_or_a_random_op_reaches(name: str) -> None:
     model = zoo.built(NOT_FOLDABLE[name])
     program = torch.export.export(model, zoo.example_inputs(model))
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
 
     assert folded is program
     if name == "broadcast":  # computed from constants alone, but declined: it says why (issue 45)
@@ -155,14 +155,14 @@ def test_never_folds_what_an_input_a_mutation_or_a_random_op_reaches(name: str) 
 def test_size_limit_is_configurable() -> None:
     model = zoo.built(zoo.Broadcast)
     program = torch.export.export(model, zoo.example_inputs(model))
-    folded, report = eg.fold_constants(program, max_growth=64)
+    folded, report = eg.fold.fold_constants(program, max_growth=64)
     assert [f.constant for f in report] == ["row_folded"]
     assert folded.state_dict["row_folded"].shape == (64, 3, 3, 3)
     edge = lower(folded)
     assert eg.delegation_summary(edge).count(*COMPUTE) == (1, 1)
     assert_matches_eager(model, edge)
     with pytest.raises(ValueError, match="max_growth"):
-        eg.FoldConstantsPass(max_growth=0)
+        eg.fold.FoldConstantsPass(max_growth=0)
     # The budget as a setting: [tool.export-guards] fold-max-growth, --fold-max-growth.
     assert eg.Settings.from_mapping({"fold-max-growth": 64}).fold_max_growth == 64
     with pytest.raises(ValueError, match="fold-max-growth must be .* at least 1, not 0.5"):
@@ -176,7 +176,7 @@ def test_folded_program_keeps_names_drops_unused_inputs_and_stores_identical_res
     program = torch.export.export(model, zoo.example_inputs(model))
     signature_before = str(program.graph_signature)
 
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
 
     assert sorted(folded.state_dict) == ["conv.bias", "conv.weight", "twin.bias"]
     assert torch.equal(folded.state_dict["conv.bias"], folded.state_dict["twin.bias"])  # kept: not folded
@@ -195,7 +195,7 @@ def test_folded_program_keeps_names_drops_unused_inputs_and_stores_identical_res
 
 def test_user_code_weights_are_named_after_the_parameter_they_come_from() -> None:
     model = zoo.built(zoo.UserCode)
-    folded, report = eg.fold_constants(torch.export.export(model, zoo.example_inputs(model)))
+    folded, report = eg.fold.fold_constants(torch.export.export(model, zoo.example_inputs(model)))
     assert sorted(folded.state_dict) == ["blur.weight_folded", "w_folded"]
     assert "(exp, mul)" in report.findings[0].message
 
@@ -213,7 +213,7 @@ def test_an_output_computed_from_constants_stays_computed() -> None:
     inputs = (torch.randn(3),)
     program = torch.export.export(model, inputs)
     # w * 2 stores 12 bytes more but removes an instruction: the written program is smaller.
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert [(f.code, f.constant) for f in report] == [("EG201", "w_folded")]  # w * 2; w.exp() is an output
     assert "smaller" in report.findings[0].message
     edge = to_edge_transform_and_lower(folded)

@@ -30,7 +30,7 @@ def test_a_value_written_in_place_later_is_not_folded() -> None:
 
     model = WrittenLater().eval()
     program = torch.export.export(model, (torch.ones(3),))
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert len(report) == 0 and folded is program
     (out,) = run_pte(program, torch.ones(3))
     assert torch.equal(out, torch.full((3,), 4.0))
@@ -49,7 +49,7 @@ def test_a_buffer_written_through_a_split_is_mutated() -> None:
 
     program = torch.export.export(SplitWrite(), (torch.zeros(4),))
     assert mutated_constants(program) == {"buf"}
-    assert len(eg.fold_constants(program)[1]) == 0
+    assert len(eg.fold.fold_constants(program)[1]) == 0
 
 
 def test_a_parameter_mutated_in_a_functional_program_is_mutated() -> None:
@@ -65,7 +65,7 @@ def test_a_parameter_mutated_in_a_functional_program_is_mutated() -> None:
 
     functional = torch.export.export(Accumulates(), (torch.zeros(3),)).run_decompositions({})
     assert mutated_constants(functional) == {"w"}
-    assert len(eg.fold_constants(functional)[1]) == 0
+    assert len(eg.fold.fold_constants(functional)[1]) == 0
 
 
 def test_a_channels_last_result_keeps_its_layout() -> None:
@@ -80,7 +80,7 @@ def test_a_channels_last_result_keeps_its_layout() -> None:
 
     model = ChannelsLast().eval()
     x = torch.randn(1, 3, 4, 4).to(memory_format=torch.channels_last)
-    folded, report = eg.fold_constants(torch.export.export(model, (x,)))
+    folded, report = eg.fold.fold_constants(torch.export.export(model, (x,)))
     assert [f.constant for f in report] == ["w_folded"]
     assert folded.state_dict["w_folded"].is_contiguous(memory_format=torch.channels_last)
     (out,) = run_pte(folded, x)
@@ -96,7 +96,7 @@ def test_new_names_never_collide_with_existing_placeholders() -> None:
         def forward(self, p_w_folded: torch.Tensor) -> torch.Tensor:
             return p_w_folded + self.w * 2
 
-    folded, report = eg.fold_constants(torch.export.export(Collides(), (torch.ones(3),)))
+    folded, report = eg.fold.fold_constants(torch.export.export(Collides(), (torch.ones(3),)))
     names = [n.name for n in folded.graph.nodes if n.op == "placeholder"]
     assert len(names) == len(set(names)) == 2 and "p_w_folded" in names
     assert torch.equal(folded.module()(torch.ones(3)), torch.full((3,), 3.0))
@@ -107,7 +107,7 @@ def test_constants_without_data_are_left_to_the_placement_guard() -> None:
         model = nn.Linear(4, 3)
     model.weight = nn.Parameter(model.weight * 1)  # a meta parameter
     program = torch.export.export(model, (torch.randn(2, 4, device="meta"),))
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert len(report) == 0 and folded is program
 
 
@@ -132,8 +132,8 @@ def test_quantized_wrapper_weights_are_readable() -> None:
     model = nn.Sequential(nn.Linear(64, 64)).eval()
     quantize_(model, Int8WeightOnlyConfig())
     program = torch.export.export(model, (torch.randn(2, 64),))
-    assert len(eg.check_constant_placement(program)) == 0
-    assert eg.guard_constant_placement(program) is program
+    assert len(eg.placement.check_constant_placement(program)) == 0
+    assert eg.placement.guard_constant_placement(program) is program
 
 
 def test_names_that_end_like_a_reparametrization_are_not_one() -> None:
@@ -153,7 +153,7 @@ def test_names_that_end_like_a_reparametrization_are_not_one() -> None:
             return nn.functional.linear(x, self.attn_v * 2) + nn.functional.linear(x, self.w_orig.t()) * self.scale_g.abs()
 
     program = torch.export.export(Named().eval(), (torch.randn(2, 4),))
-    folded, _ = eg.fold_constants(program, max_growth=float("inf"))  # scale_g.abs() too, which saves no bytes
+    folded, _ = eg.fold.fold_constants(program, max_growth=float("inf"))  # scale_g.abs() too, which saves no bytes
     assert sorted(folded.state_dict) == ["attn_v_folded", "scale_g_folded", "w_orig_folded"]  # not 'attn', 'scale', 'w'
     assert not eg.lint(program).with_code("EG212")
     assert reparametrized(["attn_v", "scale_g", "w_orig", "c.weight_orig", "c.weight_u", "c.weight_v", "n.weight_g", "n.weight_v"]) == {

@@ -133,7 +133,7 @@ def test_a_guarded_recipe_exports_orthogonal_and_reports_the_fold(orthogonal_map
     session = export(model, [(INPUT,)], eg.guard_recipe(recipe_named("xnnpack_fp32")))
     assert delegated_matmuls(session) == 1
     torch.testing.assert_close(run_pte(session.get_pte_buffer(), (INPUT,))[0], eager(model), atol=1e-5, rtol=1e-5)
-    folds = eg.recipe_report(session).with_code("EG201")
+    folds = eg.recipes.recipe_report(session).with_code("EG201")
     assert [(f.method, f.constant) for f in folds] == [("forward", "linear.weight")]
 
 

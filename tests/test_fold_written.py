@@ -79,7 +79,7 @@ def test_the_estimate_agrees_with_the_written_programs(case: str, partitioned: b
     model, x = CASES[case]()
     program = torch.export.export(model.eval(), (x,))
     stock = written(program, None, partitioned)
-    everything = written(program, eg.guard_passes(max_growth=math.inf), partitioned)
+    everything = written(program, eg.guard_passes(config=eg.Settings(fold_max_growth=math.inf)), partitioned)
     guarded = written(program, eg.guard_passes(), partitioned)
     plan = plan_fold(to_edge(program).exported_program())  # the plan the fold in transform_passes makes
     folds = bool(plan.roots)
@@ -127,7 +127,7 @@ def test_hardsigmoid_folds_its_int64_scalars_into_float_ones() -> None:
 def test_a_fold_that_grows_the_written_program_is_declined_with_its_growth() -> None:
     model, x = CASES["broadcast"]()
     program = torch.export.export(model.eval(), (x,))
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert folded is program and not report.with_code("EG201")
     (declined,) = report.with_code("EG203")
     assert "would not be smaller" in declined.message
@@ -163,9 +163,9 @@ def test_a_fold_of_no_gain_is_neither_done_nor_reported() -> None:
             return x + self.row.expand(16, 64).clone() + self.row
 
     program = torch.export.export(Copied().eval(), (torch.randn(16, 64),))
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert folded is program and not report.with_code("EG201", "EG203")
-    edge = eg.fold_constants(to_edge(program).exported_program())
+    edge = eg.fold.fold_constants(to_edge(program).exported_program())
     assert not edge[1].with_code("EG201", "EG203")
 
 
@@ -192,7 +192,7 @@ def test_computations_that_read_alike_are_declined_in_one_finding() -> None:
             return x + self.a.expand(64, 64) * 2 + self.b.expand(64, 64) * 2
 
     program = torch.export.export(TwoBroadcasts().eval(), (torch.randn(64, 64),))
-    _, report = eg.fold_constants(program)
+    _, report = eg.fold.fold_constants(program)
     (declined,) = report.with_code("EG203")
     assert declined.message.startswith("left 2 computations on constants")
     assert len(declined.subjects) == 2

@@ -74,7 +74,7 @@ def relative_error(model: nn.Module, inputs: tuple[torch.Tensor, ...], pte: byte
     return float((actual - expected).abs().max() / expected.abs().max())
 
 
-def partitioners(backend: str) -> list[eg.GuardedPartitioner]:
+def partitioners(backend: str) -> list[eg.placement.GuardedPartitioner]:
     return eg.guard_partitioners([XnnpackPartitioner()]) if backend == "xnnpack" else []
 
 
@@ -100,7 +100,7 @@ def int8_weights(edge: eg.GuardedExport | object, model: nn.Module) -> None:
 @pytest.mark.parametrize("name", ["mlp", "no-bias-3d"])  # mlp-3d: the pass list's and the fixture's
 def test_lower_with_guards_writes_a_right_program(built: dict, name: str, backend: str) -> None:
     model, inputs, program = built[name]
-    guarded = eg.lower_with_guards(program, backend=backend)
+    guarded = eg.lower_with_guards(program, config=eg.Settings(backend=backend))
     assert relative_error(model, inputs, guarded.to_pte()) <= NOISE
     said_on_the_users_line(guarded.report, LINEARS[name], name)
     delegated = guarded.delegation.count("linear", "mm", "addmm")
@@ -111,7 +111,7 @@ def test_lower_with_guards_writes_a_right_program(built: dict, name: str, backen
 
 def test_the_rewrite_is_made_whatever_the_fold_setting(built: dict) -> None:
     model, inputs, program = built["mlp"]
-    guarded = eg.lower_with_guards(program, fold=False)
+    guarded = eg.lower_with_guards(program, config=eg.Settings(fold=False))
     assert relative_error(model, inputs, guarded.to_pte()) <= NOISE and len(guarded.report.with_code("EG407")) == 2
 
 
@@ -135,7 +135,7 @@ def test_a_guarded_recipe_writes_a_right_program(built: dict) -> None:
     model, inputs, _ = built["mlp"]
     session = export_recipe(model, [inputs], eg.guard_recipe(recipe_named("xnnpack_fp32")))
     assert relative_error(model, inputs, session.get_pte_buffer()) <= NOISE
-    said_on_the_users_line(eg.recipe_report(session), 2, "mlp")
+    said_on_the_users_line(eg.recipes.recipe_report(session), 2, "mlp")
 
 
 def test_the_rewrite_is_the_form_8da8w_exports() -> None:
@@ -206,7 +206,7 @@ def test_the_callers_program_is_not_changed(built: dict) -> None:
     before = (program.graph_module.code, [(n.name, dict(n.meta.get("nn_module_stack") or {})) for n in program.graph.nodes], list(program.state_dict))
     rewrite_int8_dynamic_linears(program)
     eg.fold_non_core_constants(program, partitioner=[])
-    eg.lower_with_guards(program, backend="portable")
+    eg.lower_with_guards(program, config=eg.Settings(backend="portable"))
     after = (program.graph_module.code, [(n.name, dict(n.meta.get("nn_module_stack") or {})) for n in program.graph.nodes], list(program.state_dict))
     assert after == before and "_int_mm" in program.graph_module.code
 

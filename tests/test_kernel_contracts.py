@@ -268,8 +268,8 @@ def test_a_program_that_needs_the_quantized_kernels_names_their_library(runtime:
 
     inputs = (torch.randn(2, 4),)
     data = written(Quantized(), inputs)
-    installed = eg.RuntimeInventory.installed()
-    without = eg.RuntimeInventory("a runtime without them", frozenset(k for k in installed.kernels if not k.startswith("quantized_decomposed::")))
+    installed = eg.program.RuntimeInventory.installed()
+    without = eg.program.RuntimeInventory("a runtime without them", frozenset(k for k in installed.kernels if not k.startswith("quantized_decomposed::")))
     found = eg.check_pte(data, against=without).with_code("EG521")
     assert found and all("ExecuTorch's quantized kernel library provides it" in f.message for f in found)
     assert all(f.fix is not None and "import executorch.kernels.quantized" in f.fix for f in found)

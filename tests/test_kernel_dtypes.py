@@ -74,7 +74,7 @@ def test_the_command_fails_on_it(cli: Callable[..., Ran], float64_pte: bytes, tm
 def test_a_guarded_export_places_it_on_the_users_line() -> None:
     inputs = (torch.randn(2, 5, dtype=torch.float64),)
     export = eg.lower_with_guards(torch.export.export(LogSoftmax(), inputs), lowering=eg.Lowering(partitioners=[]))
-    (finding,) = eg.check_program(export, export.to_pte(refuse=False)).with_code("EG525")
+    (finding,) = eg.program.check_program(export, export.to_pte(refuse=False)).with_code("EG525")
     assert finding.location is not None and finding.location.file.endswith("test_kernel_dtypes.py")
     assert "torch.log_softmax" in Path(finding.location.file).read_text().splitlines()[finding.location.line - 1]
     again = eg.lower_with_guards(torch.export.export(LogSoftmax(), inputs), lowering=eg.Lowering(partitioners=[]))

@@ -78,7 +78,7 @@ def lower_with_guards(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) 
 @flow
 def recipe(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
     session = export_recipe(model, [inputs], eg.guard_recipe(recipe_named("xnnpack_fp32")))
-    return session.get_pte_buffer(), eg.recipe_report(session)
+    return session.get_pte_buffer(), eg.recipes.recipe_report(session)
 
 
 def is_right_and_said(name: str, pte: bytes, report: eg.Report, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
@@ -186,7 +186,7 @@ def test_guarded_partitioners_without_the_guard_passes_stop_before_writing() -> 
     pass kept the linear off it stops, naming the op and the pass list that fixes it."""
     model, inputs = CASES["torchao-int8wo"]()
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
-    with pytest.raises(eg.KnownWrongDelegationError) as stopped:
+    with pytest.raises(eg.errors.KnownWrongDelegationError) as stopped:
         to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=partitioner)
     refused = stopped.value.report.with_code("EG405")
     assert len(refused) == 2 and all(f.severity is eg.Severity.ERROR and "guard_passes(partitioner=partitioner)" in f.fix for f in refused)

@@ -36,13 +36,13 @@ def test_every_rule_is_documented_with_a_runnable_example() -> None:
 
 
 def test_config_selects_by_longest_prefix() -> None:
-    config = eg.LintConfig(select=("EG", "EG301"), ignore=("EG3",))
+    config = eg.Settings(select=("EG", "EG301"), ignore=("EG3",))
     assert config.enabled("EG301") and not config.enabled("EG302") and config.enabled("EG210")
-    assert not eg.LintConfig(select=("EG2",)).enabled("EG101")
+    assert not eg.Settings(select=("EG2",)).enabled("EG101")
     # EG003 is off by default: only its full code selects it.
-    assert not config.enabled("EG003") and not eg.LintConfig(select=("EG0",)).enabled("EG003")
-    assert eg.LintConfig(select=("EG", "EG003")).enabled("EG003") and not eg.LintConfig(select=("EG", "EG003"), ignore=("EG003",)).enabled("EG003")
-    report = eg.lint(train_mode_program(), eg.LintConfig(ignore=("EG301",)))
+    assert not config.enabled("EG003") and not eg.Settings(select=("EG0",)).enabled("EG003")
+    assert eg.Settings(select=("EG", "EG003")).enabled("EG003") and not eg.Settings(select=("EG", "EG003"), ignore=("EG003",)).enabled("EG003")
+    report = eg.lint(train_mode_program(), eg.Settings(ignore=("EG301",)))
     assert not report.with_code("EG301")
 
 
@@ -66,34 +66,34 @@ def test_settings_serialise_whole_and_read_back_equal() -> None:
 def test_config_from_pyproject_and_its_errors(tmp_path: Path) -> None:
     path = tmp_path / "pyproject.toml"
     path.write_text('[tool.export-guards]\nselect = ["eg2"]\nfail-level = "WARNING"\n[tool.export-guards.severity]\nEG210 = "error"\n')
-    config = eg.LintConfig.from_pyproject(path)
+    config = eg.Settings.from_pyproject(path)
     assert config.select == ("EG2",) and config.fail_level is eg.Severity.WARNING
     assert config.severity == {"EG210": eg.Severity.ERROR}
     with pytest.raises(ValueError, match="fail-level must be one of error, warning, info; not 'loud'"):
-        eg.LintConfig.from_mapping({"fail-level": "loud"})
+        eg.Settings.from_mapping({"fail-level": "loud"})
     with pytest.raises(ValueError, match="select must be a list of rule codes"):
-        eg.LintConfig.from_mapping({"select": 3})
+        eg.Settings.from_mapping({"select": 3})
     with pytest.raises(ValueError, match="severity must be a table"):
-        eg.LintConfig.from_mapping({"severity": "error"})
+        eg.Settings.from_mapping({"severity": "error"})
     with pytest.raises(ValueError, match="severity keys are rule codes"):
-        eg.LintConfig.from_mapping({"severity": {"float64": "error"}})
-    assert eg.LintConfig.from_mapping({"severity": {"eg304": "error"}}).severity == {"EG304": eg.Severity.ERROR}
-    assert eg.LintConfig.from_mapping({"show-info": True}).show_info and not eg.LintConfig().show_info
+        eg.Settings.from_mapping({"severity": {"float64": "error"}})
+    assert eg.Settings.from_mapping({"severity": {"eg304": "error"}}).severity == {"EG304": eg.Severity.ERROR}
+    assert eg.Settings.from_mapping({"show-info": True}).show_info and not eg.Settings().show_info
     with pytest.raises(ValueError, match="show-info must be true or false, not 'yes'"):
-        eg.LintConfig.from_mapping({"show-info": "yes"})
+        eg.Settings.from_mapping({"show-info": "yes"})
     path.write_text("[project]\nname = 'x'\n")
-    assert eg.LintConfig.from_pyproject(path) == eg.LintConfig()
+    assert eg.Settings.from_pyproject(path) == eg.Settings()
 
 
 def test_severity_overrides_apply() -> None:
-    report = eg.lint(train_mode_program(), eg.LintConfig(severity={"EG301": eg.Severity.INFO}))
+    report = eg.lint(train_mode_program(), eg.Settings(severity={"EG301": eg.Severity.INFO}))
     (finding,) = report.with_code("EG301")
     assert finding.severity is eg.Severity.INFO
 
 
 def test_lint_pass_raises_one_error_listing_every_failing_finding() -> None:
     program = train_mode_program()
-    lint_pass = eg.LintPass(eg.LintConfig(fail_level=eg.Severity.ERROR))
+    lint_pass = eg.passes.LintPass(eg.Settings(fail_level=eg.Severity.ERROR))
     with pytest.raises(Exception, match="LintPass") as raised:
         to_edge_transform_and_lower(program, transform_passes=[lint_pass])
     error = raised.value.__cause__
@@ -101,11 +101,11 @@ def test_lint_pass_raises_one_error_listing_every_failing_finding() -> None:
     assert [f.code for f in error.report] == ["EG301"]
     assert "1 lint finding(s) at or above error" in str(error)
 
-    quiet = eg.LintPass(eg.LintConfig(ignore=("EG301",)))
+    quiet = eg.passes.LintPass(eg.Settings(ignore=("EG301",)))
     edge = to_edge_transform_and_lower(program, transform_passes=[quiet])
     assert edge.exported_program() is not None
     result = quiet(program)  # a call's findings come with its result; the pass keeps none
-    assert isinstance(result, eg.GuardPassResult) and result.exported_program is program
+    assert isinstance(result, eg.passes.GuardPassResult) and result.exported_program is program
     assert not result.report.at_least(eg.Severity.ERROR) and not result.report.with_code("EG301")
     assert not hasattr(quiet, "report")
 
@@ -170,7 +170,7 @@ def test_partitioned_rules_report_the_partitioners_reason() -> None:
     result = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),))
     (cause,) = result.report.with_code("EG211")  # one problem, one finding: the weight, not also its linear (EG401)
     assert "depends on a user input" in cause.message and not result.report.with_code("EG401")
-    ignored = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),), config=eg.LintConfig(ignore=("EG211",)))
+    ignored = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),), config=eg.Settings(ignore=("EG211",)))
     (left_out,) = ignored.report.with_code("EG401")  # its cause not reported: the symptom says it
     assert left_out.subjects == cause.subjects == ("linear",) and left_out.symptom_of == ("EG210", "EG211", "EG212", "EG405")
     assert "the partitioner says Expected weight to be a static param" in left_out.message and "compute it from parameters only" in left_out.fix
@@ -187,7 +187,7 @@ def test_partitioned_rules_report_the_partitioners_reason() -> None:
 
 def test_export_stops_before_lowering_on_unreadable_constants_even_if_ignored(trapdev: torch.device) -> None:
     model = nn.Linear(4, 3).to(trapdev)
-    result = eg.export_with_guards(model, (torch.randn(2, 4).to(trapdev),), config=eg.LintConfig(ignore=("EG1",)))
+    result = eg.export_with_guards(model, (torch.randn(2, 4).to(trapdev),), config=eg.Settings(ignore=("EG1",)))
     assert result.edge is None and result.delegation is None
     assert {f.code for f in result.report.errors} == {"EG101"}
     with pytest.raises(eg.GuardError, match="stopped before lowering"):
@@ -292,7 +292,7 @@ def test_the_ledger_records_and_its_report_only_merges_and_settles() -> None:
     model = nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(4, 3))).eval()
     program = torch.export.export(model, (torch.randn(2, 4),))
     linted = lint_guarded(program, eg.Settings())
-    _, folded = eg.fold_constants(program)
+    _, folded = eg.fold.fold_constants(program)
     ledger = Ledger()
     ledger.put_lint("program", program, linted)
     ledger.put("forward", "fold", folded)

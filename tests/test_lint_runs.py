@@ -34,7 +34,7 @@ class Accumulates(nn.Module):
 def accumulating() -> tuple[Accumulates, tuple[torch.Tensor], eg.GuardedExport, bytes]:
     model, inputs = Accumulates(), (torch.arange(12.0).reshape(1, 3, 4),)
     length = torch.export.Dim("length", min=1, max=16)
-    export = eg.export_with_guards(model, inputs, dynamic_shapes={"x": {1: length}}, backend="portable")
+    export = eg.export_with_guards(model, inputs, dynamic_shapes={"x": {1: length}}, config=eg.Settings(backend="portable"))
     return model, inputs, export, export.to_pte()
 
 
@@ -67,7 +67,7 @@ def test_outputs_eager_does_not_repeat_are_not_compared() -> None:
     from call to call; eager's calls are made again, and those outputs are left out."""
     torch.manual_seed(0)
     model, inputs = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).train(), (torch.randn(4, 8),)
-    export = eg.export_with_guards(model, inputs, backend="portable")
+    export = eg.export_with_guards(model, inputs, config=eg.Settings(backend="portable"))
     runs = run_program(export, export.to_pte(), model, inputs)
     assert runs.shapes == ("the example inputs",) and not runs.report.with_code("EG522")
 

@@ -42,7 +42,7 @@ class Exported:
     inputs: tuple[torch.Tensor, ...]
     eager: torch.Tensor
     stock: bytes
-    stock_delegation: eg.DelegationSummary
+    stock_delegation: eg.program.DelegationSummary
     guarded: eg.GuardedExport
     pte: bytes
 
@@ -106,7 +106,7 @@ def is_stock_byte_for_byte(done: Exported) -> None:
 def warns_of_the_head_quantized_apart_from_its_embedding_with_the_bytes(done: Exported) -> None:
     """PT2E gives the tied head an int8 weight of its own: the bytes differ, nothing is shared
     (tests/test_store_once.py), and EG404 says so with what each copy costs."""
-    assert done.pte == done.stock and not eg.shared_copies(done.stock)
+    assert done.pte == done.stock and not eg.program.shared_copies(done.stock)
     (twice,) = done.guarded.report.with_code("EG404")
     float_bytes, int8_bytes = llm.Config.vocab * llm.Config.dim * 4, llm.Config.vocab * llm.Config.dim
     assert twice.severity is Severity.WARNING
@@ -119,7 +119,7 @@ def stores_the_tied_weight_once(done: Exported) -> None:
     """Stock's program but for the head's copy of the tied weight (XNNPACK's named data), which
     the guarded program points at the embedding's bytes (tests/test_store_once.py); nothing is
     "folded" (a quantized weight is not a computation)."""
-    assert eg.store_once(done.stock) == done.pte
+    assert eg.program.store_once(done.stock) == done.pte
     assert len(done.stock) - len(done.pte) == done.model.embed.weight.nbytes
     assert not done.guarded.report.with_code("EG201")
 
@@ -152,7 +152,7 @@ def leaves_torchao_weights_to_to_edge(done: Exported) -> None:
     assert len(subclassed) == 4 * 2 + 3 * 2  # attention's four projections and the MLP's three, in two layers
     plan = plan_fold(program)
     assert not subclassed & {c.fqn for c in plan.constants.values()} and not plan.roots
-    folded, report = eg.fold_constants(program)
+    folded, report = eg.fold.fold_constants(program)
     assert folded is program and not report.with_code("EG201")
 
 

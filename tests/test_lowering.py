@@ -82,7 +82,7 @@ def test_the_quantize_step_runs_before_export_each_time_the_model_is_built() -> 
     assert any("quantize" in str(node.target) for node in result.program.graph.nodes)
     assert len(result.to_pte()) < len(stock(*load_target(f"{MODELS}:per_op")[:2], partitioner=[XnnpackPartitioner()]))  # int4, not float
     # check --reproducible builds, quantizes and exports twice, each in its own process: the same bytes
-    assert not eg.check_reproducible(f"{MODELS}:quantized").with_code("EG510")
+    assert not eg.program.check_reproducible(f"{MODELS}:quantized").with_code("EG510")
 
 
 def test_the_fixtures_lower_with_the_lowering_they_are_given(check_export: Callable[..., object]) -> None:
@@ -135,14 +135,14 @@ def test_to_pte_hands_out_no_program_that_check_pte_refuses(backend: str) -> Non
     wrote as ``check_pte`` does, and a program it finds errors in is an error on the user's line
     with the fix; ``refuse=False`` hands the same bytes to a caller that reports them itself."""
     program = torch.export.export(HalfInputFloatNorm().eval(), (torch.randn(1, 4, 8, 8, dtype=torch.float16),))
-    result = eg.lower_with_guards(program, backend=backend)
+    result = eg.lower_with_guards(program, config=eg.Settings(backend=backend))
     with pytest.raises(eg.ProgramRefused, match="EG519 .*tensors of different dtypes") as refused:
         result.to_pte()
     assert isinstance(refused.value, InternalError) and "Fix: Give the op's tensors one dtype" in str(refused.value)
     (error,) = refused.value.report.errors
     assert error.location is not None and error.location.file == __file__  # the batch norm's line
     assert {f.code for f in eg.check_pte(refused.value.pte).errors} == {"EG519"}  # the pass list's verdict
-    assert eg.lower_with_guards(program, backend=backend).to_pte(refuse=False) == refused.value.pte
+    assert eg.lower_with_guards(program, config=eg.Settings(backend=backend)).to_pte(refuse=False) == refused.value.pte
 
 
 def test_lower_with_guards_says_the_compile_config_as_the_lint_does_and_following_it_lowers(cli: Callable[..., Ran]) -> None:

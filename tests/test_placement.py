@@ -53,7 +53,7 @@ def placement(ep: torch.export.ExportedProgram) -> dict[str, str]:
 
 def test_check_names_every_constant_with_kind_shape_device_and_source(device: torch.device) -> None:
     _, ep = export_on(device)
-    report = eg.check_constant_placement(ep)
+    report = eg.placement.check_constant_placement(ep)
 
     assert {f.constant for f in report} == set(EVERY_CONSTANT)
     assert all(f.code == "EG101" and f.severity is eg.Severity.ERROR for f in report)
@@ -72,17 +72,17 @@ def test_check_names_every_constant_with_kind_shape_device_and_source(device: to
 
 def test_cpu_program_passes_untouched() -> None:
     ep = export_cpu()
-    assert len(eg.check_constant_placement(ep)) == 0
-    assert eg.guard_constant_placement(ep) is ep
-    assert eg.guard_constant_placement(ep, policy="copy") is ep
-    result = eg.ConstantPlacementPass()(ep)
+    assert len(eg.placement.check_constant_placement(ep)) == 0
+    assert eg.placement.guard_constant_placement(ep) is ep
+    assert eg.placement.guard_constant_placement(ep, policy="copy") is ep
+    result = eg.placement.ConstantPlacementPass()(ep)
     assert result.exported_program is ep and not result.modified
 
 
 def test_error_policy_raises_internal_error_listing_every_constant(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
     with pytest.raises(eg.ConstantPlacementError) as raised:
-        eg.guard_constant_placement(ep)
+        eg.placement.guard_constant_placement(ep)
     error = raised.value
     assert isinstance(error, InternalError)
     assert {f.constant for f in error.report.errors} == set(EVERY_CONSTANT)
@@ -100,7 +100,7 @@ def test_copy_policy_moves_a_copy_and_leaves_the_caller_untouched(trapdev: torch
     weights = {k: v.cpu().clone() for k, v in model.state_dict().items()}
     graph_before = str(ep.graph)
 
-    moved = eg.guard_constant_placement(ep, policy="copy")
+    moved = eg.placement.guard_constant_placement(ep, policy="copy")
 
     assert moved is not ep
     assert set(placement(moved).values()) == {"cpu"}
@@ -122,7 +122,7 @@ def test_copy_policy_moves_a_copy_and_leaves_the_caller_untouched(trapdev: torch
 def test_copy_keeps_placeholder_names_that_a_deepcopy_would_rename(trapdev: torch.device) -> None:
     model = models.to_device(models.seeded(models.linear_relu), trapdev)  # forward(self, input)
     ep = torch.export.export(model, (torch.randn(2, 4).to(trapdev),))
-    moved = eg.guard_constant_placement(ep, policy="copy")
+    moved = eg.placement.guard_constant_placement(ep, policy="copy")
     assert [s.arg.name for s in moved.graph_signature.input_specs] == ["p_0_weight", "p_0_bias", "input"]
     assert [n.name for n in moved.graph.nodes if n.op == "placeholder"][-1] == "input"
     assert len(to_edge_transform_and_lower(moved).to_executorch().buffer) > 0
@@ -130,7 +130,7 @@ def test_copy_keeps_placeholder_names_that_a_deepcopy_would_rename(trapdev: torc
 
 def test_copy_pass_reports_each_copy(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
-    guard = eg.ConstantPlacementPass("copy", method="forward")
+    guard = eg.placement.ConstantPlacementPass("copy", method="forward")
     result = guard(ep)
     assert result.modified
     assert {f.constant for f in result.report} == set(EVERY_CONSTANT)
@@ -148,9 +148,9 @@ def test_copy_at_every_stage_writes_the_cpu_twin(trapdev: torch.device) -> None:
     twin = to_edge(export_cpu()).to_executorch().buffer
 
     by_stage = {
-        "torch.export program": to_edge(eg.guard_constant_placement(ep, policy="copy")).to_executorch().buffer,
-        "edge manager": eg.guard_constant_placement(to_edge(ep), policy="copy").to_executorch().buffer,
-        "transform passes": to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(placement="copy")).to_executorch().buffer,
+        "torch.export program": to_edge(eg.placement.guard_constant_placement(ep, policy="copy")).to_executorch().buffer,
+        "edge manager": eg.placement.guard_constant_placement(to_edge(ep), policy="copy").to_executorch().buffer,
+        "transform passes": to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(config=eg.Settings(placement="copy"))).to_executorch().buffer,
         "emitter": to_edge(ep).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer,
     }
     assert [stage for stage, pte in by_stage.items() if pte != twin] == []
@@ -182,7 +182,7 @@ DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor,
         None,
     ),
     "guard_passes() + own passes": (
-        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(fold=False) + [eg.FoldConstantsPass()]),
+        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(config=eg.Settings(fold=False)) + [eg.fold.FoldConstantsPass()]),
         None,
     ),
     "guarded partitioners": (lambda m, x, ep: _guarded_xnnpack(ep), "XnnpackBackend's preprocess will read it"),
@@ -194,7 +194,7 @@ DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor,
         lambda m, x, ep: export_with_recipe_api(m, [x], eg.guard_recipe(recipe_named("xnnpack_fp32"))),
         "XnnpackBackend's preprocess will read it",
     ),
-    "export_with_recipe": (lambda m, x, ep: eg.export_with_recipe(m, x, "xnnpack_fp32").to_pte(), "XnnpackBackend's preprocess will read it"),
+    "export_with_guards(recipe)": (lambda m, x, ep: eg.export_with_guards(m, x, config=eg.Settings(recipe="xnnpack_fp32")).to_pte(), "XnnpackBackend's preprocess will read it"),
     "lower_with_guards": (lambda m, x, ep: eg.lower_with_guards(ep).to_pte(), None),
 }
 """Each way in that the docs show (placement.md, the how-to), with the reader its error names
@@ -224,9 +224,9 @@ def test_in_a_plain_list_executorchs_wrapper_names_every_constant_and_its_device
     naming the pass: its last line still names each constant and device, the
     ``ConstantPlacementError`` is its ``__cause__``, and the pass is itself again after."""
     _, _, ep = _linear_on(device)
-    guard = eg.ConstantPlacementPass()
+    guard = eg.placement.ConstantPlacementPass()
     with pytest.raises(Exception) as raised:
-        to_edge_transform_and_lower(ep, transform_passes=[guard, eg.FoldConstantsPass()])
+        to_edge_transform_and_lower(ep, transform_passes=[guard, eg.fold.FoldConstantsPass()])
     wrapper = raised.value
     assert not isinstance(wrapper, InternalError) and isinstance(wrapper.__cause__, eg.ConstantPlacementError)
     last_line = traceback.format_exception(wrapper)[-1]
@@ -234,12 +234,12 @@ def test_in_a_plain_list_executorchs_wrapper_names_every_constant_and_its_device
     for name, shape in {"0.weight": "[3, 4]", "0.bias": "[3]"}.items():
         assert f"parameter '{name}' (float32{shape}" in last_line and f"is on {device.type}:0" in last_line, last_line
     on_host = export_cpu(lambda: torch.nn.Linear(4, 3))
-    assert guard(on_host).exported_program is on_host and type(guard) is eg.ConstantPlacementPass
+    assert guard(on_host).exported_program is on_host and type(guard) is eg.placement.ConstantPlacementPass
 
 
 def test_edge_manager_guard_before_to_executorch() -> None:
     edge = to_edge(export_cpu())
-    assert eg.guard_constant_placement(edge) is edge
+    assert eg.placement.guard_constant_placement(edge) is edge
     assert len(edge.to_executorch().buffer) > 0
 
 
@@ -249,7 +249,7 @@ def test_meta_constants_are_errors_under_both_policies(policy: str) -> None:
         model = models.linear_relu()
     ep = torch.export.export(model, (torch.randn(2, 4, device="meta"),))
     with pytest.raises(eg.ConstantPlacementError, match="on the meta device and has no data") as raised:
-        eg.guard_constant_placement(ep, policy=policy)
+        eg.placement.guard_constant_placement(ep, policy=policy)
     assert {f.code for f in raised.value.report} == {"EG102"}
     assert {f.constant for f in raised.value.report} == {"0.weight", "0.bias"}
     assert "Fix: give the constant real data before export" in str(raised.value)
@@ -260,7 +260,7 @@ def test_fake_constants_have_no_data() -> None:
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
-    report = eg.check_constant_placement(ep)
+    report = eg.placement.check_constant_placement(ep)
     assert [(f.constant, f.code) for f in report] == [
         ("weight", "EG102"),
         ("bias", "EG102"),
@@ -271,11 +271,11 @@ def test_fake_constants_have_no_data() -> None:
 def test_null_data_pointer_with_elements_is_an_error() -> None:
     ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
     ep.state_dict["weight"].untyped_storage().resize_(0)  # frees the bytes, keeps the shape
-    report = eg.check_constant_placement(ep)
+    report = eg.placement.check_constant_placement(ep)
     assert [(f.constant, f.code) for f in report] == [("weight", "EG102")]
     assert "null data pointer" in report.findings[0].message
     with pytest.raises(eg.ConstantPlacementError):
-        eg.guard_constant_placement(ep, policy="copy")
+        eg.placement.guard_constant_placement(ep, policy="copy")
 
 
 def test_zero_size_constants_are_fine(trapdev: torch.device) -> None:
@@ -290,7 +290,7 @@ def test_zero_size_constants_are_fine(trapdev: torch.device) -> None:
     ep = torch.export.export(WithEmpty(), (torch.randn(3),))
     for empty in (torch.zeros(0, device=trapdev), torch.zeros(0, device="meta")):
         ep.state_dict["empty"] = empty
-        assert len(eg.check_constant_placement(ep)) == 0
+        assert len(eg.placement.check_constant_placement(ep)) == 0
 
 
 def test_multi_method_program_reports_and_copies_per_method(trapdev: torch.device) -> None:
@@ -298,14 +298,14 @@ def test_multi_method_program_reports_and_copies_per_method(trapdev: torch.devic
     on_cpu = export_cpu()
     methods = {"forward": on_device, "encode": on_cpu}
 
-    report = eg.check_constant_placement(methods)
+    report = eg.placement.check_constant_placement(methods)
     assert {f.method for f in report} == {"forward"}
     with pytest.raises(eg.ConstantPlacementError, match="of method 'forward'"):
-        eg.guard_constant_placement(methods)
+        eg.placement.guard_constant_placement(methods)
     both = {"forward": on_device, "encode": export_on(trapdev)[1]}
-    assert {f.method for f in eg.check_constant_placement(both)} == {"forward", "encode"}
+    assert {f.method for f in eg.placement.check_constant_placement(both)} == {"forward", "encode"}
 
-    moved = eg.guard_constant_placement(methods, policy="copy")
+    moved = eg.placement.guard_constant_placement(methods, policy="copy")
     assert moved["encode"] is on_cpu and moved["forward"] is not on_device
     program = to_edge_transform_and_lower(moved).to_executorch()
     loaded = Runtime.get().load_program(program.buffer)
@@ -317,11 +317,11 @@ def test_multi_method_program_reports_and_copies_per_method(trapdev: torch.devic
 
 def test_bad_input_is_explained() -> None:
     with pytest.raises(TypeError, match="takes a torch.export ExportedProgram"):
-        eg.check_constant_placement(models.linear_relu())  # type: ignore[arg-type]
+        eg.placement.check_constant_placement(models.linear_relu())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'error' or 'copy', not 'move'"):
-        eg.guard_constant_placement(export_cpu(), policy="move")  # type: ignore[arg-type]
+        eg.placement.guard_constant_placement(export_cpu(), policy="move")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        eg.ConstantPlacementPass("cpu")  # type: ignore[arg-type]
+        eg.placement.ConstantPlacementPass("cpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'error' or 'copy', not 'host'"):
         eg.guard_partitioners([XnnpackPartitioner()], placement="host")  # type: ignore[arg-type]
 
@@ -332,7 +332,7 @@ def test_guard_passes_hands_the_copy_to_the_partitioners_it_is_given() -> None:
     assert {p.placement for p in parts["forward"]} == {"error"}
     eg.guard_passes(partitioner=parts)
     assert {p.placement for p in parts["forward"]} == {"error"}
-    eg.guard_passes(placement="copy", partitioner=parts)
+    eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy"))
     assert {p.placement for p in parts["forward"]} == {"copy"}
 
 
@@ -344,19 +344,19 @@ def test_guard_passes_changes_nothing_else_of_the_callers_partitioners() -> None
     before = [(dict(vars(p)), copy.copy(vars(p.partitioner))) for p in parts]
     eg.guard_passes(partitioner=parts)
     assert [(dict(vars(p)), vars(p.partitioner)) for p in parts] == before
-    eg.guard_passes(placement="copy", partitioner=parts)
+    eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy"))
     assert [p.partitioner for p in parts] == wrapped
     assert [({**vars(p), "placement": "error"}, vars(p.partitioner)) for p in parts] == before
 
 
 def test_report_renders_ruff_style_lines(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
-    first = str(eg.check_constant_placement(ep)).splitlines()[0]
+    first = str(eg.placement.check_constant_placement(ep)).splitlines()[0]
     assert first.endswith("EG101 [error] parameter 'conv.weight' (float32[8, 3, 3, 3], 864 bytes) "
                           "is on trapdev:0, not in host (CPU) memory")
     assert "models.py:" in first
     assert str(eg.Report()) == "no findings"
-    copy.deepcopy(eg.check_constant_placement(ep))  # findings are plain values
+    copy.deepcopy(eg.placement.check_constant_placement(ep))  # findings are plain values
 
 
 def test_every_way_in_carries_out_the_one_plan(trapdev: torch.device) -> None:
@@ -367,16 +367,16 @@ def test_every_way_in_carries_out_the_one_plan(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
     plan = plan_placement("forward", ep)
     assert {(p.constant.fqn, p.action) for p in plan.placed} == {(name, "stop") for name in EVERY_CONSTANT}
-    assert eg.check_constant_placement(ep) == plan.findings() == plan.stops
+    assert eg.placement.check_constant_placement(ep) == plan.findings() == plan.stops
     with pytest.raises(eg.ConstantPlacementError) as raised:
-        eg.guard_constant_placement(ep)
+        eg.placement.guard_constant_placement(ep)
     assert raised.value.report == plan.stops
     stopped = eg.lower_with_guards(ep, config=eg.Settings(select=("EG101",)))
     assert stopped.edge is None and stopped.report.errors == plan.stops.errors
 
     copying = plan_placement("forward", ep, "copy")
     assert {p.action for p in copying.placed} == {"copy"} and not copying.stops
-    assert eg.ConstantPlacementPass("copy", method="forward")(ep).report == copying.copies()
+    assert eg.placement.ConstantPlacementPass("copy", method="forward")(ep).report == copying.copies()
     deferred = plan_placement("forward", ep, defer_device_constants=True)  # a CUDA export's partitioners decide
     assert {p.action for p in deferred.placed} == {"defer"} and not deferred.stops
 
@@ -395,7 +395,7 @@ def test_a_guarded_export_walks_its_constants_for_placement_once(trapdev: torch.
 
     monkeypatch.setattr(plan, "unreadable_constants", counted)
     _, ep = export_on(trapdev)
-    result = eg.lower_with_guards(ep, placement="copy")
+    result = eg.lower_with_guards(ep, config=eg.Settings(placement="copy"))
     assert len(walks) == 1
     assert {f.constant for f in result.report.with_code("EG103")} == set(EVERY_CONSTANT)
     assert placement(result.program) == dict.fromkeys(EVERY_CONSTANT, "cpu")
@@ -416,8 +416,8 @@ def test_a_noqa_suppresses_the_lints_finding_never_the_guard(trapdev: torch.devi
     ep = torch.export.export(model, (torch.randn(2, 4).to(trapdev),))
     linted = eg.lint(ep)
     assert not linted.with_code("EG101") and {f.code for f in linted.suppressed} >= {"EG101"}
-    assert {f.constant for f in eg.check_constant_placement(ep).with_code("EG101")} == {"linear.weight", "linear.bias"}
+    assert {f.constant for f in eg.placement.check_constant_placement(ep).with_code("EG101")} == {"linear.weight", "linear.bias"}
     with pytest.raises(eg.ConstantPlacementError):
-        eg.guard_constant_placement(ep)
+        eg.placement.guard_constant_placement(ep)
     with pytest.raises(eg.ConstantPlacementError):
         to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes())

@@ -782,7 +782,7 @@ def test_what_the_runtime_at_hand_lacks_is_an_error_against_it_and_nothing_witho
     misspelling): loading fails there, and the file alone cannot say so."""
     original = seeds["xnnpack"]
     mutant = edit_pte(original, edit)
-    installed = eg.RuntimeInventory.installed()
+    installed = eg.program.RuntimeInventory.installed()
     assert not eg.check_pte(mutant).findings  # the file alone is sound
     (finding,) = eg.check_pte(mutant, against=installed).findings
     assert finding.code == "EG521" and finding.severity is eg.Severity.ERROR and lacking in finding.message
@@ -813,7 +813,7 @@ def _backend_id(backend_id: str, data: bytes | None = None) -> Callable[[Program
 )
 def test_a_backend_id_that_no_executorch_build_registers_is_an_error_the_runtime_refuses(backend_id: str, code: str, says: str, seeds, runner, tmp_path) -> None:
     mutant = edit_pte(seeds["xnnpack"], _backend_id(backend_id))
-    report = eg.check_pte(mutant, against=eg.RuntimeInventory.installed())
+    report = eg.check_pte(mutant, against=eg.program.RuntimeInventory.installed())
     (finding,) = report.errors
     assert finding.code == code and says in finding.message and "method 'forward'" in finding.message
     assert bool(eg.check_pte(mutant).errors) == (code == "EG506")  # an empty id needs no runtime to be wrong
@@ -824,7 +824,7 @@ def test_a_backend_another_executorch_build_has_is_a_warning_that_names_its_buil
     """Vulkan's payload (any bytes here: no runtime at hand reads them) under its own id: the
     runtime at hand lacks the backend, a build with EXECUTORCH_BUILD_VULKAN has it."""
     mutant = edit_pte(seeds["xnnpack"], _backend_id("VulkanBackend", b"\0" * 64))
-    (finding,) = eg.check_pte(mutant, against=eg.RuntimeInventory.installed()).with_code("EG521")
+    (finding,) = eg.check_pte(mutant, against=eg.program.RuntimeInventory.installed()).with_code("EG521")
     assert finding.severity is eg.Severity.WARNING
     assert "executorch.runtime" in finding.message and "EXECUTORCH_BUILD_VULKAN=ON" in finding.message
     assert not eg.check_pte(mutant).findings

@@ -44,7 +44,7 @@ def quantized_with(spelled: str, in_features: int = 64) -> tuple[nn.Module, tupl
 
 def assert_right(model: nn.Module, inputs: tuple[torch.Tensor, ...], backend: str = "xnnpack") -> None:
     """``model`` through ``lower_with_guards`` on ``backend``: its program matches it."""
-    pte = eg.lower_with_guards(torch.export.export(model, inputs), backend=backend).to_pte()
+    pte = eg.lower_with_guards(torch.export.export(model, inputs), config=eg.Settings(backend=backend)).to_pte()
     (actual,) = run_pte(pte, inputs)
     with torch.no_grad():
         expected = model(*inputs)

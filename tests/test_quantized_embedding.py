@@ -114,7 +114,7 @@ def test_lower_with_guards_writes_the_quantized_table_and_matches_eager(config: 
 
 def test_check_and_check_runtime_are_clean_on_the_programs(guarded: dict, cli: Callable[..., object], tmp_path: Path) -> None:
     for config, (_, _, _, pte) in guarded.items():
-        assert not eg.check_pte(pte, against=eg.RuntimeInventory.installed()).findings, config
+        assert not eg.check_pte(pte, against=eg.program.RuntimeInventory.installed()).findings, config
     written = tmp_path / "int4.pte"
     written.write_bytes(guarded["int4-group32"][3])
     ran = cli("check", written, "--runtime")
@@ -124,7 +124,7 @@ def test_check_and_check_runtime_are_clean_on_the_programs(guarded: dict, cli: C
 def test_a_runtime_without_the_quantized_kernels_is_told_to_link_them(guarded: dict, tmp_path: Path) -> None:
     kernels = tmp_path / "kernels.txt"
     kernels.write_text("aten::mul.out\n")
-    (lacking,) = eg.check_pte(guarded["int4-group32"][3], against=eg.RuntimeInventory.from_file(kernels)).with_code("EG521")
+    (lacking,) = eg.check_pte(guarded["int4-group32"][3], against=eg.program.RuntimeInventory.from_file(kernels)).with_code("EG521")
     assert "quantized_decomposed::embedding_4bit.out" in lacking.message and "quantized_ops_lib" in (lacking.fix or "")
 
 

@@ -71,7 +71,7 @@ def test_the_api_prints_no_library_line_and_the_switch_lets_them_through(tmp_pat
 
         net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
         result = eg.export_with_guards(net, (torch.randn(2, 8),))
-        assert not eg.check_program(result, result.to_pte()).errors
+        assert not eg.program.check_program(result, result.to_pte()).errors
         print("exported")
     """))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -106,9 +106,9 @@ def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> 
                 self.count.add_(1)
                 return self.linear(x) + self.count
 
-        assert "xnnpack_fp32" in eg.recipe_names()
-        assert isinstance(eg.recipe_named("xnnpack_fp32"), type(eg.recipe_named("xnnpack_fp32")))
-        recipe = eg.export_with_recipe(Counter(torch.zeros).eval(), (torch.randn(2, 4),), "xnnpack_fp32")
+        assert "xnnpack_fp32" in eg.recipes.recipe_names()
+        assert isinstance(eg.recipes.recipe_named("xnnpack_fp32"), type(eg.recipes.recipe_named("xnnpack_fp32")))
+        recipe = eg.export_with_guards(Counter(torch.zeros).eval(), (torch.randn(2, 4),), config=eg.Settings(recipe="xnnpack_fp32"))
         backend = eg.export_with_guards(Counter(torch.ones).eval(), (torch.randn(2, 4),))
         backend.to_pte()
         print(sorted({eg.RULES[f.code].name for f in recipe.report.errors}), sorted({eg.RULES[f.code].name for f in backend.report.errors}))

@@ -59,7 +59,7 @@ def test_a_guarded_recipe_delegates_at_least_as_much_as_stock_runs_and_matches(n
         stock = export(model, [inputs], recipe_named(name))
     except KeyError as error:  # torchao cannot quantize a reparametrized layer: the stock recipe fails
         assert "torchao" in name and "already exists" in str(error)
-        stock = export(eg.fold_parametrizations(model)[0], [inputs], recipe_named(name))  # the same model, folded by hand
+        stock = export(eg.fold.fold_parametrizations(model)[0], [inputs], recipe_named(name))  # the same model, folded by hand
     model, inputs = MODELS[model_name]()  # a fresh model: some recipes transform the one they are given
     guarded = export(model, [inputs], eg.guard_recipe(recipe_named(name)))
 
@@ -70,7 +70,7 @@ def test_a_guarded_recipe_delegates_at_least_as_much_as_stock_runs_and_matches(n
     # recipes are approximate by design), and float rounding for the float ones.
     assert guarded_error <= max(1.25 * stock_error, 1e-4), (guarded_error, stock_error)
     assert not eg.check_pte(guarded.get_pte_buffer()).errors
-    report = eg.recipe_report(guarded)
+    report = eg.recipes.recipe_report(guarded)
     assert not report.errors, report
 
 
@@ -82,7 +82,7 @@ def test_the_fp32_recipe_leaves_reparametrized_convs_portable_and_the_guarded_on
     assert eg.delegation_summary(stock.get_edge_program_manager()).count("convolution") == (0, 9)
     assert eg.delegation_summary(guarded.get_edge_program_manager()).count("convolution") == (9, 9)
     assert len(guarded.get_pte_buffer()) < len(stock.get_pte_buffer())
-    folds = eg.recipe_report(guarded).with_code("EG201")
+    folds = eg.recipes.recipe_report(guarded).with_code("EG201")
     assert {f.constant for f in folds} >= {"stem.0.weight", "head.weight"}, "each folded weight is reported once"
     assert len({f.constant for f in folds}) == len(folds)
 
@@ -96,9 +96,9 @@ def test_the_callers_recipe_is_left_as_it_was() -> None:
     assert recipe.lowering_recipe.partitioners == partitioners
     assert recipe.lowering_recipe.edge_transform_passes is None
     assert list(recipe.executorch_backend_config.passes) == passes
-    assert all(isinstance(p, eg.GuardedPartitioner) for p in guarded.lowering_recipe.partitioners)
+    assert all(isinstance(p, eg.placement.GuardedPartitioner) for p in guarded.lowering_recipe.partitioners)
     emit = [type(p) for p in eg.emit_passes()]  # the placement guard, then the copies of cond results
-    assert eg.EmitPlacementPass in emit and [type(p) for p in guarded.executorch_backend_config.passes[-len(emit):]] == emit
+    assert eg.placement.EmitPlacementPass in emit and [type(p) for p in guarded.executorch_backend_config.passes[-len(emit):]] == emit
     assert isinstance(guarded, ExportRecipe)
 
 
@@ -114,20 +114,20 @@ def test_a_multi_method_recipe_export_is_guarded_per_method() -> None:
     for method, model, inputs in (("forward", forward, forward_inputs), ("other", other, other_inputs)):
         with torch.no_grad():
             torch.testing.assert_close(run_pte(pte, inputs, method)[0], model(*inputs), atol=1e-4, rtol=1e-4)
-    assert {f.method for f in eg.recipe_report(session).with_code("EG201")} == {"forward", "other"}
+    assert {f.method for f in eg.recipes.recipe_report(session).with_code("EG201")} == {"forward", "other"}
 
 
 def test_device_constants_are_stopped_or_copied_in_a_recipe_export(trapdev: torch.device) -> None:
     model, inputs = transformer_block()
     on_device = model.to(trapdev)
-    stopped = eg.export_with_recipe(on_device, [x.to(trapdev) for x in inputs], "xnnpack_fp32")
+    stopped = eg.export_with_guards(on_device, [x.to(trapdev) for x in inputs], config=eg.Settings(recipe="xnnpack_fp32"))
     assert stopped.edge is None
     assert {f.code for f in stopped.report.errors} == {"EG101"}
     readers = {f.constant: f.message.rsplit("; ", 1)[-1] for f in stopped.report.errors}
     assert readers["qkv.weight"] == "XnnpackBackend's preprocess will read it from host memory"
     assert readers["norm1.weight"].startswith("no partition takes it, so the emitter will copy it")
 
-    copied = eg.export_with_recipe(on_device, [x.to(trapdev) for x in inputs], "xnnpack_fp32", config=eg.Settings(placement="copy"))
+    copied = eg.export_with_guards(on_device, [x.to(trapdev) for x in inputs], config=eg.Settings(placement="copy", recipe="xnnpack_fp32"))
     with torch.no_grad():
         expected = on_device(*(x.to(trapdev) for x in inputs)).cpu()
     torch.testing.assert_close(run_pte(copied.to_pte(), inputs)[0], expected, atol=1e-4, rtol=1e-4)
@@ -141,7 +141,7 @@ def test_constants_without_data_stop_a_recipe_export_as_they_stop_lower_with_gua
         model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
     inputs = (torch.randn(2, 4, device="meta"),)
     config = eg.Settings(placement=policy)
-    by_recipe = eg.export_with_recipe(model, inputs, "xnnpack_fp32", config=config)
+    by_recipe = eg.export_with_guards(model, inputs, config=config.updated({"recipe": "xnnpack_fp32"}))
     by_backend = eg.export_with_guards(model, inputs, config=config)
     assert by_recipe.edge is None and by_backend.edge is None
     stops = [[(f.code, f.constant) for f in result.report.errors] for result in (by_recipe, by_backend)]
@@ -150,7 +150,7 @@ def test_constants_without_data_stop_a_recipe_export_as_they_stop_lower_with_gua
 
 def test_a_recipe_of_another_backend_that_lowers_here() -> None:
     pytest.importorskip("coremltools", reason="the CoreML recipes need coremltools")
-    if "coreml_fp32" not in eg.recipe_names():
+    if "coreml_fp32" not in eg.recipes.recipe_names():
         pytest.skip("this ExecuTorch offers no CoreML recipe")
     model, inputs = decoder.model("mixed")
     stock = export(model, [inputs], recipe_named("coreml_fp32"))
@@ -160,7 +160,7 @@ def test_a_recipe_of_another_backend_that_lowers_here() -> None:
     assert not eg.delegation_summary(guarded.get_edge_program_manager()).portable
     assert len(guarded.get_pte_buffer()) <= len(stock.get_pte_buffer())
     assert not eg.check_pte(guarded.get_pte_buffer()).errors
-    assert eg.recipe_report(guarded).with_code("EG201")
+    assert eg.recipes.recipe_report(guarded).with_code("EG201")
 
 
 def test_the_fixture_takes_a_recipe_by_name(check_export, assert_delegated) -> None:
@@ -197,4 +197,4 @@ def test_bad_input_is_explained() -> None:
     assert eg.Settings(backend="portable").updated({"recipe": "xnnpack_fp32"}).recipe == "xnnpack_fp32"
     with pytest.raises(ValueError, match="guarded recipe"):
         model, inputs = transformer_block()
-        eg.recipe_report(export(model, [inputs], recipe_named("xnnpack_fp32")))
+        eg.recipes.recipe_report(export(model, [inputs], recipe_named("xnnpack_fp32")))

@@ -172,7 +172,7 @@ def test_eg308_a_written_buffer_starts_from_zeros_in_the_program_and_the_fix_kee
     (first,) = Runtime.get().load_program(stock).load_method("forward").execute([x])
     torch.testing.assert_close(first, Nested(torch.zeros(2, 4))(x))  # the claim: it starts from zeros
     assert not torch.allclose(first, Nested(start)(x))
-    kept = ExecutorchBackendConfig(passes=[eg.keep_initial_values("inner.total")])  # the fix, as the finding names it
+    kept = ExecutorchBackendConfig(passes=[eg.passes.keep_initial_values("inner.total")])  # the fix, as the finding names it
     assert "keep_initial_values('inner.total')" in finding.fix and "inner_total" not in finding.fix + finding.message
     fixed = to_edge_transform_and_lower(program).to_executorch(kept).buffer
     (first,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
@@ -378,7 +378,7 @@ def test_eg401_a_weight_quantized_in_the_graph_is_explained_and_its_fix_works() 
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).eval()
     image = (torch.randn(1, 3, 16, 16),)
     in_graph = _quantized(model, image, fold_quantize=False)  # a float weight, quantized by an op
-    result = eg.export_with_guards(in_graph, image, fold=False)
+    result = eg.export_with_guards(in_graph, image, config=eg.Settings(fold=False))
     (left_out,) = result.report.with_code("EG401")
     assert "quantized by an op in the graph" in left_out.message and "fold_quantize=True" in left_out.fix
     assert result.delegation.count("convolution") == (0, 1)  # the claim: XNNPACK refuses it
@@ -386,7 +386,7 @@ def test_eg401_a_weight_quantized_in_the_graph_is_explained_and_its_fix_works() 
         (in_graph, True),  # export-guards' fold
         (_quantized(model, image, fold_quantize=True), False),  # convert_pt2e's
     ):
-        result = eg.export_with_guards(fixed, image, fold=fold)
+        result = eg.export_with_guards(fixed, image, config=eg.Settings(fold=fold))
         assert not result.report.with_code("EG401") and result.delegation.count("convolution") == (1, 1)
 
 

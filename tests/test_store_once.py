@@ -77,13 +77,13 @@ def run_steps(program: bytes | str) -> list[torch.Tensor]:
 
 def test_the_tied_weight_is_stored_once_and_the_program_runs_as_stocks(tied: Built, tmp_path: Path) -> None:
     weight = tied.model.embed.weight
-    (shared,) = eg.shared_copies(tied.stock)
+    (shared,) = eg.program.shared_copies(tied.stock)
     assert shared.size == weight.nbytes and shared.target.startswith("constant buffer ")
     # Stock's bytes less the head's copy: the copy was the last segment, so nothing moved.
     assert len(tied.stock) - len(tied.pte) == weight.nbytes
     # A function of stock's bytes alone: reproducible where stock's are.
-    assert eg.store_once(tied.stock) == tied.pte
-    assert not eg.shared_copies(tied.pte)  # nothing left to share
+    assert eg.program.store_once(tied.stock) == tied.pte
+    assert not eg.program.shared_copies(tied.pte)  # nothing left to share
     # The head's named data now lies inside the constant segment, at the embedding's bytes.
     pte = PteFile(tied.pte)
     (key,) = shared.keys
@@ -109,7 +109,7 @@ def test_the_finding_says_the_weight_is_stored_once(tied: Built) -> None:
 
 
 def test_the_checks_accept_the_shared_program(tied: Built, cli: Callable[..., object], tmp_path: Path) -> None:
-    assert not eg.check_program(tied.guarded, tied.pte).findings
+    assert not eg.program.check_program(tied.guarded, tied.pte).findings
     path = tmp_path / "shared.pte"
     path.write_bytes(tied.pte)
     for args in ((), ("--runtime",)):
@@ -120,7 +120,7 @@ def test_the_checks_accept_the_shared_program(tied: Built, cli: Callable[..., ob
 def test_a_damaged_alias_is_still_caught(tied: Built) -> None:
     """The shared segment moved off the constant's start (a partial overlap), or past the end."""
     pte = PteFile(tied.pte)
-    (shared,) = eg.shared_copies(tied.stock)
+    (shared,) = eg.program.shared_copies(tied.stock)
     at = segment_offset_fields(tied.pte)[shared.segment]
     assert at is not None
     for offset, says in ((shared.offset + 16, "overlapping segment 0 (constant data)"), (len(tied.pte), "past the end of the file")):
@@ -143,7 +143,7 @@ def test_the_pass_list_stores_it_once_with_store_once(tied: Built) -> None:
     # what store_once reads of the manager: the alignment each key asked for (XNNPACK: 16)
     alignments = named_data_alignments(manager)
     assert alignments.keys() == PteFile(manager.buffer).named_data.keys() and set(alignments.values()) == {16}
-    assert eg.store_once(manager) == tied.pte
+    assert eg.program.store_once(manager) == tied.pte
 
 
 class SharedWeight(torch.nn.Module):
@@ -168,7 +168,7 @@ def test_a_pair_of_readers_that_is_no_embedding_shares_too() -> None:
     assert "aten::index_select" in once.message and once.severity is Severity.INFO
     expected = LoadedMethod(stock)(inputs)
     assert all(torch.equal(a, b) for a, b in zip(expected, LoadedMethod(pte)(inputs), strict=True))
-    assert not eg.check_program(guarded, pte).findings
+    assert not eg.program.check_program(guarded, pte).findings
 
 
 class TwoWeights(torch.nn.Module):
@@ -194,8 +194,8 @@ def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> N
     every byte."""
     model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
     stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
-    shared = eg.shared_copies(stock)
-    pte = eg.store_once(stock)
+    shared = eg.program.shared_copies(stock)
+    pte = eg.program.store_once(stock)
     if equal:
         assert [copy.size for copy in shared] == [model.weight.nbytes] and len(pte) < len(stock)
     else:
@@ -212,7 +212,7 @@ def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_
     model, inputs = TwoWeights(equal=True).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
     stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
     layout = module._layout
-    (copy,) = eg.shared_copies(stock)
+    (copy,) = eg.program.shared_copies(stock)
 
     def off(pte: PteFile, copies: list[module.SharedCopy]) -> dict[int, int] | None:
         offsets = layout(pte, copies)
@@ -220,4 +220,4 @@ def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_
         return {**offsets, copy.segment: copy.offset + 16}
 
     monkeypatch.setattr(module, "_layout", off)
-    assert eg.store_once(stock) == stock
+    assert eg.program.store_once(stock) == stock

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from export_guards.cli.options import CheckOptions, CommandOptions, DiffOptions, ExplainOptions, LintOptions, ReportOptions, RulesOptions
 from export_guards.compat import runtime_mismatch
+from export_guards.errors import Error
 from export_guards.render import FORMATS, STATISTICS_FORMATS
 from export_guards.ruleset import ProjectRulesError, Rule, Stage, known_rules
 from export_guards.settings import BACKENDS, PLACEMENT_POLICIES, Settings
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["UsageError", "baseline_from", "kernels_from", "options_from", "parser", "recipe_made_here", "unrecognized"]
 
 
-class UsageError(Exception):
+class UsageError(Error):
     """Bad input from the user: reported in one line, exit code 2."""
 
 

@@ -108,11 +108,9 @@ def guard_passes(
 
     Args:
         config: the settings whose ``placement``, ``fold`` and ``fold_max_growth`` apply
-            (default ``Settings()``: ``"error"``, on, the default budget); the keywords below,
-            where given, apply over it.
-        placement: ``"error"`` or ``"copy"``, as for ``guard_constant_placement``.
-        fold: run the fold.
-        max_growth: the fold's budget for the whole program (see ``FoldConstantsPass``).
+            (default ``Settings()``: ``"error"``, on, the default budget): the one way to pass them.
+        placement, fold, max_growth: deprecated (each call that gives one warns); where given,
+            they apply over ``config`` (``max_growth`` is ``fold_max_growth``).
         partitioner: the partitioners of this lowering, as given to
             ``to_edge_transform_and_lower``, each from :func:`guard_partitioners`.
 

@@ -379,7 +379,7 @@ def _declined(folds: list[DeclinedFold], max_growth: float) -> Finding:
         allow = "set the fold's budget to inf, which folds every computation on constants whatever it costs"
     fix = (
         f"Nothing to do if the program is fine as it is. To fold it anyway, {allow}: fold-max-growth in "
-        "[tool.export-guards], --fold-max-growth, or guard_passes(max_growth=...)"
+        "[tool.export-guards], --fold-max-growth, or Settings(fold_max_growth=...) in Python"
     )
     subjects = tuple(dict.fromkeys(node_origin(r) for f in folds for r in f.roots))
     return finding(CATALOG["EG203"], Hit(message, consumer, fix=fix, subjects=subjects), locate=node_site)

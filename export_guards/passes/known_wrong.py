@@ -190,7 +190,7 @@ def _call(graph: Graph, op: object, args: tuple[object, ...], like: Node, **kwar
 
 
 def refuse_known_wrong(result: PartitionResult) -> None:
-    """Raise :class:`~export_guards.KnownWrongDelegationError` if a partitioner tagged an op
+    """Raise :class:`~export_guards.errors.KnownWrongDelegationError` if a partitioner tagged an op
     into a delegate that computes it wrong (no guard pass kept it off before partitioning)."""
     backend_of = {tag: spec.backend_id for tag, spec in result.partition_tags.items()}
     taken = [

@@ -129,6 +129,6 @@ def _no_kernel_error(left: list[Node]) -> LoweringFailed:
     hint = (
         "lower with a partitioner that takes the quantized ops (XnnpackPartitioner() takes torchao's "
         "dynamically quantized linears: Int8DynamicActivationIntxWeightConfig), or, for the portable kernels, "
-        f"decompose them before to_edge: {PRE_STEP} (lower_with_guards(program, backend='portable') does)"
+        f"decompose them before to_edge: {PRE_STEP} (lower_with_guards(program, config=Settings(backend='portable')) does)"
     )
     return LoweringFailed(f"{names} {'is' if len(left) == 1 else 'are'} left outside every delegate{where}, and ExecuTorch has no kernel for them", Report(), site, hint)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import final
 
+from export_guards.errors import ExportFailed
 from export_guards.settings import Settings
 
 __all__ = ["ExportFailed", "ExportPair", "export_twice"]
@@ -42,10 +43,6 @@ class ExportPair:
     first: bytes
     second: bytes
     names: dict[str, str]
-
-
-class ExportFailed(Exception):
-    """An export of the target failed; the message says how."""
 
 
 def export_twice(

@@ -93,8 +93,8 @@ _RULES = (
         "scaled_dot_product_attention keeps the device's decomposition, which can differ from "
         "the CPU's, so the program is not necessarily the CPU export's.",
         "copy before to_edge: guard_constant_placement(program, policy='copy') on the torch.export "
-        "program, lower_with_guards(..., placement='copy'), a recipe, or "
-        "guard_passes(placement='copy', partitioner=guard_partitioners([...])), whose partitioners "
+        "program, lower_with_guards(..., config=Settings(placement='copy')), a recipe, or "
+        "guard_passes(config=Settings(placement='copy'), partitioner=guard_partitioners([...])), whose partitioners "
         "copy before to_edge_transform_and_lower decomposes (executorch 1.5)",
         "action",
         done=("copy kept a device's decomposition", "copies kept a device's decomposition"),
@@ -126,7 +126,7 @@ _RULES = (
         "give a delegate a static weight, or its growth is over the fold's budget for the whole program.",
         "Nothing to do if the program is fine as it is. To fold it anyway, raise the budget (inf "
         "folds every computation on constants): fold-max-growth in [tool.export-guards], "
-        "--fold-max-growth, or guard_passes(max_growth=...).",
+        "--fold-max-growth, or Settings(fold_max_growth=...) in Python.",
         "action",
         done=("fold declined as not worth it (EG203)", "folds declined as not worth it (EG203)"),
     ),
@@ -137,7 +137,7 @@ _RULES = (
         "A conv / linear / matmul weight is computed at run time from constants only: XNNPACK "
         "will not delegate it.",
         "Turn the fold on (guard_passes() in transform_passes; the command without --no-fold), or "
-        "call fold_constants(program) on the torch.export program.",
+        "call export_guards.fold.fold_constants(program) on the torch.export program.",
         "program",
     ),
     Rule(
@@ -290,7 +290,7 @@ _RULES = (
         "stock ExecuTorch stores them twice (info); where the delegate's copy differs (quantized "
         "for it), the program holds both: a warning that states the bytes.",
         "Same bytes: nothing to do (the pass-list flow stores them once with "
-        "export_guards.store_once). Other bytes: leave the weight as the delegate takes it "
+        "export_guards.program.store_once). Other bytes: leave the weight as the delegate takes it "
         "unchanged (a tied head unquantized) so that one copy serves both, or accept both copies.",
         "partitioned",
     ),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType, ModuleType
 
+from export_guards.errors import ProjectRulesError
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.ruleset.engine import RuleSet
 from export_guards.ruleset.rule import Rule
@@ -44,10 +45,6 @@ CHECKED_STAGES = ("program", "partitioned", "pte", "reproducible", "update", "ru
 """The stages whose subjects the engine hands to a rule's check (see ``STAGES``)."""
 
 _PREFIX = re.compile(r"^[A-Z]{1,8}$")
-
-
-class ProjectRulesError(ValueError):
-    """An installed package declares rules that cannot be used (the message says which and why)."""
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def constant_stored_twice(context: LintContext) -> Iterator[Hit]:
                 f"that stock ExecuTorch stores twice)",
                 readers[0],
                 constant.fqn,
-                fix="Nothing to do: export_guards.store_once(...) gives the pass-list flow's program the same saving.",
+                fix="Nothing to do: export_guards.program.store_once(...) gives the pass-list flow's program the same saving.",
             )
             continue
         copy = other[0]

@@ -57,7 +57,7 @@ def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
                 f"mask the read: have each call write the part of '{fqn}' it reads first, or read only what "
                 "this call wrote (a KV cache read under its causal mask); or start the buffer at zeros. Last, only "
                 f"when the program must start from this value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values({fqn!r})])) "
-                "(from export_guards import keep_initial_values), which bakes the value into the program: a cache "
+                "(from export_guards.passes import keep_initial_values), which bakes the value into the program: a cache "
                 "left over from an eager call (a sanity call, calibration) then ships in it, and every load starts from it"
             ),
         )

@@ -92,7 +92,7 @@ class ConstantPlacementPass(ExportedProgramPassBase):
     """The placement guard as an ExecuTorch pass over one ``ExportedProgram``.
 
     Hand it to ``to_edge_transform_and_lower(..., transform_passes=...)`` in a
-    :class:`~export_guards.GuardPasses` (``guard_passes(fold=False)`` is one holding it alone)
+    :class:`~export_guards.passes.GuardPasses` (``guard_passes(config=Settings(fold=False))`` is one holding it alone)
     to stop a misplaced constant before a partitioner's preprocess reads it: its
     ``ConstantPlacementError`` reaches the caller as raised. In a plain list, ExecuTorch's pass
     manager re-raises it as a bare ``Exception`` naming the pass by its class's name, which a

@@ -11,7 +11,7 @@ __all__ = ["FIX", "FIX_BACKEND", "FIX_EMITTER", "placement_error"]
 
 FIX = (
     "move the model to the CPU before torch.export, or copy the constants to the host "
-    "(guard_constant_placement(program, policy='copy'), or lower_with_guards(..., placement='copy'))"
+    "(guard_constant_placement(program, policy='copy'), or lower_with_guards(..., config=Settings(placement='copy')))"
 )
 """The fix for a device constant that a host reader will read."""
 FIX_BACKEND = (

@@ -42,7 +42,7 @@ class GuardedPartitioner(Partitioner):
     ``emitter="copy"`` says that ``to_executorch`` will copy it
     (``ExecutorchBackendConfig(passes=emit_passes("copy"))``, which checks it then).
 
-    With ``placement="copy"`` (which ``guard_passes(placement="copy", partitioner=...)``
+    With ``placement="copy"`` (which ``guard_passes(config=Settings(placement="copy"), partitioner=...)``
     hands it), its pre-decomposition transform, which ``to_edge_transform_and_lower`` calls
     on the torch.export program before decomposing it (executorch 1.5), returns that
     program's host twin: the graph is decomposed on the CPU, as the CPU export's is. A copy
@@ -51,7 +51,7 @@ class GuardedPartitioner(Partitioner):
 
     An op it tags into a delegate that is known to compute it wrong (EG405), which
     ``guard_passes(partitioner=...)`` keeps off before partitioning, raises
-    :class:`~export_guards.KnownWrongDelegationError` when no guard pass ran. A linear of torchao's
+    :class:`~export_guards.errors.KnownWrongDelegationError` when no guard pass ran. A linear of torchao's
     ``Int8DynamicActivationInt8WeightConfig`` that reaches it before decomposition (no
     ``fold_non_core_constants`` ran, which rewrites it: EG407) raises
     :class:`~export_guards.LoweringFailed` naming that step, where ``to_edge`` would reject its
@@ -166,7 +166,7 @@ def guard_partitioners(
             stops them here.
         placement: ``"copy"`` to copy the program's device constants to the host before
             ``to_edge_transform_and_lower`` decomposes it, so that it decomposes as on the
-            CPU (``guard_passes(placement="copy", partitioner=...)`` sets it).
+            CPU (``guard_passes(config=Settings(placement="copy"), partitioner=...)`` sets it).
 
     Raises:
         TypeError: an element is not an ExecuTorch ``Partitioner``, or a backend id is not a string.

@@ -11,6 +11,7 @@ import tempfile
 import types
 from pathlib import Path
 
+from export_guards.errors import Error
 from export_guards.pte.reader.wheel import flatc_path, read_resource
 
 __all__ = ["DecodeError", "generated_reader"]
@@ -18,7 +19,7 @@ __all__ = ["DecodeError", "generated_reader"]
 TIMEOUT_S = 60
 
 
-class DecodeError(Exception):
+class DecodeError(Error):
     """The bytes are not a flatbuffer of the schema, saying how."""
 
 

@@ -1,14 +1,21 @@
-"""Errors raised by the guards; each carries the report that explains it."""
+"""The guards' errors: each carries the report that explains it, and each is ExecuTorch's
+``InternalError`` too (what a pass raises inside ExecuTorch's pass manager reaches the caller as
+it is), beside :class:`export_guards.Error`. Read through :mod:`export_guards.errors`, which
+imports this module (and so ExecuTorch) on their first use."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from executorch.exir.error import InternalError
 
-from export_guards.report import Report, SourceLocation
+from export_guards.errors.base import Error
+
+if TYPE_CHECKING:
+    from export_guards.report import Report, SourceLocation
 
 __all__ = [
     "ConstantPlacementError",
-    "GradModeWriteError",
     "GuardError",
     "KnownWrongDelegationError",
     "LintError",
@@ -18,7 +25,7 @@ __all__ = [
 ]
 
 
-class GuardError(InternalError):
+class GuardError(Error, InternalError):
     """A guard stopped the export. ``report`` holds every finding, not only the first."""
 
     def __init__(self, message: str, report: Report) -> None:
@@ -69,13 +76,5 @@ class SharedMemoryError(ProgramRefused):
     findings, each naming both values and the operators that write them."""
 
 
-class GradModeWriteError(RuntimeError):
-    """``to_executorch`` failed with torch's "a leaf Variable that requires grad is being used in
-    an in-place operation": the message names what the program writes in place (a KV cache's
-    buffer, most often, while the model's parameters require grad); ``hint`` says how to fix it;
-    ``location`` is the user's line that writes it, when known."""
-
-    def __init__(self, message: str, hint: str, location: SourceLocation | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
-        self.location = location
+for _error in (GuardError, ConstantPlacementError, KnownWrongDelegationError, LintError, LoweringFailed, ProgramRefused, SharedMemoryError):
+    _error.__module__ = "export_guards.errors"  # their one place, as users name them
