@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +60,7 @@ LARGE = {"transformer_85m.pte": ("transformer.py:model", None, {"width": 2688, "
 def export_examples(folder: Path, examples: dict[str, tuple[str, str | None, dict[str, object]]]) -> None:
     """The example programs, exported with the guards, written to ``folder``."""
     import export_guards  # noqa: F401  (first: its known-noise filters, before the libraries load)
+    # isort: split
     from export_guards.pipeline import export_target
     from export_guards.settings import Settings
 

@@ -33,7 +33,6 @@ def main() -> int:
     args = parser.parse_args()
 
     import segmentation
-
     from export_guards import check_program
     from export_guards.pipeline import export_in_steps
     from export_guards.quiet import libraries_quiet

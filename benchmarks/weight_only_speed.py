@@ -63,13 +63,20 @@ from collections.abc import Callable
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.runtime import Runtime
 from torch import nn
-from torchao.quantization import Int8DynamicActivationIntxWeightConfig, Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
+from torchao.quantization import (
+    Int8DynamicActivationIntxWeightConfig,
+    Int8WeightOnlyConfig,
+    IntxWeightOnlyConfig,
+    quantize_,
+)
 from torchao.quantization.granularity import PerAxis, PerGroup
 
 from export_guards.analysis.known_wrong import LINEAR_SOURCES

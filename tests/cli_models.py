@@ -162,7 +162,6 @@ def data_dependent():
 
 def mixed_devices():
     from cli_layers import AddBias
-
     from export_guards.testing import load_trapdev
 
     return AddBias(load_trapdev()), (torch.randn(2, 3),)

@@ -189,7 +189,10 @@ class Orthogonal(nn.Module):
 def _quantized_conv() -> tuple[nn.Module, Inputs]:
     """A conv → batch norm → conv model quantized with PT2E (XNNPACK's quantizer): the
     converted graph module, whose weights are int8 with their (de)quantize ops."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)

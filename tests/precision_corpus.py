@@ -15,6 +15,7 @@ on every one of them.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -597,7 +598,10 @@ def _quantized(wrap: Wrap) -> tuple[nn.Module, Inputs]:
     """``SmallConvNet`` quantized the way executorch's XNNPACK example does it
     (``examples/xnnpack/quantization/utils.py``): export, ``prepare_pt2e`` with
     ``XNNPACKQuantizer`` + symmetric per-channel config, calibrate, ``convert_pt2e``."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)
@@ -797,9 +801,9 @@ class UNet(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(ConvGNAct(3, widths[0]), ConvGNAct(widths[0], widths[0]))
         self.down = nn.ModuleList(
-            nn.Sequential(ConvGNAct(a, b, stride=2), ConvGNAct(b, b)) for a, b in zip(widths[:-1], widths[1:])
+            nn.Sequential(ConvGNAct(a, b, stride=2), ConvGNAct(b, b)) for a, b in itertools.pairwise(widths)
         )
-        self.up = nn.ModuleList(UpBlock(b, a, a) for a, b in reversed(list(zip(widths[:-1], widths[1:]))))
+        self.up = nn.ModuleList(UpBlock(b, a, a) for a, b in reversed(list(itertools.pairwise(widths))))
         self.head = nn.Conv2d(widths[0], classes, 1)
         nn.init.zeros_(self.head.bias)
 

@@ -97,7 +97,10 @@ def pt2e(*, per_channel: bool, dynamic: bool, conv: bool = False) -> Case:
     """The XNNPACK quantizer through PT2E, calibrated on the example input, converted."""
 
     def build() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         model, inputs = convs() if conv else linears()

@@ -103,7 +103,7 @@ def test_the_import_graph_has_no_circle() -> None:
         state[module] = "open"
         for imported in sorted(graph[module]):
             if state.get(imported) == "open":
-                circle = path[path.index(imported) :] + [imported]
+                circle = [*path[path.index(imported):], imported]
                 pytest.fail("import circle: " + " -> ".join(circle))
             if imported not in state:
                 visit(imported, [*path, imported])
@@ -139,7 +139,7 @@ def design_table() -> list[tuple[set[str], str]]:
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
             names = re.findall(r"`([\w.]+?)(?:\.py|/)?`", cells[0])
-            rows.append(({name for name in names}, cells[2]))
+            rows.append((set(names), cells[2]))
     return rows
 
 
@@ -317,7 +317,7 @@ def test_the_backends_table_is_the_one_list_of_backends() -> None:
     from export_guards.backends import BACKEND_TABLE, backend_named, partitioned_lint_applies
     from export_guards.settings import BACKENDS, DEVICE_MEMORY_BACKENDS, Backend
 
-    assert BACKENDS == get_args(Backend)  # the type a setting is checked against, and the table
+    assert get_args(Backend) == BACKENDS  # the type a setting is checked against, and the table
     assert set(DEVICE_MEMORY_BACKENDS) == {"cuda"}
     assert set(eg.DEVICE_BACKENDS) == {"CudaBackend", "MetalBackend"}
     assert partitioned_lint_applies("XnnpackBackend") and not partitioned_lint_applies("VulkanBackend")
@@ -351,7 +351,7 @@ def test_codes_are_data_no_module_names_one_and_no_renderer_knows_one() -> None:
 
 def test_the_public_names_are_one_table_and_the_bare_codes_are_deprecated() -> None:
     assert eg.__all__ == sorted(set(eg.__all__))
-    import export_guards.passes.placement as placement
+    from export_guards.passes import placement
 
     for name, code in eg._DEPRECATED_CODES.items():  # kept in __init__'s table alone
         assert not hasattr(placement, name)

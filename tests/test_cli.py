@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from conftest import Ran
 
 TESTS = Path(__file__).parent
@@ -467,7 +468,6 @@ def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..
     assert "cli_models.py:" in done.stderr and "self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)" in done.stderr
     assert "changes a parameter" not in done.stderr and "changes the parameter" not in done.stderr
     import cli_models
-
     import export_guards as eg
 
     model, inputs = cli_models.cache_in_grad_mode()  # the API says the same

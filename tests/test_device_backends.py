@@ -17,7 +17,7 @@ import export_guards as eg
 import models
 from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
 
-TRUSTING_HOST_COPY = eg.DEVICE_BACKENDS + (BACKEND_ID,)
+TRUSTING_HOST_COPY = (*eg.DEVICE_BACKENDS, BACKEND_ID)
 
 
 class Remainder(nn.Module):
@@ -140,7 +140,7 @@ def test_emit_copy_reports_each_copy_and_refuses_constants_without_data(trapdev:
     copies = []
 
     class Keep(eg.EmitPlacementPass):
-        def call(self, graph_module):  # noqa: ANN001, ANN202
+        def call(self, graph_module):
             result = super().call(graph_module)
             copies.extend(result.report)
             return result

@@ -67,7 +67,7 @@ def test_documented_example_runs_quietly(code: str, trapdev: object) -> None:
     process, so the newcomer's pages check those in a fresh interpreter). A line the example
     shows on purpose is named in it: ``# torch warns: "..."``."""
     with _library_noise() as noise:
-        exec(compile(code, EXAMPLE, "exec"), {"__name__": "__doc_example__"})
+        exec(compile(code, EXAMPLE, "exec"), {"__name__": "__doc_example__"})  # noqa: S102 - the docs' code blocks run as a reader runs them
     expected = EXPECTED.findall(code)
     noise = [line for line in noise if not any(text in line for text in expected)]
     assert not noise, "the example printed library noise:\n" + "\n".join(noise)

@@ -17,7 +17,7 @@ import export_guards as eg
 from export_guards.verify import run_pte
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from transformer import sinusoidal_positions  # noqa: E402 - examples/transformer.py
+from transformer import sinusoidal_positions
 
 
 class ImageNet(nn.Module):

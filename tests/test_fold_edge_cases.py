@@ -96,7 +96,7 @@ def test_new_names_never_collide_with_existing_placeholders() -> None:
         def forward(self, p_w_folded: torch.Tensor) -> torch.Tensor:
             return p_w_folded + self.w * 2
 
-    folded, report = eg.fold_constants(torch.export.export(Collides(), (torch.ones(3),)))
+    folded, _report = eg.fold_constants(torch.export.export(Collides(), (torch.ones(3),)))
     names = [n.name for n in folded.graph.nodes if n.op == "placeholder"]
     assert len(names) == len(set(names)) == 2 and "p_w_folded" in names
     assert torch.equal(folded.module()(torch.ones(3)), torch.full((3,), 3.0))

@@ -169,7 +169,7 @@ def test_the_hint_for_int_mm_followed_gives_a_right_program(built: dict) -> None
     """Stock lowering rejects _int_mm; the hint (the lint's EG002 fix, LoweringFailed's) names
     the step that works, not the exception list that fails next."""
     model, inputs, program = built["mlp"]
-    with pytest.raises(Exception, match="_int_mm.default is not in Core ATen") as rejected:
+    with pytest.raises(Exception, match=r"_int_mm.default is not in Core ATen") as rejected:
         to_edge_transform_and_lower(program)
     hint = hint_for(rejected.value)
     assert hint is not None and "export_guards.fold_non_core_constants(program, partitioner=partitioner)" in hint

@@ -452,9 +452,9 @@ def test_an_out_that_the_common_dtype_does_not_cast_to_is_refused_without_torch_
     that does not cast to the common dtype (a float alpha for int32 operands); as written, each
     runs and is clean."""
     from executorch.exir.schema import Double
-    from pte_structure import edit_pte
 
     from export_guards.pte.reader.kernel_contracts import _CONTRACTS
+    from pte_structure import edit_pte
 
     # each entry proved (floor_divide is written as div with a rounding mode)
     assert {o for o in _CONTRACTS if _CONTRACTS[o].__qualname__.startswith("_common_dtype")} == set(COMMON)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import pytest
 import torch
 from torch import nn

@@ -182,7 +182,7 @@ DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor,
         None,
     ),
     "guard_passes() + own passes": (
-        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(fold=False) + [eg.FoldConstantsPass()]),
+        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=[*eg.guard_passes(fold=False), eg.FoldConstantsPass()]),
         None,
     ),
     "guarded partitioners": (lambda m, x, ep: _guarded_xnnpack(ep), "XnnpackBackend's preprocess will read it"),
@@ -225,7 +225,7 @@ def test_in_a_plain_list_executorchs_wrapper_names_every_constant_and_its_device
     ``ConstantPlacementError`` is its ``__cause__``, and the pass is itself again after."""
     _, _, ep = _linear_on(device)
     guard = eg.ConstantPlacementPass()
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - whatever ExecuTorch wraps it in: the test reads its chain
         to_edge_transform_and_lower(ep, transform_passes=[guard, eg.FoldConstantsPass()])
     wrapper = raised.value
     assert not isinstance(wrapper, InternalError) and isinstance(wrapper.__cause__, eg.ConstantPlacementError)
@@ -316,11 +316,11 @@ def test_multi_method_program_reports_and_copies_per_method(trapdev: torch.devic
 
 
 def test_bad_input_is_explained() -> None:
-    with pytest.raises(TypeError, match="takes a torch.export ExportedProgram"):
+    with pytest.raises(TypeError, match=r"takes a torch.export ExportedProgram"):
         eg.check_constant_placement(models.linear_relu())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'error' or 'copy', not 'move'"):
         eg.guard_constant_placement(export_cpu(), policy="move")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'error' or 'copy', not 'cpu'"):
         eg.ConstantPlacementPass("cpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'error' or 'copy', not 'host'"):
         eg.guard_partitioners([XnnpackPartitioner()], placement="host")  # type: ignore[arg-type]

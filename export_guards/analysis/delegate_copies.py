@@ -115,7 +115,7 @@ def _quantized_copy(node: Node, tensors: dict[str, tuple[str, torch.Tensor]], te
             return None
         with torch.no_grad():
             dequantized = node.target(*args, **node.kwargs)
-    except Exception:  # not an op this can call on constants alone: no evidence either way
+    except Exception:  # noqa: BLE001 - not an op this can call on constants alone: no evidence either way
         return None
     if not isinstance(dequantized, torch.Tensor) or dequantized.shape != tensor.shape:
         return None

@@ -120,7 +120,7 @@ def _group(codes: torch.Tensor, block_size: object) -> int | None:
     if codes.dim() != 2 or not isinstance(block_size, (list, tuple)) or len(block_size) != 2:
         return None
     rows, group = block_size
-    return int(group) if rows == 1 and 0 < group and codes.shape[1] % group == 0 else None
+    return int(group) if rows == 1 and group > 0 and codes.shape[1] % group == 0 else None
 
 
 def _arguments(dequantize: Node) -> tuple[int, int, torch.dtype]:
@@ -164,7 +164,7 @@ def _bits(low: int, high: int, quant_min: object, quant_max: object, columns: in
     low, high = min(low, declared[0]), max(high, declared[1])
     for bits in (2, 4):
         offset, values_per_byte = _OFFSET[bits], 8 // bits
-        fits = -offset <= low and high < offset or 0 <= low and high < 2 * offset
+        fits = (-offset <= low and high < offset) or (low >= 0 and high < 2 * offset)
         if fits and columns % values_per_byte == 0:
             return bits
     return 8

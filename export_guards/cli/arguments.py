@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from export_guards.cli.options import CheckOptions, CommandOptions, DiffOptions, ExplainOptions, LintOptions, ReportOptions, RulesOptions
+from export_guards.cli.options import (
+    CheckOptions,
+    CommandOptions,
+    DiffOptions,
+    ExplainOptions,
+    LintOptions,
+    ReportOptions,
+    RulesOptions,
+)
 from export_guards.compat import runtime_mismatch
 from export_guards.render import FORMATS, STATISTICS_FORMATS
 from export_guards.ruleset import ProjectRulesError, Rule, Stage, known_rules

@@ -161,7 +161,7 @@ def quiet_libraries(verbose: bool, *, load_torch: bool = True) -> Iterator[None]
         yield
         return
     original = warnings.showwarning
-    roots = tuple(str(Path(p).resolve()) for p in sys.path if "-packages" in p) + (os.path.dirname(os.__file__),)
+    roots = (*(str(Path(p).resolve()) for p in sys.path if "-packages" in p), os.path.dirname(os.__file__))
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
         if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned

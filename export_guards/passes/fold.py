@@ -22,8 +22,8 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 from torch.fx import Node
 
 from export_guards.analysis.fold_plan import DeclinedFold, FoldPlan, outside_core_aten, plan_fold, written_growth
-from export_guards.analysis.program_bytes import constant_cost
 from export_guards.analysis.ops import ancestors, argument_name, aten_name, is_view
+from export_guards.analysis.program_bytes import constant_cost
 from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_origin, node_site

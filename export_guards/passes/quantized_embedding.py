@@ -97,7 +97,7 @@ def _is_constant(spec: InputSpec) -> bool:
     return spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
 
-def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torch.Tensor], taken: set[str]):  # noqa: ANN202
+def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torch.Tensor], taken: set[str]):
     """A function that adds a parameter holding a tensor, after the existing parameters (the
     signature orders them first), and returns its placeholder."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -121,7 +121,7 @@ def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torc
     return add
 
 
-def _replace(graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, add) -> None:  # noqa: ANN001
+def _replace(graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, add) -> None:
     """Put the kernel's call in place of ``match``'s embedding in the copied graph."""
     kernel, dequantize = match.kernel, match.dequantize
     codes, _, scale, _, *_ = dequantize.args
@@ -163,7 +163,7 @@ def _unique(name: str, taken: Iterable[str]) -> str:
     return candidate
 
 
-def _finding(match: QuantizedEmbedding):  # noqa: ANN202
+def _finding(match: QuantizedEmbedding):
     """The EG408 finding for one embedding: the kernel it now runs on and the table's bytes."""
     kernel = match.kernel
     rows, columns = match.table_shape

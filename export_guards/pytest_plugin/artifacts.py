@@ -47,7 +47,7 @@ def _artifact_folder(root: Path, test_name: str) -> Path:
     unique (ids can read alike once sanitised or cut), and short enough for any file system
     whatever the id's length."""
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name)[:_READABLE].strip("_.")
-    digest = hashlib.sha1(test_name.encode()).hexdigest()[:8]
+    digest = hashlib.sha1(test_name.encode(), usedforsecurity=False).hexdigest()[:8]
     return root / f"{readable}-{digest}"
 
 
@@ -59,8 +59,8 @@ def _save(root: Path | None, test_name: str, export: GuardedExport | Report, pte
     user's notes named ``report.txt``) never replaced nor removed."""
     if root is None:
         return "\n(keep the .pte and report of failing checks with --eg-artifacts DIR)"
-    from export_guards.written import is_kind, write_atomically
     from export_guards.render import render_json, render_text
+    from export_guards.written import is_kind, write_atomically
 
     folder = _artifact_folder(root, test_name)
     report = getattr(export, "report", export)  # a GuardedExport's, or a failed step's

@@ -312,7 +312,7 @@ class _Exported:
         comparisons = []
         for index, (inputs, eager) in enumerate(zip(each.steps, expected)):
             name = f"step #{index}" if label == "steps" else label
-            actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
+            actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))  # noqa: B023 - called at once, in this iteration
             if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
                 pytest.skip(str(actual))
             if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks

@@ -21,12 +21,11 @@ from export_guards.analysis.source import operator_sites
 from export_guards.pipeline import GuardedExport
 from export_guards.pte.smoke import SmokeInputs, SmokeRun, SmokeWorker
 from export_guards.report import Report
-from export_guards.ruleset import run, with_project_rules
+from export_guards.ruleset import first_line, run, with_project_rules
 from export_guards.settings import Settings
-from export_guards.ruleset import first_line
 from export_guards.verify.eager import EagerReference, Expected
-from export_guards.verify.program import WRITTEN_PROGRAM_RULES
 from export_guards.verify.outputs import Tolerance, compare_outputs
+from export_guards.verify.program import WRITTEN_PROGRAM_RULES
 
 __all__ = ["InputSet", "ProgramRuns", "input_sets", "run_program"]
 
