@@ -337,7 +337,9 @@ def _as_is(doing: str) -> AbstractContextManager[object]:
 def _torch_export(model: torch.nn.Module, inputs: tuple[object, ...], dynamic_shapes: Any, strict: bool | None) -> ExportedProgram:
     """``torch.export.export`` as the user's own code calls it: torch's default ``strict``
     unless one is given."""
-    return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, **({} if strict is None else {"strict": strict}))
+    if strict is None:
+        return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
+    return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
 def export_with_recipe(

@@ -15,13 +15,13 @@ embedding and what the kernel reads for it (:class:`EmbeddingKernel`); the guard
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import cast, final
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from export_guards.analysis.ops import aten_name
+from export_guards.analysis.ops import aten_name, input_node
 from export_guards.analysis.programs import ConstantKind, ProgramConstant, iter_constants
 
 __all__ = ["EmbeddingKernel", "QuantizedEmbedding", "pack_codes", "quantized_embeddings"]
@@ -110,8 +110,10 @@ def _matched(node: Node, constants: dict[Node, ProgramConstant]) -> QuantizedEmb
         return None
     if any(c.kind is ConstantKind.MUTABLE_BUFFER for c in sources.values()):
         return None  # a table the program writes is no constant to pack
-    group = _group(sources[codes].tensor, block_size)
-    kernel = _kernel(table, sources, group) if group else None
+    group = _group(sources[input_node(table, 0)].tensor, block_size)
+    if not group:
+        return None
+    kernel = _kernel(table, sources, group)
     return QuantizedEmbedding(node, table, sources, group, kernel) if kernel is not None else None
 
 
@@ -133,7 +135,7 @@ def _arguments(dequantize: Node) -> tuple[int, int, torch.dtype]:
 
 
 def _kernel(dequantize: Node, sources: dict[Node, ProgramConstant], group: int) -> EmbeddingKernel | None:
-    codes_node, _, scale_node, zero_node, *_ = dequantize.args
+    codes_node, scale_node, zero_node = input_node(dequantize, 0), input_node(dequantize, 2), cast("Node | None", dequantize.args[3])
     codes, scale = sources[codes_node].tensor.detach(), sources[scale_node].tensor.detach()
     zero = sources[zero_node].tensor.detach() if zero_node is not None else None
     quant_min, quant_max, out_dtype = _arguments(dequantize)

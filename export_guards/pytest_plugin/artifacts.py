@@ -8,7 +8,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import pytest
 
@@ -17,6 +17,7 @@ from export_guards.pytest_plugin.quiet import libraries_kept_quiet
 if TYPE_CHECKING:
     from export_guards.pipeline import GuardedExport
     from export_guards.report import Report
+    from export_guards.written import OutputKind
 
 __all__ = ["_eg_fail"]
 
@@ -63,11 +64,11 @@ def _save(root: Path | None, test_name: str, export: GuardedExport | Report, pte
     from export_guards.written import is_kind, write_atomically
 
     folder = _artifact_folder(root, test_name)
-    report = getattr(export, "report", export)  # a GuardedExport's, or a failed step's
+    report = cast("Report", getattr(export, "report", export))  # a GuardedExport's, or a failed step's
     try:
         with libraries_kept_quiet():
             data = pte() if callable(pte) else pte
-        files = {
+        files: dict[Path, tuple[OutputKind, bytes | None]] = {
             folder / "report.txt": ("report", render_text(report, show_info=True).encode()),
             folder / "report.json": ("report", render_json(report).encode()),
             folder / "model.pte": ("program", data),

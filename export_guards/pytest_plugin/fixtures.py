@@ -374,7 +374,7 @@ def assert_delegated(_eg_fail: Callable[..., NoReturn]) -> Callable[..., None]:
     each op left out, its source line and the partitioner's reason."""
 
     def check(result: ExportCheck | GuardedExport, *, min_fraction: float = 1.0, portable_allowed: Sequence[str] = ()) -> None:
-        export = getattr(result, "export", result)
+        export = result.export if isinstance(result, ExportCheck) else result
         summary = export.delegation
         if summary is None:
             _eg_fail("export-guards: the program was not lowered; see its report", export)

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import final
+from typing import cast, final
 
 import torch
 import torch.utils._pytree as pytree
@@ -190,5 +190,5 @@ def _compared(reference: EagerReference, runs: Sequence[tuple[InputSet, Expected
         for index in differ:
             if index < len(again) and again[index][0] is runs[index][0]:  # eager raised nowhere new before it
                 expected, actual = again[index][1], done[index][1]
-                differences[index] = compare_outputs(expected.outputs, actual, tolerance, unsteady=expected.unsteady)
+                differences[index] = compare_outputs(expected.outputs, cast("list[object]", actual), tolerance, unsteady=expected.unsteady)  # differ: runs with outputs
     return [replace(ran, mismatches=tuple(d.problem for d in found if not d.within)) if actual is not None else ran for (ran, actual), found in zip(done, differences)]

@@ -175,7 +175,7 @@ def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
     return dense.permute(dim_order).contiguous().permute([dim_order.index(d) for d in range(dense.dim())])
 
 
-def _answer(inventory: bool, replay: list[object]) -> None:
+def _answer(inventory: bool, replay: list[Sequence[object]]) -> None:
     """What the parent asked of this process, which has the runtime and torch loaded, before it
     runs the program: its runtime's kernels and backends (EG521), and EG519's calls replayed
     on meta tensors (``check --runtime`` leaves torch to this process)."""
