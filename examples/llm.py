@@ -194,7 +194,7 @@ def _quantize_torchao(model: nn.Module, variant: str) -> None:
     from torchao.quantization.granularity import PerGroup
 
     if variant == "8da4w":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
     else:
         config = Int8WeightOnlyConfig()
     # The head shares the embedding's weight: quantizing it would untie them (torchao swaps the

@@ -546,6 +546,6 @@ def test_the_command_line_is_read_once_into_frozen_options() -> None:
     parsed = options_from(parser().parse_args(["check", "--reproducible", f"{MODELS}:clean", "--fold-max-growth", "64", "--isolated"]))
     assert isinstance(parsed, options.CheckOptions) and parsed.settings.fold_max_growth == 64
     for kind in (options.LintOptions, options.CheckOptions, options.DiffOptions, options.ReportOptions):
-        assert kind.__dataclass_params__.frozen, kind  # type: ignore[attr-defined]
+        assert kind.__dataclass_params__.frozen, kind  # type: ignore[union-attr]
     with pytest.raises(dataclasses.FrozenInstanceError):
         parsed.jobs = 2  # type: ignore[misc]

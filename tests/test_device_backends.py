@@ -193,7 +193,7 @@ def test_bad_arguments_are_explained() -> None:
     with pytest.raises(ValueError, match="empty partitioner list"):
         eg.guard_passes(partitioner=[])
     with pytest.raises(TypeError, match="Partitioner instances"):
-        eg.guard_partitioners([XnnpackPartitioner, "xnnpack"])  # type: ignore[list-item]
+        eg.guard_partitioners([XnnpackPartitioner, "xnnpack"])
     with pytest.raises(TypeError, match="backend id strings"):
         eg.guard_partitioners([XnnpackPartitioner()], device_backends="CudaBackend")
     with pytest.raises(ValueError, match="'error' or 'copy'"):

@@ -90,7 +90,7 @@ def said_on_the_users_line(report: eg.Report, linears: int, name: str) -> None:
 
 def int8_weights(edge: eg.GuardedExport | object, model: nn.Module) -> None:
     """The program keeps each weight as int8 codes (no float copy of a weight's shape)."""
-    program = edge.exported_program()  # type: ignore[attr-defined]
+    program = edge.exported_program()  # type: ignore[union-attr]
     shapes = {tuple(m.weight.shape) for m in model.modules() if isinstance(m, nn.Linear)}
     held = [t for t in [*program.state_dict.values(), *program.constants.values()] if isinstance(t, torch.Tensor)]
     assert not [t for t in held if tuple(t.shape) in shapes and t.is_floating_point()]

@@ -50,7 +50,7 @@ def test_program_with_parts_is_a_shallow_copy_with_those_parts(ep: ExportedProgr
 def test_replace_constants_in_place_sets_what_the_public_setters_refuse(ep: ExportedProgram) -> None:
     program = copy.copy(ep)
     with pytest.raises(RuntimeError):
-        program.state_dict = {}  # type: ignore[misc]
+        program.state_dict = {}
     state_dict, constants = dict(ep.state_dict), dict(ep.constants)
     internals.replace_constants_in_place(program, state_dict, constants)
     assert program.state_dict is state_dict and program.constants is constants
@@ -203,7 +203,7 @@ class _Wrapper(torch.Tensor):
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor) -> _Wrapper:
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)  # type: ignore[attr-defined]
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
 
     def __init__(self, inner: torch.Tensor) -> None:
         self.inner = inner

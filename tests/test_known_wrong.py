@@ -146,7 +146,7 @@ def test_a_kept_linear_runs_as_the_portable_mm_and_matches_eager_on_any_shape(co
 
     torch.manual_seed(0)
     model, inputs = Unseen().eval(), (torch.randn(2, 5, 48),)  # rank 3
-    width, granularity = (torch.int4, PerGroup(16)) if config == "int4-group16" else (torch.int8, PerAxis(0))
+    width, granularity = (torch.int4, PerGroup(16)) if config == "int4-group16" else (torch.int8, PerAxis(0))  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
     quantize_(model, IntxWeightOnlyConfig(weight_dtype=width, granularity=granularity))
     result = eg.lower_with_guards(torch.export.export(model, inputs))
     assert len(result.report.with_code("EG405")) == 3

@@ -117,7 +117,7 @@ def test_any_shape_and_group_size_is_recognised() -> None:
 
     torch.manual_seed(0)
     model, inputs = Wide().eval(), (torch.randn(5, 96),)
-    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)))
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)))  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
     wrong = stock(model, inputs)
     assert relative_error(model, inputs, wrong) > 1e-2
     found = eg.check_pte(wrong).with_code("EG524")

@@ -26,8 +26,8 @@ MODELS = Path(__file__).parent / "lowering_models.py"
 def stock(model: torch.nn.Module, inputs: tuple[object, ...], **lowering: object) -> bytes:
     """The user's own script: their partitioners and configs, no guards."""
     backend_config = lowering.pop("backend_config", None)
-    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), **lowering)  # type: ignore[arg-type]
-    return edge.to_executorch(backend_config).buffer  # type: ignore[arg-type]
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), **lowering)
+    return edge.to_executorch(backend_config).buffer
 
 
 def delegates(pte: bytes) -> int:

@@ -317,13 +317,13 @@ def test_multi_method_program_reports_and_copies_per_method(trapdev: torch.devic
 
 def test_bad_input_is_explained() -> None:
     with pytest.raises(TypeError, match=r"takes a torch.export ExportedProgram"):
-        eg.check_constant_placement(models.linear_relu())  # type: ignore[arg-type]
+        eg.check_constant_placement(models.linear_relu())
     with pytest.raises(ValueError, match="'error' or 'copy', not 'move'"):
         eg.guard_constant_placement(export_cpu(), policy="move")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'error' or 'copy', not 'cpu'"):
         eg.ConstantPlacementPass("cpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'error' or 'copy', not 'host'"):
-        eg.guard_partitioners([XnnpackPartitioner()], placement="host")  # type: ignore[arg-type]
+        eg.guard_partitioners([XnnpackPartitioner()], placement="host")  # type: ignore[call-overload]
 
 
 def test_guard_passes_hands_the_copy_to_the_partitioners_it_is_given() -> None:

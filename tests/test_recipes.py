@@ -188,7 +188,7 @@ def test_the_command_takes_a_recipe_by_name(cli: Callable[..., Ran], tmp_path: P
 
 def test_bad_input_is_explained() -> None:
     with pytest.raises(TypeError, match="ExportRecipe"):
-        eg.guard_recipe("xnnpack_fp32")  # type: ignore[arg-type]
+        eg.guard_recipe("xnnpack_fp32")
     with pytest.raises(ValueError, match="did you mean xnnpack_fp32"):
         recipe_named("xnnpack_fp33")
     with pytest.raises(ValueError, match="recipe name"):
