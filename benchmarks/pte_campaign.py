@@ -102,7 +102,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="pte-campaign-"))
     seeds = seed_programs(args.programs, scratch)
     runner = Runner(args.timeout)
-    originals = {}
+    originals: dict[str, tuple[bytes, tuple[Path, ...], Path, object]] = {}
     for name, (data, data_files) in seeds.items():
         path, inputs = scratch / f"{len(originals)}.pte", scratch / f"{len(originals)}.inputs"
         path.write_bytes(data)
