@@ -70,7 +70,9 @@ class CachedAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.register_buffer("k_cache", torch.zeros(1, length, dim))
+        self.k_cache: torch.Tensor
         self.register_buffer("v_cache", torch.zeros(1, length, dim))
+        self.v_cache: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)

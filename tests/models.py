@@ -33,6 +33,7 @@ class EveryConstantKind(nn.Module):
         self.bn = nn.BatchNorm2d(8)
         self.head = nn.Linear(8, 4)
         self.register_buffer("scale", torch.tensor([1.5, -0.5, 2.0, 0.25]), persistent=False)
+        self.scale: torch.Tensor
         self.register_buffer("calls", torch.zeros(1))
         self.calls: torch.Tensor
         self.offset = torch.linspace(-1.0, 1.0, 4)  # a plain tensor attribute: lifted constant

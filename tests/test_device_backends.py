@@ -28,6 +28,7 @@ class Remainder(nn.Module):
         super().__init__()
         self.linear = nn.Linear(4, 3)
         self.register_buffer("divisor", torch.tensor([0.7, 1.1, 1.3]))
+        self.divisor: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.remainder(self.linear(x), self.divisor)

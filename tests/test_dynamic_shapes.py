@@ -55,6 +55,7 @@ class Positions(nn.Module):
     def __init__(self, width: int = 16, longest: int = 64) -> None:
         super().__init__()
         self.register_buffer("table", sinusoidal_positions(longest, width))
+        self.table: torch.Tensor
         self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ def test_a_buffer_written_through_a_split_is_mutated() -> None:
         def __init__(self) -> None:
             super().__init__()
             self.register_buffer("buf", torch.ones(4))
+            self.buf: torch.Tensor
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             first, _ = self.buf.split(2)

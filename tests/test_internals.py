@@ -23,6 +23,7 @@ class _Linear(nn.Module):
         super().__init__()
         self.linear = nn.Linear(3, 2)
         self.register_buffer("scale", torch.ones(2))
+        self.scale: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x) * self.scale + torch.tensor([1.0, 2.0])

@@ -23,6 +23,7 @@ class Accumulates(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("total", torch.zeros(4))
+        self.total: torch.Tensor
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -67,7 +67,7 @@ def test_check_names_every_constant_with_kind_shape_device_and_source(device: to
     assert head.location is not None
     assert Path(head.location.file).name == "models.py"
     assert head.location.code == "return self.head(features) * self.scale + self.offset"
-    assert "model.to('cpu')" in head.fix and "policy='copy'" in head.fix
+    assert "model.to('cpu')" in (head.fix or "") and "policy='copy'" in (head.fix or "")
 
 
 def test_cpu_program_passes_untouched() -> None:
@@ -283,6 +283,7 @@ def test_zero_size_constants_are_fine(trapdev: torch.device) -> None:
         def __init__(self) -> None:
             super().__init__()
             self.register_buffer("empty", torch.zeros(0))
+            self.empty: torch.Tensor
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + self.empty.sum()

@@ -101,6 +101,7 @@ def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> 
                 super().__init__()
                 self.linear = torch.nn.Linear(4, 4)
                 self.register_buffer("count", start(4))
+                self.count: torch.Tensor
 
             def forward(self, x):
                 self.count.add_(1)
