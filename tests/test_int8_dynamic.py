@@ -141,7 +141,8 @@ def test_a_guarded_recipe_writes_a_right_program(built: dict) -> None:
 def test_the_rewrite_is_the_form_8da8w_exports() -> None:
     """The same MLP quantized 8da8w (int8 weights per channel) exports the ops the rewrite makes,
     in the same order: the form XNNPACK's partitioner knows."""
-    ops = lambda p: [n.target.__name__ for n in p.graph.nodes if n.op == "call_function" and ("torchao" in str(n.target) or "linear" in str(n.target))]  # noqa: E731
+    def ops(p: torch.export.ExportedProgram) -> list[str]:
+        return [n.target.__name__ for n in p.graph.nodes if n.op == "call_function" and ("torchao" in str(n.target) or "linear" in str(n.target))]
     model, inputs = CASES["torchao-int8dq"]()
     rewritten, _ = rewrite_int8_dynamic_linears(torch.export.export(model, inputs))
     reference, inputs = CASES["torchao-8da8w-channel"]()
