@@ -182,7 +182,9 @@ DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor,
         None,
     ),
     "guard_passes() + own passes": (
-        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(fold=False) + [eg.FoldConstantsPass()]),  # noqa: RUF005 - GuardPasses' own +
+        lambda m, x, ep: to_edge_transform_and_lower(
+            ep, transform_passes=eg.guard_passes(fold=False) + [eg.FoldConstantsPass()]  # noqa: RUF005 - GuardPasses' own +
+        ),
         None,
     ),
     "guarded partitioners": (lambda m, x, ep: _guarded_xnnpack(ep), "XnnpackBackend's preprocess will read it"),
