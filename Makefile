@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-llm-scale-1b bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
+.PHONY: demo test lint format test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-llm-scale-1b bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,9 +16,21 @@ demo: $(INSTALLED)
 	$(PY) examples/demo.py
 
 # Everything, on every core (pytest-xdist; an idle worker takes tests from a busy one, so one
-# long file does not hold the run up). CI runs this.
-test: $(INSTALLED)
+# long file does not hold the run up), after the lint, the format check and the type check
+# (seconds: ruff's and mypy's caches, .ruff_cache and .mypy_cache). CI runs this.
+test: lint
 	$(PY) -m pytest -n auto --dist worksteal
+
+# ruff's rules and format, and mypy, as configured in pyproject.toml.
+lint: $(INSTALLED)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+# Rewrites the code: ruff's format, then the lint's own fixes (imports sorted, ...).
+format: $(INSTALLED)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
 
 # On a machine with CUDA (about 5 minutes): the CUDA tests (tests/test_cuda.py), every
 # device-parametrized test on cuda (its id names the device), and the device demo on CUDA.

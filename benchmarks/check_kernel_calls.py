@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,18 +48,19 @@ seconds = time.perf_counter() - start
 print(json.dumps([seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode, done.stderr.decode(errors="replace")[-500:]]))
 """
 
-EXAMPLES = {
+EXAMPLES: dict[str, tuple[str, str | None, dict[str, object]]] = {
     "segmentation.pte": ("segmentation.py:model", None, {}),
     "decoder.pte": ("decoder.py:model", None, {}),
     "decoder_int8.pte": ("decoder.py:model", "xnnpack_pt2e_int8_static_per_channel", {}),
 }
-LARGE = {"transformer_85m.pte": ("transformer.py:model", None, {"width": 2688, "heads": 8})}
+LARGE: dict[str, tuple[str, str | None, dict[str, object]]] = {"transformer_85m.pte": ("transformer.py:model", None, {"width": 2688, "heads": 8})}
 """One transformer block of 87M parameters (a program of some 350 MB): the memory of a check."""
 
 
 def export_examples(folder: Path, examples: dict[str, tuple[str, str | None, dict[str, object]]]) -> None:
     """The example programs, exported with the guards, written to ``folder``."""
     import export_guards  # noqa: F401  (first: its known-noise filters, before the libraries load)
+    # isort: split
     from export_guards.pipeline import export_target
     from export_guards.settings import Settings
 

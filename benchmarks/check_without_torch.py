@@ -39,6 +39,7 @@ print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or
 def delegated_program(path: Path) -> None:
     """A conv and linear net, every op delegated to XNNPACK, written to ``path``."""
     import export_guards  # noqa: F401  (first: its known-noise filters, before the libraries load)
+    # isort: split
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower

@@ -41,11 +41,10 @@ def _run(pte: bytes, inputs: tuple) -> object:
 
 def _case(name: str) -> dict[str, object]:
     import torch
-
-    import export_guards as eg
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    import export_guards as eg
     from export_guards.analysis.known_wrong import known_wrong_in
 
     model, inputs = CASES[name]()
@@ -60,13 +59,13 @@ def _case(name: str) -> dict[str, object]:
     }
     try:
         row["known"] = sorted({match.entry.name for match in known_wrong_in(as_partitioned(model, inputs))})
-    except Exception as error:  # a lowering that fails before partitioning fails in every column below
+    except Exception as error:  # noqa: BLE001 - a lowering that fails before partitioning fails in every column below
         row["known"] = [f"({type(error).__name__})"]
     for way, write in ways.items():
         try:
             out = _run(write(torch.export.export(model, inputs)), inputs)
             row[way] = float((out - expected).abs().max()) / scale
-        except Exception as error:  # a row, not the end of the table
+        except Exception as error:  # noqa: BLE001 - a row, not the end of the table
             row[way] = f"{type(error).__name__}: {str(error).splitlines()[0][:80] if str(error) else ''}"
     return row
 
@@ -82,7 +81,7 @@ def main() -> int:
     for name in CASES:
         done = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        row = json.loads(lines[-1]) if lines else {w: f"died ({done.returncode})" for w in ("stock", "portable", "guarded")}
+        row = json.loads(lines[-1]) if lines else dict.fromkeys(("stock", "portable", "guarded"), f"died ({done.returncode})")
         cells = [row[w] for w in ("stock", "portable", "guarded")]
         shown = [f"{c:12.2e}{' WRONG' if c > TOLERANCE else '      '}" if isinstance(c, float) else f"{str(c)[:40]:>18}" for c in cells]
         print(f"{name:40} {' '.join(shown)}   {', '.join(row.get('known') or ()) or '-'}", flush=True)

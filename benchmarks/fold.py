@@ -27,9 +27,8 @@ from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 from executorch.runtime import Runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import decoder as examples  # noqa: E402
-
-import export_guards as eg  # noqa: E402
+import decoder as examples
+import export_guards as eg
 
 VARIANTS = ["spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed"]
 

@@ -41,12 +41,11 @@ from executorch.runtime import Runtime
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import decoder  # noqa: E402
-import segmentation  # noqa: E402
-import transformer  # noqa: E402
-
-import export_guards as eg  # noqa: E402
-from export_guards.pte.smoke import smoke_test  # noqa: E402
+import decoder
+import export_guards as eg
+import segmentation
+import transformer
+from export_guards.pte.smoke import smoke_test
 
 WAYS = ("stock", "peer", "guard", "guard, no growth limit", "guard, folded before to_edge")
 
@@ -118,7 +117,10 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
 def pt2e_in_graph(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> nn.Module:
     """``model`` quantized for XNNPACK (int8, per channel) with ``convert_pt2e(...,
     fold_quantize=False)``: its float weights are quantized by ops in the graph."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))

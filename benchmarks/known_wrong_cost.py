@@ -21,6 +21,8 @@ from pathlib import Path
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
@@ -29,7 +31,7 @@ from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import llm  # noqa: E402
+import llm
 
 
 def conv_net() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:

@@ -22,12 +22,14 @@ from pathlib import Path
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import llm  # noqa: E402
+import llm
 
 
 def stock(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:

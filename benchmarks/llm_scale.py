@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import json
+import os
 import resource
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,12 +53,14 @@ from pathlib import Path
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import llm  # noqa: E402
+import llm
 
 SIZES = {
     "small": llm.Config(),
@@ -106,6 +108,7 @@ def stock_runs(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], shapes:
     process, on the inputs that the lint runs the program on (the example, then each dynamic
     dimension's bounds: ``input_sets``), each on the program loaded afresh, as the lint loads it."""
     from executorch.runtime import Runtime
+
     from export_guards.verify.runs import input_sets
 
     program = torch.export.export(model, inputs, dynamic_shapes=shapes)
@@ -156,7 +159,7 @@ class Run:
 def child(way: str, size: str, variant: str, state: Path) -> None:
     """One run in this process: the model from the kept weights, then ``way`` timed; prints
     the seconds and the program's bytes."""
-    global _KEPT
+    global _KEPT  # noqa: PLW0603 - the child's kept weights, read by the lint's factory
     this = sys.modules[__name__]  # the lint imports cached() from this very module, by its name
     this.__spec__ = importlib.util.spec_from_file_location(Path(__file__).stem, __file__)
     sys.modules.setdefault(Path(__file__).stem, this)

@@ -133,7 +133,7 @@ def memory_child(variant: str, megabytes: int) -> dict[str, float]:
     if variant == "copy":
         program = guard_constant_placement(program, policy="copy")
     size = len(lower(program, "functions"))
-    constants = [p for p in model.parameters()]
+    constants = list(model.parameters())
     return {
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "device_mb": sum(p.nbytes for p in constants) / MB if variant == "copy" else 0.0,

@@ -51,6 +51,7 @@ def seed_programs(kind: str, folder: Path) -> dict[str, tuple[bytes, tuple[Path,
     """Valid programs by name, with their data files."""
     import torch
     from executorch.exir import to_edge_transform_and_lower
+
     from pte_models import valid_programs, write_programs
 
     if kind == "default":
@@ -91,9 +92,9 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from pte_structure import RUNTIME_MUTATORS, STRUCTURE_MUTATORS, Runner, program_inputs
 
     import export_guards as eg
+    from pte_structure import RUNTIME_MUTATORS, STRUCTURE_MUTATORS, Runner, program_inputs
 
     installed = eg.program.RuntimeInventory.installed()
     mutators = {**STRUCTURE_MUTATORS, **RUNTIME_MUTATORS}
@@ -101,7 +102,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="pte-campaign-"))
     seeds = seed_programs(args.programs, scratch)
     runner = Runner(args.timeout)
-    originals = {}
+    originals: dict[str, tuple[bytes, tuple[Path, ...], Path, object]] = {}
     for name, (data, data_files) in seeds.items():
         path, inputs = scratch / f"{len(originals)}.pte", scratch / f"{len(originals)}.inputs"
         path.write_bytes(data)

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def main() -> int:
     path = cached_program(args.rebuild)
     size_mb = path.stat().st_size / 1e6
 
-    def function(settings: Settings) -> object:
+    def function(settings: Settings) -> Callable[[], None]:
         def run() -> None:
             report = check_pte(path, config=settings)
             assert not report.errors, report

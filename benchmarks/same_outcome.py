@@ -290,10 +290,11 @@ def exported(factory: Callable[[], tuple[Any, tuple[Any, ...]]], device: str = "
 
 def matrix_flow(flow: str, factory: Callable[[], tuple[Any, tuple[Any, ...]]]) -> Outcome:
     """One cell of tests/test_flow_matrix.py, the findings of its guard passes kept."""
-    import export_guards as eg
-    from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+
+    import export_guards as eg
+    from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
 
     found: list[Any] = []
 
@@ -416,8 +417,9 @@ def recipe_export(factory: Callable[[], tuple[Any, tuple[Any, ...]]], placement:
 
 
 def placement(factory: Callable[[], tuple[Any, tuple[Any, ...]]], how: str) -> Outcome:
-    import export_guards as eg
     from executorch.exir import to_edge
+
+    import export_guards as eg
 
     ep = exported(factory, "trapdev")
     if how == "check_constant_placement":
@@ -466,15 +468,16 @@ def with_fixed_hash_seed() -> None:
     """Run again under ``PYTHONHASHSEED=0`` unless already: some messages list a set (ExecuTorch's
     "Missing out variants: {...}"), whose order follows the string hash seed of the process."""
     if os.environ.get("PYTHONHASHSEED") != "0":
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})  # noqa: S606 - re-executes this very script
 
 
 def record(out: Path, only: str | None) -> int:
-    global NORMALIZE
+    global NORMALIZE  # noqa: PLW0603 - set once per record, read by every case
     faulthandler.enable()  # a case that kills the process says where
     started = time.perf_counter()
-    import export_guards
     import torch
+
+    import export_guards
 
     root = Path(export_guards.__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))  # the suite's models, from the same tree

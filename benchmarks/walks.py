@@ -38,14 +38,14 @@ def walk(call: Callable[[], object]) -> list[str]:
     seen: set[tuple[object, object]] = set()
     moves: set[tuple[str | None, str]] = set()
 
-    def ours(frame) -> str | None:  # noqa: ANN001
+    def ours(frame) -> str | None:
         module = frame.f_globals.get("__name__", "") if frame is not None else ""
         # progress lines and the flatbuffer readers flatc generates from a backend's schema
         # (pte/reader/flatc.py names them export_guards._generated.*) are not rooms a reader opens
         theirs = module == "export_guards.progress" or module.startswith("export_guards._generated")
         return module if module.startswith("export_guards") and not theirs else None
 
-    def profile(frame, event, arg):  # noqa: ANN001, ANN202 - sys.setprofile's signature
+    def profile(frame, event, arg):
         if event != "call" or ours(frame) is None or frame.f_code.co_name == "<module>":
             return
         caller = frame.f_back
@@ -72,9 +72,9 @@ def walk(call: Callable[[], object]) -> list[str]:
 
 
 def lower_decoder() -> None:
-    import decoder  # examples/decoder.py
     import torch
 
+    import decoder  # examples/decoder.py
     from export_guards.pipeline import lower_with_guards
 
     model, inputs = decoder.model()[:2]

@@ -63,13 +63,20 @@ from collections.abc import Callable
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.runtime import Runtime
 from torch import nn
-from torchao.quantization import Int8DynamicActivationIntxWeightConfig, Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
+from torchao.quantization import (
+    Int8DynamicActivationIntxWeightConfig,
+    Int8WeightOnlyConfig,
+    IntxWeightOnlyConfig,
+    quantize_,
+)
 from torchao.quantization.granularity import PerAxis, PerGroup
 
 from export_guards.analysis.known_wrong import LINEAR_SOURCES
@@ -82,7 +89,7 @@ CONFIGS: dict[str, Callable[[], object] | None] = {
     "8da8w": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)),
     "int8wo": Int8WeightOnlyConfig,
     "intx8wo-channel": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
-    "intx4wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
+    "intx4wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
 }
 WEIGHT_ONLY = ("int8wo", "intx8wo-channel", "intx4wo-group32")
 CANDIDATES_FOR = ("intx8wo-channel", "intx4wo-group32")
@@ -140,12 +147,12 @@ def _qc8w_partitioner() -> XnnpackPartitioner:
     from executorch.backends.xnnpack.utils.quant_utils import is_dequant
 
     class FloatActivationLinear(LinearConfig):
-        def _get_act_deps(self, node, ep, precision):  # type: ignore[no-untyped-def]
+        def _get_act_deps(self, node, ep, precision):
             if precision == ConfigPrecisionType.STATIC_QUANT and not is_dequant(node.args[0]):
                 return True, []
             return super()._get_act_deps(node, ep, precision)
 
-        def _get_output_deps(self, node, ep, precision):  # type: ignore[no-untyped-def]
+        def _get_output_deps(self, node, ep, precision):
             if precision == ConfigPrecisionType.STATIC_QUANT and not is_dequant(node.args[0]):
                 return True, []
             return super()._get_output_deps(node, ep, precision)

@@ -27,6 +27,8 @@ from pathlib import Path
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal as they load
 
 # isort: split
+
+# isort: split
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower

@@ -21,14 +21,17 @@ import tempfile
 from pathlib import Path
 
 import export_guards as eg  # first: it keeps torch's and torchao's start-up warnings quiet
+
+# isort: split
 import torch
+
 from export_guards.quiet import buffer_warning_answered, libraries_quiet, runtime_chatter_dropped
 
 PARAMS = {"dim": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32, "norm_eps": 1e-5}
 
 
-def llm_config(config_file: str, folder: Path, name: str, embedding_quantize: bool = True):  # noqa: ANN201 (an LlmConfig)
-    import executorch.examples.models.llama as llama
+def llm_config(config_file: str, folder: Path, name: str, embedding_quantize: bool = True):
+    from executorch.examples.models import llama
     from executorch.extension.llm.export.config.llm_config import LlmConfig
     from omegaconf import OmegaConf
 
@@ -54,13 +57,13 @@ def write_model(folder: Path) -> None:
     torch.save(construct_transformer(ModelArgs(**PARAMS)).state_dict(), folder / "model.pth")
 
 
-def stock(config) -> bytes:  # noqa: ANN001
+def stock(config) -> bytes:
     from executorch.examples.models.llama.export_llama_lib import export_llama
 
     return Path(export_llama(config)).read_bytes()
 
 
-def guarded(config) -> bytes:  # noqa: ANN001
+def guarded(config) -> bytes:
     """``_export_llama``'s XNNPACK lowering (no PT2E quantizer in the shipped XNNPACK configs),
     with the guard passes, its partitioners guarded and the emit passes."""
     from executorch.examples.models.llama.export_llama_lib import _prepare_for_llama_export

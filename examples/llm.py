@@ -93,7 +93,9 @@ class Attention(nn.Module):
         self.wo = _linear(config, config.heads * self.head_dim, config.dim)
         cache = (1, config.kv_heads, config.max_len, self.head_dim)
         self.register_buffer("k_cache", torch.zeros(cache))
+        self.k_cache: torch.Tensor
         self.register_buffer("v_cache", torch.zeros(cache))
+        self.v_cache: torch.Tensor
 
     def forward(self, x: torch.Tensor, input_pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -139,7 +141,9 @@ class Decoder(nn.Module):
         self.output.weight = self.embed.weight  # tied
         cos, sin = rope_tables(config)
         self.register_buffer("rope_cos", cos, persistent=False)
+        self.rope_cos: torch.Tensor
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.rope_sin: torch.Tensor
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
@@ -194,7 +198,7 @@ def _quantize_torchao(model: nn.Module, variant: str) -> None:
     from torchao.quantization.granularity import PerGroup
 
     if variant == "8da4w":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
     else:
         config = Int8WeightOnlyConfig()
     # The head shares the embedding's weight: quantizing it would untie them (torchao swaps the

@@ -33,6 +33,7 @@ class TransformerBlock(nn.Module):
         self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
         self.register_buffer("positions", sinusoidal_positions(length, width))
+        self.positions: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.positions

@@ -164,7 +164,7 @@ def untested(versions: Mapping[str, str | None]) -> str | None:
 def say_once_if_untested() -> None:
     """Log :func:`untested`'s line for the installed executorch and torch, once per process
     (read from their package metadata: neither is imported)."""
-    global _said
+    global _said  # noqa: PLW0603 - said once per process
     if _said:
         return
     _said = True

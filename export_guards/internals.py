@@ -179,7 +179,7 @@ def specialization_sites(error: BaseException) -> list[tuple[str, int, str]]:
         return []
     slocs = [*getattr(env, "replacements_slocs", {}).values()]
     slocs += [bound for ranged in getattr(env, "var_to_range_sloc", {}).values() for bound in (ranged.upper, ranged.lower)]
-    sites = [(f.filename, f.lineno or 1, f.name) for sloc in slocs if hasattr(f := getattr(sloc, "framework_loc", None), "filename")]
+    sites = [(f.filename, f.lineno or 1, f.name) for sloc in slocs if (f := getattr(sloc, "framework_loc", None)) is not None and hasattr(f, "filename")]
     return list(dict.fromkeys(sites))
 
 

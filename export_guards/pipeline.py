@@ -23,7 +23,14 @@ from export_guards.analysis.partitioner_reasons import capture_partitioner_reaso
 from export_guards.analysis.programs import mutated_constants
 from export_guards.analysis.source import location_named_in, node_location, operator_sites
 from export_guards.backends import backend_named, device_backend_ids, partitioned_lint_applies
-from export_guards.errors import ConstantPlacementError, GradModeWriteError, GuardError, LoweringFailed, ProgramRefused, SharedMemoryError
+from export_guards.errors import (
+    ConstantPlacementError,
+    GradModeWriteError,
+    GuardError,
+    LoweringFailed,
+    ProgramRefused,
+    SharedMemoryError,
+)
 from export_guards.internals import cause_of_type
 from export_guards.ledger import Ledger
 from export_guards.linter import lint, lint_guarded
@@ -33,15 +40,22 @@ from export_guards.passes.defaults import GuardPasses
 from export_guards.passes.fold import FoldConstantsPass, fold_outside_core
 from export_guards.passes.int8_dynamic import rewrite_int8_dynamic_linears
 from export_guards.passes.known_wrong import KnownWrongDelegationPass
-from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops, float8_refusal
-from export_guards.passes.quantized_embedding import QuantizedEmbeddingPass
 from export_guards.passes.module_fold import fold_parametrizations
 from export_guards.passes.placement import emit_passes, guard_partitioners, plan_placement
+from export_guards.passes.quantized_embedding import QuantizedEmbeddingPass
+from export_guards.passes.quantized_ops import decompose_torchao_quantize_ops, float8_refusal
 from export_guards.pte.check import check_pte
 from export_guards.pte.rules.values import arena_overlap
 from export_guards.pte.store_once import store_once
 from export_guards.quiet import buffer_warning_answered
-from export_guards.recipes import guard_recipe, ledger_of, linted_session, quantizes_modules, recipe_named, recipe_report
+from export_guards.recipes import (
+    guard_recipe,
+    ledger_of,
+    linted_session,
+    quantizes_modules,
+    recipe_named,
+    recipe_report,
+)
 from export_guards.report import Finding, Report, SourceLocation
 from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
@@ -318,7 +332,9 @@ def _as_is(doing: str) -> AbstractContextManager[object]:
 def _torch_export(model: torch.nn.Module, inputs: tuple[object, ...], dynamic_shapes: Any, strict: bool | None) -> ExportedProgram:
     """``torch.export.export`` as the user's own code calls it: torch's default ``strict``
     unless one is given."""
-    return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, **({} if strict is None else {"strict": strict}))
+    if strict is None:
+        return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
+    return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
 
 
 def export_with_recipe(

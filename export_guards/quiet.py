@@ -204,7 +204,8 @@ def show_known_noise() -> None:
         logger, dropping = _installed.pop()
         logger.removeFilter(dropping)
     ours = {(line.message, line.source) for line in KNOWN_NOISE if not isinstance(line.source, str)}
-    warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[1].pattern, f[2]) in ours)]
+    kept = [f for f in warnings.filters if not (f[0] == "ignore" and f[1] is not None and (f[1].pattern, f[2]) in ours)]
+    warnings.filters[:] = kept  # type: ignore[index]  # typeshed: a Sequence; it is the module's list
     warning_filters_changed()
 
 

@@ -16,7 +16,15 @@ import executorch
 import torch
 from executorch.exir import ExecutorchBackendConfig
 from executorch.exir.backend.partitioner import Partitioner
-from executorch.export import ExportRecipe, ExportSession, LoweringRecipe, QuantizationRecipe, RecipeType, StageType, recipe_registry
+from executorch.export import (
+    ExportRecipe,
+    ExportSession,
+    LoweringRecipe,
+    QuantizationRecipe,
+    RecipeType,
+    StageType,
+    recipe_registry,
+)
 from torch import nn
 from torch.export import ExportedProgram
 from torch.fx import GraphModule

@@ -471,7 +471,7 @@ def hint_for(error: BaseException) -> str | None:
     in it carries (``hint``): what the lint's failed step and ``lower_with_guards``'s
     ``LoweringFailed`` say."""
     chain = _chain(error)
-    own = next((raised.hint for raised in chain if isinstance(getattr(raised, "hint", None), str)), None)
+    own = next((hint for raised in chain if isinstance(hint := getattr(raised, "hint", None), str)), None)
     if own is not None:  # an error that knows its program (GradModeWriteError) says its own fix
         return own
     said = [f"{type(raised).__name__}: {raised}" for raised in chain]

@@ -162,7 +162,6 @@ def data_dependent():
 
 def mixed_devices():
     from cli_layers import AddBias
-
     from export_guards.testing import load_trapdev
 
     return AddBias(load_trapdev()), (torch.randn(2, 3),)
@@ -221,6 +220,7 @@ class _CacheAtPosition(nn.Module):
         super().__init__()
         self.proj = nn.Linear(width, width)
         self.register_buffer("cache", torch.zeros(1, slots, width))
+        self.cache: torch.Tensor
 
     def forward(self, x, cache_position):
         self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)

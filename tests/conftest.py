@@ -143,7 +143,7 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
             written = path.with_suffix(".partial")
             written.write_bytes(pickle.dumps(build()))
             written.replace(path)  # whole or absent, whatever stops a worker midway
-        return pickle.loads(path.read_bytes())
+        return pickle.loads(path.read_bytes())  # noqa: S301 - the run's own cache, written above
 
 
 @pytest.fixture(scope="session")
@@ -209,8 +209,8 @@ def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, requ
         capfd.readouterr()
         try:
             code = main([str(a) for a in args])
-        except SystemExit as exit:  # argparse's usage errors
-            code = exit.code if isinstance(exit.code, int) else 2
+        except SystemExit as stopped:  # argparse's usage errors
+            code = stopped.code if isinstance(stopped.code, int) else 2
         out, err = capfd.readouterr()
         return Ran(code, out, err)
 

@@ -131,7 +131,7 @@ def measure(name: str) -> bool:
             start = time.perf_counter()
             result = eg.export_with_guards(model, inputs)
             exported = time.perf_counter() - start
-        except Exception:
+        except Exception:  # noqa: BLE001 - a measurement: it reports the failure and goes on
             print("  EXPORT FAILED (export_with_guards):")
             print("    " + traceback.format_exc().replace("\n", "\n    "))
             return False
@@ -145,7 +145,7 @@ def measure(name: str) -> bool:
             pre = eg.lint(program)
             linted = time.perf_counter() - start
             print(f"  pre-lowering lint: torch.export {pre_export:.2f} s, lint {linted:.2f} s")
-        except Exception:
+        except Exception:  # noqa: BLE001 - a measurement: it reports the failure and goes on
             print("  PRE-LOWERING LINT FAILED:")
             print("    " + traceback.format_exc().replace("\n", "\n    "))
             pre, program, ok = eg.Report(), None, False
@@ -185,7 +185,7 @@ def measure(name: str) -> bool:
             manager = result.edge.to_executorch()
             pte = manager.buffer
             written = time.perf_counter() - start
-        except Exception:
+        except Exception:  # noqa: BLE001 - a measurement: it reports the failure and goes on
             print("  TO_EXECUTORCH FAILED:")
             print("    " + traceback.format_exc().replace("\n", "\n    "))
             return False
@@ -200,7 +200,7 @@ def measure(name: str) -> bool:
             start = time.perf_counter()
             outputs = run_pte(pte, inputs)
             ran = time.perf_counter() - start
-        except Exception:
+        except Exception:  # noqa: BLE001 - a measurement: it reports the failure and goes on
             print("  RUNTIME FAILED:")
             print("    " + traceback.format_exc().replace("\n", "\n    "))
             return False
@@ -259,7 +259,7 @@ def main() -> int:
             try:
                 if not measure(name):
                     failed.append(name)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a measurement: it reports the failure and goes on
                 print("  UNEXPECTED FAILURE:")
                 print("    " + traceback.format_exc().replace("\n", "\n    "))
                 failed.append(name)

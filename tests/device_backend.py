@@ -42,7 +42,7 @@ class HostCopyPartitioner(Partitioner):
         result = self.xnnpack.partition(exported_program)
         return PartitionResult(result.tagged_exported_program, dict.fromkeys(result.partition_tags, self.delegation_spec))
 
-    def ops_to_not_decompose(self, ep: ExportedProgram):  # noqa: ANN201 - the base's own signature
+    def ops_to_not_decompose(self, ep: ExportedProgram):
         return self.xnnpack.ops_to_not_decompose(ep)
 
 

@@ -11,6 +11,8 @@ import export_guards as eg
 
 WIDTH, HIDDEN, VOCAB = 96, 40, 50  # not multiples of one another: the group size divides WIDTH alone
 
+INT4 = torch.int4  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
+
 
 class Tagger(nn.Module):
     """Token ids to 7 scores: an embedding, then two linears."""
@@ -38,7 +40,7 @@ def quantize_8da4w(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> nn.Mod
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerGroup
 
-    quantize_(model.hidden, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    quantize_(model.hidden, Int8DynamicActivationIntxWeightConfig(weight_dtype=INT4, weight_granularity=PerGroup(32)))
     return model
 
 

@@ -70,7 +70,9 @@ class CachedAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.register_buffer("k_cache", torch.zeros(1, length, dim))
+        self.k_cache: torch.Tensor
         self.register_buffer("v_cache", torch.zeros(1, length, dim))
+        self.v_cache: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)
@@ -189,7 +191,10 @@ class Orthogonal(nn.Module):
 def _quantized_conv() -> tuple[nn.Module, Inputs]:
     """A conv → batch norm → conv model quantized with PT2E (XNNPACK's quantizer): the
     converted graph module, whose weights are int8 with their (de)quantize ops."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)

@@ -99,6 +99,7 @@ class MutatedBuffer(nn.Module):
         super().__init__()
         self.w = nn.Parameter(torch.randn(4, 3, 3, 3) * 0.2)
         self.register_buffer("gain", torch.ones(4, 1, 1, 1))
+        self.gain: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.gain.fill_(1.5)

@@ -61,7 +61,7 @@ def quantize_8da4w(model: nn.Module, example: tuple[torch.Tensor, ...]) -> nn.Mo
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerGroup
 
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
     return model
 
 

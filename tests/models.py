@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 from torch import nn
 
+M = TypeVar("M", bound=nn.Module)
 
-def seeded(factory, seed: int = 0) -> nn.Module:
+
+def seeded(factory: Callable[[], M], seed: int = 0) -> M:
     """``factory()`` built under a fixed seed, in eval mode."""
     torch.manual_seed(seed)
     return factory().eval()
@@ -28,7 +33,9 @@ class EveryConstantKind(nn.Module):
         self.bn = nn.BatchNorm2d(8)
         self.head = nn.Linear(8, 4)
         self.register_buffer("scale", torch.tensor([1.5, -0.5, 2.0, 0.25]), persistent=False)
+        self.scale: torch.Tensor
         self.register_buffer("calls", torch.zeros(1))
+        self.calls: torch.Tensor
         self.offset = torch.linspace(-1.0, 1.0, 4)  # a plain tensor attribute: lifted constant
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -40,7 +47,7 @@ class EveryConstantKind(nn.Module):
         return (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1)).to(device),)
 
 
-def to_device(model: nn.Module, device: torch.device | str) -> nn.Module:
+def to_device(model: M, device: torch.device | str) -> M:
     """``model`` moved to ``device``, plain tensor attributes included, tied parameters still
     tied (``Module.to`` unties them on a device whose tensors cannot share a CPU tensor's
     implementation, such as the test device; on CUDA they stay tied)."""

@@ -15,6 +15,7 @@ on every one of them.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -70,6 +71,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.inv_freq: torch.Tensor
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
@@ -536,6 +538,7 @@ class PositionalEncoding(nn.Module):
         pe[0, :, 0::2] = torch.sin(position * div_term)
         pe[0, :, 1::2] = torch.cos(position * div_term)
         self.register_buffer("pe", pe)
+        self.pe: torch.Tensor
         self.dropout = nn.Dropout(0.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -597,7 +600,10 @@ def _quantized(wrap: Wrap) -> tuple[nn.Module, Inputs]:
     """``SmallConvNet`` quantized the way executorch's XNNPACK example does it
     (``examples/xnnpack/quantization/utils.py``): export, ``prepare_pt2e`` with
     ``XNNPACKQuantizer`` + symmetric per-channel config, calibrate, ``convert_pt2e``."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)
@@ -797,9 +803,9 @@ class UNet(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(ConvGNAct(3, widths[0]), ConvGNAct(widths[0], widths[0]))
         self.down = nn.ModuleList(
-            nn.Sequential(ConvGNAct(a, b, stride=2), ConvGNAct(b, b)) for a, b in zip(widths[:-1], widths[1:])
+            nn.Sequential(ConvGNAct(a, b, stride=2), ConvGNAct(b, b)) for a, b in itertools.pairwise(widths)
         )
-        self.up = nn.ModuleList(UpBlock(b, a, a) for a, b in reversed(list(zip(widths[:-1], widths[1:]))))
+        self.up = nn.ModuleList(UpBlock(b, a, a) for a, b in reversed(list(itertools.pairwise(widths))))
         self.head = nn.Conv2d(widths[0], classes, 1)
         nn.init.zeros_(self.head.bias)
 

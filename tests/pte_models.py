@@ -19,6 +19,7 @@ class ConvLinear(torch.nn.Module):
         self.conv = torch.nn.Conv2d(3, 8, 3)
         self.linear = torch.nn.Linear(8, 5)
         self.register_buffer("offset", torch.linspace(-1, 1, 5))
+        self.offset: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(self.conv(x).mean((2, 3))) + self.offset
@@ -31,6 +32,7 @@ class Counter(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.randn(4, 4))
         self.register_buffer("count", torch.zeros(4))
+        self.count: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.count.add_(1)
@@ -106,6 +108,7 @@ class Gated(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.randn(3, 3))
         self.register_buffer("order", torch.tensor([2, 0, 1]))
+        self.order: torch.Tensor
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         y = (x @ self.weight)[:, self.order].masked_fill(mask, 0.0)
@@ -119,7 +122,9 @@ class InitializedState(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.randn(4, 4))
         self.register_buffer("position", torch.arange(10, dtype=torch.float32))
+        self.position: torch.Tensor
         self.register_buffer("scale", torch.ones(3))
+        self.scale: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.position.add_(1)
@@ -209,7 +214,7 @@ def control_flow_programs() -> dict[str, bytes]:
     programs = {}
     for name, model in (("two conds", TwoConds()), ("cond result read later", CondResultReadLater()), ("one cond", OneCond())):
         def lowered() -> object:  # to_executorch may rewrite the edge program it is given: one each
-            return to_edge_transform_and_lower(torch.export.export(model, COND_INPUTS))
+            return to_edge_transform_and_lower(torch.export.export(model, COND_INPUTS))  # noqa: B023 - called in this iteration
 
         programs[f"{name}, stock"] = lowered().to_executorch().buffer
         programs[f"{name}, guarded"] = lowered().to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
@@ -222,6 +227,7 @@ class KeyValueCache(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("keys", torch.zeros(4, 8))
+        self.keys: torch.Tensor
         self.project = torch.nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,16 @@ from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XN
 from executorch.exir._serialize._flatbuffer import _flatc_compile, _flatc_decompile
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 from executorch.exir.scalar_type import ScalarType
-from executorch.exir.schema import BackendDelegateInlineData, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Program, Tensor
+from executorch.exir.schema import (
+    BackendDelegateInlineData,
+    DelegateCall,
+    ExecutionPlan,
+    Int,
+    IntList,
+    KernelCall,
+    Program,
+    Tensor,
+)
 
 from export_guards.pte.reader.backend_ids import KNOWN_BACKEND_IDS
 
@@ -440,7 +449,7 @@ def _varied(values: list[object]) -> list[object]:
     varied: list[object] = []
     for value in values:
         if isinstance(value, torch.Tensor):
-            value = value.clone()  # clone keeps the strides: the dim order the program states
+            value = value.clone()  # noqa: PLW2901 - clone keeps the strides: the dim order the program states
             if value.is_floating_point():
                 value.mul_(-0.5).add_(0.25)
             elif value.dtype == torch.bool:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import export_guards as eg  # first: it keeps torchao's and torch's import-time warnings quiet
+
+# isort: split
 import torch
 from torch import nn
 
@@ -176,7 +178,7 @@ def cell(name: str, backend: str) -> Cell:
         if export.edge is None:
             return Cell(export, None, "; ".join(f.message for f in export.report.errors()), None)
         pte = export.to_pte()
-    except Exception as error:  # what the user meets: the cell's test tells a dead end from a refusal
+    except Exception as error:  # noqa: BLE001 - what the user meets: the cell's test tells a dead end from a refusal
         hint = getattr(error, "hint", None)
         return Cell(None, None, f"{type(error).__name__}: {str(error).splitlines()[0]}" + (f" — {hint}" if hint else ""), None)
     return Cell(export, pte, "", relative_error(name, pte))

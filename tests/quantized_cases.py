@@ -15,6 +15,8 @@ from torch.export import ExportedProgram
 
 Case = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
+INT4 = torch.int4  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
+
 
 class MLP(nn.Module):
     """Two linears with a ReLU between them, as a user writes an MLP."""
@@ -64,10 +66,10 @@ def _torchao_config(name: str) -> object:
         "int8wo": Int8WeightOnlyConfig,
         "intx8wo-channel": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
         "intx8wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(32)),
-        "intx4wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
-        "intx4wo-channel": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerAxis(0)),
-        "8da4w-group32": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)),
-        "8da4w-channel": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerAxis(0)),
+        "intx4wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerGroup(32)),
+        "intx4wo-channel": lambda: IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerAxis(0)),
+        "8da4w-group32": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=INT4, weight_granularity=PerGroup(32)),
+        "8da4w-channel": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=INT4, weight_granularity=PerAxis(0)),
         "8da8w-channel": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)),
         "int8dq": Int8DynamicActivationInt8WeightConfig,
     }
@@ -97,7 +99,10 @@ def pt2e(*, per_channel: bool, dynamic: bool, conv: bool = False) -> Case:
     """The XNNPACK quantizer through PT2E, calibrated on the example input, converted."""
 
     def build() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         model, inputs = convs() if conv else linears()

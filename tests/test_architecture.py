@@ -7,6 +7,7 @@ import ast
 import re
 import subprocess
 import sys
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,7 +105,7 @@ def test_the_import_graph_has_no_circle() -> None:
         state[module] = "open"
         for imported in sorted(graph[module]):
             if state.get(imported) == "open":
-                circle = path[path.index(imported) :] + [imported]
+                circle = [*path[path.index(imported):], imported]
                 pytest.fail("import circle: " + " -> ".join(circle))
             if imported not in state:
                 visit(imported, [*path, imported])
@@ -140,7 +141,7 @@ def design_table() -> list[tuple[set[str], str]]:
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
             names = re.findall(r"`([\w.]+?)(?:\.py|/)?`", cells[0])
-            rows.append(({name for name in names}, cells[2]))
+            rows.append((set(names), cells[2]))
     return rows
 
 
@@ -318,7 +319,7 @@ def test_the_backends_table_is_the_one_list_of_backends() -> None:
     from export_guards.backends import BACKEND_TABLE, backend_named, partitioned_lint_applies
     from export_guards.settings import BACKENDS, DEVICE_MEMORY_BACKENDS, Backend
 
-    assert BACKENDS == get_args(Backend)  # the type a setting is checked against, and the table
+    assert get_args(Backend) == BACKENDS  # the type a setting is checked against, and the table
     assert set(DEVICE_MEMORY_BACKENDS) == {"cuda"}
     assert set(eg.placement.DEVICE_BACKENDS) == {"CudaBackend", "MetalBackend"}
     assert partitioned_lint_applies("XnnpackBackend") and not partitioned_lint_applies("VulkanBackend")
@@ -352,7 +353,7 @@ def test_codes_are_data_no_module_names_one_and_no_renderer_knows_one() -> None:
 
 def test_the_public_names_are_one_table_and_the_bare_codes_are_deprecated() -> None:
     assert eg.__all__ == sorted(set(eg.__all__))
-    import export_guards.passes.placement as placement
+    from export_guards.passes import placement
 
     for name, code in eg._DEPRECATED_CODES.items():  # kept in __init__'s table alone
         assert not hasattr(placement, name)
@@ -379,16 +380,40 @@ def test_every_public_name_is_in_the_table_and_re_exported_for_type_checkers() -
     assert sorted(eg._EXPORTS) == eg.__all__ and len(eg.__all__) <= 30  # a small top level
 
 
-LONGEST_FUNCTION = 60
+LONGEST_FUNCTION = 50
+# TODO(merge): export_guards/pte/ is being rewritten on other branches; split there, then drop this.
+_SPLIT_AFTER_THE_MERGE = {"export_guards/pte/rules/delegates.py named_data_unresolved"}
+_NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+def code_lines(path: Path) -> tuple[ast.Module, set[int]]:
+    """The parsed file and its lines of code: not blank, not only a comment, not a docstring."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    with path.open() as file:
+        lines = {
+            line
+            for token in tokenize.generate_tokens(file.readline)
+            if token.type not in _NOT_CODE
+            for line in range(token.start[0], token.end[0] + 1)
+        }
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node) is not None:
+            doc = node.body[0]
+            lines -= set(range(doc.lineno, (doc.end_lineno or doc.lineno) + 1))
+    return tree, lines
 
 
 def test_no_function_is_longer_than_a_screen() -> None:
-    """Every function of the package, its docstring included, fits in ``LONGEST_FUNCTION``
-    lines: one a reader can hold whole (the house rule of issue 55)."""
-    long = [
-        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
-    ]
-    assert not long, f"functions over {LONGEST_FUNCTION} lines:\n" + "\n".join(long)
+    """Every function of the package fits in ``LONGEST_FUNCTION`` lines of code (its docstring,
+    comments and blank lines not counted): one a reader can hold whole (the house rule of issue 55,
+    counted as issue 65 asks)."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree, code = code_lines(path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = len(code & set(range(node.lineno, (node.end_lineno or node.lineno) + 1)))
+                if size > LONGEST_FUNCTION and f"{path.relative_to(ROOT)} {node.name}" not in _SPLIT_AFTER_THE_MERGE:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({size} lines of code)")
+    assert not long, f"functions over {LONGEST_FUNCTION} lines of code:\n" + "\n".join(long)

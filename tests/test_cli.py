@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from conftest import Ran
 
 TESTS = Path(__file__).parent
@@ -467,7 +468,6 @@ def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..
     assert "cli_models.py:" in done.stderr and "self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)" in done.stderr
     assert "changes a parameter" not in done.stderr and "changes the parameter" not in done.stderr
     import cli_models
-
     import export_guards as eg
 
     model, inputs = cli_models.cache_in_grad_mode()  # the API says the same
@@ -546,6 +546,6 @@ def test_the_command_line_is_read_once_into_frozen_options() -> None:
     parsed = options_from(parser().parse_args(["check", "--reproducible", f"{MODELS}:clean", "--fold-max-growth", "64", "--isolated"]))
     assert isinstance(parsed, options.CheckOptions) and parsed.settings.fold_max_growth == 64
     for kind in (options.LintOptions, options.CheckOptions, options.DiffOptions, options.ReportOptions):
-        assert kind.__dataclass_params__.frozen, kind  # type: ignore[attr-defined]
+        assert kind.__dataclass_params__.frozen, kind  # type: ignore[union-attr]
     with pytest.raises(dataclasses.FrozenInstanceError):
         parsed.jobs = 2  # type: ignore[misc]

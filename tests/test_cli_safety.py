@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Ran
 
+from conftest import Ran
 from export_guards.settings import RECIPES
 from export_guards.targets import TargetError, check_target
 
@@ -201,7 +201,7 @@ def _building_slowly(out: Path, *, sighup: object) -> Iterator[subprocess.Popen[
 
     process = subprocess.Popen(
         [*COMMAND, "lint", f"{MODELS}:slow", "--pte", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS, preexec_fn=start,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS, preexec_fn=start,  # noqa: PLW1509 - the test starts no thread
     )  # fmt: skip
     try:
         assert process.stderr is not None

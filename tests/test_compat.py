@@ -77,9 +77,9 @@ def test_check_runtime_and_run_pte_say_the_mismatch_in_one_line_and_the_rest_wor
     capfd.readouterr()
     assert main(["check", str(program), "--runtime"]) == 2
     _, err = capfd.readouterr()
-    assert [l for l in err.splitlines() if l.strip()] == [f"export-guards: error: --runtime cannot run here: {line}"]
+    assert [text for text in err.splitlines() if text.strip()] == [f"export-guards: error: --runtime cannot run here: {line}"]
     assert main(["check", str(program)]) == 0, "the program checks need no runtime"
-    with pytest.raises(compat.RuntimeMismatch, match="needs torch 9.0 or newer"):
+    with pytest.raises(compat.RuntimeMismatch, match=r"needs torch 9.0 or newer"):
         check_pte(program, runtime=True)
-    with pytest.raises(compat.RuntimeMismatch, match="needs torch 9.0 or newer"):
+    with pytest.raises(compat.RuntimeMismatch, match=r"needs torch 9.0 or newer"):
         run_pte(program.read_bytes(), (torch.randn(2, 4),))

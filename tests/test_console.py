@@ -15,8 +15,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
-from conftest import Ran
 
+from conftest import Ran
 from export_guards import progress
 from export_guards.cli.console import LONG_PART_S, LONG_RUN_S, ProgressLines, colour_report, colours
 
@@ -86,7 +86,7 @@ def test_a_terminal_shows_the_step_under_way_and_a_log_gets_no_carriage_return()
         ({"NO_COLOR": "1"}, True, False),
         ({"NO_COLOR": ""}, True, True),  # set but empty: not set
         ({"FORCE_COLOR": "1"}, False, True),
-        ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False, True),  # ruff: FORCE_COLOR wins
+        ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False, True),  # as in ruff, FORCE_COLOR wins
     ],
 )
 def test_colour_follows_no_color_force_color_then_the_terminal(
@@ -216,7 +216,7 @@ def test_a_long_step_says_each_long_part_as_it_ends_and_a_terminal_shows_each_pa
     assert screen.getvalue().endswith("\r\x1b[Kexport-guards: writing the program: serializing the program took 2.5 s\n\r\x1b[Kexport-guards: writing the program took 2.5 s\n")
 
     failed = io.StringIO()
-    with pytest.raises(RuntimeError), timed_lines(failed, clock)("running the program"):
+    with pytest.raises(RuntimeError), timed_lines(failed, clock)("running the program"):  # noqa: PT012 - the failure is the timed step's
         progress.now("running the program on 3 input sets in executorch.runtime")
         clock.now += 5
         raise RuntimeError("the child died")

@@ -57,7 +57,7 @@ STAGES: dict[str, tuple[Callable[[torch.export.ExportedProgram], bytes], bool]] 
     # Guarded XNNPACK handed the copy: its partitioner copies before to_edge_transform_and_lower
     # decomposes (executorch 1.5), the transform passes find nothing left to copy.
     "guard_partitioners + guard_passes(config=Settings(placement='copy'))": (
-        lambda ep: _partitioned_copy(ep),
+        lambda ep: _partitioned_copy(ep),  # noqa: PLW0108 - defined below
         not has_pre_decomposition_transform(Partitioner),
     ),
     # The edge program's twin, in transform_passes; every constant stays in the program table.

@@ -17,7 +17,7 @@ import export_guards as eg
 import models
 from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
 
-TRUSTING_HOST_COPY = eg.placement.DEVICE_BACKENDS + (BACKEND_ID,)
+TRUSTING_HOST_COPY = (*eg.placement.DEVICE_BACKENDS, BACKEND_ID)
 
 
 class Remainder(nn.Module):
@@ -28,6 +28,7 @@ class Remainder(nn.Module):
         super().__init__()
         self.linear = nn.Linear(4, 3)
         self.register_buffer("divisor", torch.tensor([0.7, 1.1, 1.3]))
+        self.divisor: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.remainder(self.linear(x), self.divisor)
@@ -140,7 +141,7 @@ def test_emit_copy_reports_each_copy_and_refuses_constants_without_data(trapdev:
     copies = []
 
     class Keep(eg.placement.EmitPlacementPass):
-        def call(self, graph_module):  # noqa: ANN001, ANN202
+        def call(self, graph_module):
             result = super().call(graph_module)
             copies.extend(result.report)
             return result
@@ -193,7 +194,7 @@ def test_bad_arguments_are_explained() -> None:
     with pytest.raises(ValueError, match="empty partitioner list"):
         eg.guard_passes(partitioner=[])
     with pytest.raises(TypeError, match="Partitioner instances"):
-        eg.guard_partitioners([XnnpackPartitioner, "xnnpack"])  # type: ignore[list-item]
+        eg.guard_partitioners([XnnpackPartitioner, "xnnpack"])
     with pytest.raises(TypeError, match="backend id strings"):
         eg.guard_partitioners([XnnpackPartitioner()], device_backends="CudaBackend")
     with pytest.raises(ValueError, match="'error' or 'copy'"):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Ran
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
-from test_sarif import validated
 
 import export_guards as eg
+from conftest import Ran
+from test_sarif import validated
 
 pytestmark = pytest.mark.slow  # the programs are exported and lowered once per module (about 15 s)
 
@@ -40,7 +40,10 @@ def _lowered(model: torch.nn.Module, weight_range: int | None = None) -> bytes:
     in [-weight_range, weight_range] (XNNPACKQuantizer's default is 127)."""
     program = torch.export.export(model, INPUTS)
     if weight_range is not None:
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True, weight_qmin=-weight_range, weight_qmax=weight_range)
@@ -124,7 +127,7 @@ def test_json_and_sarif_hold_every_weight(cli: Callable[..., Ran], programs: dic
     as_json = json.loads(cli("diff", programs["quantized"], programs["requantized"], "--format", "json").stdout)
     assert as_json["summary"] == {"error": 2, "warning": 0, "info": 5, "suppressed": 0}  # 4 orphaned weights, the account
     for finding in as_json["findings"]:
-        assert finding["artifact"].endswith((".pte")) and finding["code"] in {"EG530", "EG533", "EG535"}
+        assert finding["artifact"].endswith(".pte") and finding["code"] in {"EG530", "EG533", "EG535"}
     done = cli("diff", programs["quantized"], programs["requantized"], "--format", "sarif")
     assert done.returncode == 1
     document = validated(done.stdout)

@@ -67,7 +67,7 @@ def test_documented_example_runs_quietly(code: str, trapdev: object) -> None:
     process, so the newcomer's pages check those in a fresh interpreter). A line the example
     shows on purpose is named in it: ``# torch warns: "..."``."""
     with _library_noise() as noise:
-        exec(compile(code, EXAMPLE, "exec"), {"__name__": "__doc_example__"})
+        exec(compile(code, EXAMPLE, "exec"), {"__name__": "__doc_example__"})  # noqa: S102 - the docs' code blocks run as a reader runs them
     expected = EXPECTED.findall(code)
     noise = [line for line in noise if not any(text in line for text in expected)]
     assert not noise, "the example printed library noise:\n" + "\n".join(noise)
@@ -98,7 +98,7 @@ def _library_noise() -> Iterator[list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         for logger in loggers:
             logger.addHandler(handler)
-        sys.stdout = _LibraryPrints(stdout, noise)  # type: ignore[assignment]
+        sys.stdout = _LibraryPrints(stdout, noise)
         try:
             yield noise
         finally:
@@ -131,7 +131,7 @@ class _LibraryPrints:
     def write(self, text: str) -> int:
         if sys._getframe(1).f_code.co_filename.startswith(self._folders) and text.strip():
             self._noise.append(f"print: {text.strip()}")
-        return self._stream.write(text)  # type: ignore[attr-defined, no-any-return]
+        return self._stream.write(text)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)

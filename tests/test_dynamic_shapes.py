@@ -17,7 +17,7 @@ import export_guards as eg
 from export_guards.verify import run_pte
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from transformer import sinusoidal_positions  # noqa: E402 - examples/transformer.py
+from transformer import sinusoidal_positions
 
 
 class ImageNet(nn.Module):
@@ -55,6 +55,7 @@ class Positions(nn.Module):
     def __init__(self, width: int = 16, longest: int = 64) -> None:
         super().__init__()
         self.register_buffer("table", sinusoidal_positions(longest, width))
+        self.table: torch.Tensor
         self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import fixture_lowering_models as models
 import pytest
 import torch
-from conftest import Ran
 from torch import nn
 
 import export_guards as eg
+import fixture_lowering_models as models
+from conftest import Ran
 from export_guards.analysis.ops import inserted_by_quantizer
 
 pytestmark = pytest.mark.slow

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels a portable int8 program needs
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
 
-import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels a portable int8 program needs
 import export_guards as eg
 import models
 from device_backend import BACKEND_ID, HostCopyPartitioner, runnable

@@ -41,6 +41,7 @@ def test_a_buffer_written_through_a_split_is_mutated() -> None:
         def __init__(self) -> None:
             super().__init__()
             self.register_buffer("buf", torch.ones(4))
+            self.buf: torch.Tensor
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             first, _ = self.buf.split(2)
@@ -96,7 +97,7 @@ def test_new_names_never_collide_with_existing_placeholders() -> None:
         def forward(self, p_w_folded: torch.Tensor) -> torch.Tensor:
             return p_w_folded + self.w * 2
 
-    folded, report = eg.fold.fold_constants(torch.export.export(Collides(), (torch.ones(3),)))
+    folded, _report = eg.fold.fold_constants(torch.export.export(Collides(), (torch.ones(3),)))
     names = [n.name for n in folded.graph.nodes if n.op == "placeholder"]
     assert len(names) == len(set(names)) == 2 and "p_w_folded" in names
     assert torch.equal(folded.module()(torch.ones(3)), torch.full((3,), 3.0))

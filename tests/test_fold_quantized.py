@@ -126,7 +126,9 @@ class Int4Linear(nn.Module):
         self.linear = parametrizations.weight_norm(nn.Linear(64, 32))
         weight = self.linear.weight.detach()
         self.register_buffer("scale", weight.abs().reshape(32, 2, 32).amax(-1) / 7)
+        self.scale: torch.Tensor
         self.register_buffer("zero_point", torch.zeros(32, 2, dtype=torch.int8))
+        self.zero_point: torch.Tensor
         self.stored: torch.Tensor | None = None
 
     def int4_weight(self) -> torch.Tensor:

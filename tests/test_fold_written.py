@@ -40,6 +40,7 @@ class Broadcast(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("row", torch.randn(1, 64))
+        self.row: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.row.expand(64, 64) * 2
@@ -158,6 +159,7 @@ def test_a_fold_of_no_gain_is_neither_done_nor_reported() -> None:
         def __init__(self) -> None:
             super().__init__()
             self.register_buffer("row", torch.randn(1, 64))
+            self.row: torch.Tensor
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + self.row.expand(16, 64).clone() + self.row
@@ -186,7 +188,9 @@ def test_computations_that_read_alike_are_declined_in_one_finding() -> None:
         def __init__(self) -> None:
             super().__init__()
             self.register_buffer("a", torch.randn(1, 64))
+            self.a: torch.Tensor
             self.register_buffer("b", torch.randn(1, 64))
+            self.b: torch.Tensor
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + self.a.expand(64, 64) * 2 + self.b.expand(64, 64) * 2

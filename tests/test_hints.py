@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import export_guards as eg
+from conftest import Ran
 from export_guards.analysis.delegation import DelegationSummary
 from export_guards.render.text import render_text, summary_line
-from conftest import Ran
 
 MODELS = '''
 import torch
@@ -188,9 +188,8 @@ def test_the_hint_for_torchs_specialization_is_general(tmp_path: Path) -> None:
             return x.reshape(4, 5, -1)  # fixes both dimensions' product
 
     dims = {0: torch.export.Dim("rows"), 1: torch.export.Dim("cols")}
-    with pytest.raises(StepFailed) as failed:
-        with step("torch.export"):
-            torch.export.export(Reshaped(), (torch.randn(4, 10),), dynamic_shapes=(dims,))
+    with pytest.raises(StepFailed) as failed, step("torch.export"):
+        torch.export.export(Reshaped(), (torch.randn(4, 10),), dynamic_shapes=(dims,))
     (found,) = failed.value.report.findings
     assert "You marked" in found.message and "Suggested fixes" in found.message
     assert found.fix is not None and "x.view(x.shape[0], -1)" in found.fix and "Dim.STATIC" in found.fix

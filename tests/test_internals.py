@@ -23,6 +23,7 @@ class _Linear(nn.Module):
         super().__init__()
         self.linear = nn.Linear(3, 2)
         self.register_buffer("scale", torch.ones(2))
+        self.scale: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x) * self.scale + torch.tensor([1.0, 2.0])
@@ -50,7 +51,7 @@ def test_program_with_parts_is_a_shallow_copy_with_those_parts(ep: ExportedProgr
 def test_replace_constants_in_place_sets_what_the_public_setters_refuse(ep: ExportedProgram) -> None:
     program = copy.copy(ep)
     with pytest.raises(RuntimeError):
-        program.state_dict = {}  # type: ignore[misc]
+        program.state_dict = {}
     state_dict, constants = dict(ep.state_dict), dict(ep.constants)
     internals.replace_constants_in_place(program, state_dict, constants)
     assert program.state_dict is state_dict and program.constants is constants
@@ -203,7 +204,7 @@ class _Wrapper(torch.Tensor):
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor) -> _Wrapper:
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)  # type: ignore[attr-defined]
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
 
     def __init__(self, inner: torch.Tensor) -> None:
         self.inner = inner
@@ -259,7 +260,7 @@ def test_specialization_sites_are_where_the_trace_fixed_a_dynamic_dimension() ->
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * 2 if x.shape[0] == 3 else x  # fixes the dimension
 
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - whatever torch raises: the test reads its chain
         torch.export.export(Branch(), (torch.randn(3, 2),), dynamic_shapes=({0: torch.export.Dim("batch")},))
     innermost = raised.value
     while innermost.__cause__ is not None or innermost.__context__ is not None:

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Ran
 from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
-from pte_models import Written
 
 import export_guards as eg
+from conftest import Ran
 from export_guards.pte.reader import kernel_dtypes
+from pte_models import Written
 
 LOG_SOFTMAX = "aten::_log_softmax.out"
 
 _SHIPPED_FOR = json.loads(kernel_dtypes.SHIPPED.read_text())["versions"]
 needs_the_table = pytest.mark.skipif(
-    _SHIPPED_FOR != kernel_dtypes.installed_versions(),
+    kernel_dtypes.installed_versions() != _SHIPPED_FOR,
     reason=f"the shipped kernel table is {_SHIPPED_FOR}'s, this is {kernel_dtypes.installed_versions()}: EG525 says nothing here "
     "(make kernel-table, or kernel_probe.write_cached(), writes one)",
 )
@@ -78,7 +78,7 @@ def test_a_guarded_export_places_it_on_the_users_line() -> None:
     assert finding.location is not None and finding.location.file.endswith("test_kernel_dtypes.py")
     assert "torch.log_softmax" in Path(finding.location.file).read_text().splitlines()[finding.location.line - 1]
     again = eg.lower_with_guards(torch.export.export(LogSoftmax(), inputs), lowering=eg.Lowering(partitioners=[]))
-    with pytest.raises(eg.ProgramRefused, match="EG525 .*_log_softmax.out on float64") as refused:  # #13551 no longer handed out
+    with pytest.raises(eg.ProgramRefused, match=r"EG525 .*_log_softmax.out on float64") as refused:  # #13551 no longer handed out
         again.to_pte()
     assert refused.value.report.errors[0].location == finding.location
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import export_guards as eg  # first: it keeps the libraries' known noise off the terminal
 
+# isort: split
+
 import pytest
 import torch
 from torch import nn
@@ -21,6 +23,7 @@ class Accumulates(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("total", torch.zeros(4))
+        self.total: torch.Tensor
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

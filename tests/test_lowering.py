@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Ran
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 from executorch.exir.error import InternalError
 from torch import nn
 
 import export_guards as eg
+from conftest import Ran
 from export_guards.pipeline import export_target
 from export_guards.targets import StepFailed, load_target, step
 
@@ -26,8 +26,8 @@ MODELS = Path(__file__).parent / "lowering_models.py"
 def stock(model: torch.nn.Module, inputs: tuple[object, ...], **lowering: object) -> bytes:
     """The user's own script: their partitioners and configs, no guards."""
     backend_config = lowering.pop("backend_config", None)
-    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), **lowering)  # type: ignore[arg-type]
-    return edge.to_executorch(backend_config).buffer  # type: ignore[arg-type]
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), **lowering)
+    return edge.to_executorch(backend_config).buffer
 
 
 def delegates(pte: bytes) -> int:
@@ -97,8 +97,8 @@ def test_a_lowering_that_is_not_what_executorch_takes_is_a_clear_error(cli: Call
     assert "partitioners must be a list of ExecuTorch Partitioner instances" in done.stderr
     both = cli("lint", f"{MODELS}:per_op", "--recipe", "xnnpack_fp32")
     assert both.returncode == 2 and "name either the recipe or the lowering" in both.stderr
+    made = load_target(f"{MODELS}:per_op")
     with pytest.raises(ValueError, match="name either the recipe or the lowering"):
-        made = load_target(f"{MODELS}:per_op")
         eg.export_with_guards(made.model, made.inputs, config=eg.Settings(recipe="xnnpack_fp32"), lowering=made.lowering)
 
 
@@ -110,9 +110,8 @@ def test_a_lowering_that_is_not_what_executorch_takes_is_a_clear_error(cli: Call
     ],
 )
 def test_a_lowering_failure_whose_cause_a_setting_resolves_names_that_setting(raised: Exception, setting: str) -> None:
-    with pytest.raises(StepFailed) as failed:
-        with step("lowering (xnnpack)"):
-            raise raised
+    with pytest.raises(StepFailed) as failed, step("lowering (xnnpack)"):
+        raise raised
     assert failed.value.hint is not None and setting in failed.value.hint
     assert setting in failed.value.report.findings[0].fix  # type: ignore[operator]
 
@@ -136,7 +135,7 @@ def test_to_pte_hands_out_no_program_that_check_pte_refuses(backend: str) -> Non
     with the fix; ``refuse=False`` hands the same bytes to a caller that reports them itself."""
     program = torch.export.export(HalfInputFloatNorm().eval(), (torch.randn(1, 4, 8, 8, dtype=torch.float16),))
     result = eg.lower_with_guards(program, config=eg.Settings(backend=backend))
-    with pytest.raises(eg.ProgramRefused, match="EG519 .*tensors of different dtypes") as refused:
+    with pytest.raises(eg.ProgramRefused, match=r"EG519 .*tensors of different dtypes") as refused:
         result.to_pte()
     assert isinstance(refused.value, InternalError) and "Fix: Give the op's tensors one dtype" in str(refused.value)
     (error,) = refused.value.report.errors
@@ -147,7 +146,6 @@ def test_to_pte_hands_out_no_program_that_check_pte_refuses(backend: str) -> Non
 
 def test_lower_with_guards_says_the_compile_config_as_the_lint_does_and_following_it_lowers(cli: Callable[..., Ran]) -> None:
     import lowering_models
-
     from export_guards.targets import hint_for
 
     model, inputs = lowering_models.select_default()

@@ -17,7 +17,6 @@ import pytest
 from export_guards.pte.reader import schemas
 from export_guards.pte.reader.schema_registry import torch_with_executorch_operators
 
-
 LIVE = """
 import json
 from export_guards.pte.reader.schema_registry import live_table

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from pte_models import Written
-from pte_structure import edit_pte
-
 import export_guards as eg
 from export_guards.pte.reader import wheel
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.out_shapes import RULES
 from export_guards.pte.reader.schemas import operator_schema
+from pte_models import Written
+from pte_structure import edit_pte
 
 
 def ruled_calls(data: bytes) -> Iterator[tuple[int, int, str]]:

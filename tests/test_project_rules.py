@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Ran
 
+from conftest import Ran
 from export_guards.ruleset import registry
 
 TESTS = Path(__file__).parent

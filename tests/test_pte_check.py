@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Ran
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.schema import Program, Tensor
-from pte_models import Written
-from pte_mutations import rewrite
 
+from conftest import Ran
 from export_guards.pte.check import check_pte
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.xnnpack import read_payload
 from export_guards.pte.reproducible import export_twice
 from export_guards.report import Severity
 from export_guards.settings import Settings
+from pte_models import Written
+from pte_mutations import rewrite
 
 TESTS = Path(__file__).parent
 
@@ -69,7 +69,7 @@ def test_truncated_file_names_what_is_lost(programs: dict[str, Written]) -> None
     assert any("named data '" in m for m in lost)
 
 
-@pytest.mark.parametrize("field, value", [("program_size", 2**63), ("segment_base_offset", 2**40)])
+@pytest.mark.parametrize(("field", "value"), [("program_size", 2**63), ("segment_base_offset", 2**40)])
 def test_header_offsets_out_of_bounds(programs: dict[str, Written], field: str, value: int) -> None:
     data = programs["portable"].pte.read_bytes()
     at = {"program_size": 16, "segment_base_offset": 24}[field]

@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from pte_models import Written
-from pte_mutations import MUTATIONS, mutate
-from pte_structure import STRUCTURE_MUTATORS
 
 from export_guards.pte.check import check_pte, diff_pte
 from export_guards.pte.reader.file import PteFile
 from export_guards.report import Report
+from pte_models import Written
+from pte_mutations import MUTATIONS, mutate
+from pte_structure import STRUCTURE_MUTATORS
 
 REGRESSIONS = Path(__file__).parent / "pte_regressions"
 CASE_TIMEOUT_S = 30  # a check takes milliseconds: this long is a hang
@@ -105,7 +105,7 @@ def test_diff_fuzz(seeds: dict[str, Written]) -> None:
                     answered += 1
                     continue
                 assert not [f for f in report if f.code == "EG001"], f"{case}: a rule failed on the input"
-                assert number >= len(cuts) or data == base[: len(data)] and len(data) == len(base), f"{case}: a cut file was compared"
+                assert number >= len(cuts) or (data == base[: len(data)] and len(data) == len(base)), f"{case}: a cut file was compared"
     assert answered >= len(seeds) * 2 * 10, f"only {answered} damaged files refused"  # every cut is, as either side
 
 

@@ -16,10 +16,10 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.schema import DelegateCall, KernelCall, Program, Tensor
-from pte_structure import STRUCTURE_MUTATORS, Runner, edit_pte, edit_xnnpack_graphs, program_inputs
 
 import export_guards as eg
 from export_guards.pte.reader.dataflow import method_accesses
+from pte_structure import STRUCTURE_MUTATORS, Runner, edit_pte, edit_xnnpack_graphs, program_inputs
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]  # every claim is run in the runtime, in a child process
 
@@ -128,7 +128,7 @@ def _accesses(data: bytes):
 
 
 def test_instructions_out_of_order_are_an_error_and_misrun(seeds, runner, tmp_path) -> None:
-    plan, accesses = _accesses(seeds["portable"])
+    _plan, accesses = _accesses(seeds["portable"])
     # two kernels where the second reads what the first writes
     a = next(i for i, x in enumerate(accesses) if any(x.writes & y.reads for y in accesses[i + 1 :]))
     b = next(j for j in range(a + 1, len(accesses)) if accesses[a].writes & accesses[j].reads)
@@ -451,6 +451,7 @@ def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(shift: in
     ``position`` before ``position`` is read again."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
     from pte_models import InitializedState
 
     torch.manual_seed(0)

@@ -465,6 +465,7 @@ def test_stateful_models_run_as_eager_runs_them_and_a_mismatch_points_at_state(p
             def __init__(self, start=torch.zeros):
                 super().__init__()
                 self.register_buffer("total", start(3))
+                self.total: torch.Tensor
 
             def forward(self, x):
                 self.total.add_(x)

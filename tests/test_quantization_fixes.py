@@ -32,7 +32,7 @@ def configurations_named_in(text: str) -> list[str]:
 
 def quantized_with(spelled: str, in_features: int = 64) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The MLP quantized with a configuration as a text spells it."""
-    import torchao.quantization as quantization
+    from torchao import quantization
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     torch.manual_seed(0)
@@ -65,9 +65,8 @@ def test_float8_is_one_error_naming_what_works_and_what_it_names_works() -> None
 def test_torchaos_cuda_only_int4_is_a_hint_that_names_what_works_and_what_it_names_works() -> None:
     """torchao's Int4WeightOnlyConfig needs a CUDA package (mslk) on a linear it quantizes; the
     lint's step says so and names configurations for ExecuTorch, which quantize and lower right."""
-    with pytest.raises(StepFailed) as raised:
-        with step("quantize"):
-            quantized_with("Int4WeightOnlyConfig()", in_features=256)
+    with pytest.raises(StepFailed) as raised, step("quantize"):
+        quantized_with("Int4WeightOnlyConfig()", in_features=256)
     if "mslk" not in str(raised.value):
         pytest.skip(f"this torchao quantizes Int4WeightOnlyConfig on the CPU: {raised.value}")
     named = configurations_named_in(raised.value.hint or "")

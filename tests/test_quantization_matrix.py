@@ -29,7 +29,7 @@ TABLE_MEASURED_HERE = all(metadata.version(package).startswith(version) for pack
 
 
 @pytest.mark.parametrize(("name", "backend"), CELLS, ids=[f"{name}-{backend}" for name, backend in CELLS])
-def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: str, check_export, tmp_path: Path) -> None:  # noqa: ANN001 - the plugin's fixture
+def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: str, check_export, tmp_path: Path) -> None:
     cell = matrix.cell(name, backend)
     if name in matrix.NO_PROGRAM:
         assert cell.pte is None and matrix.NO_PROGRAM[name] in cell.error, f"{name} on {backend}: {cell.written}"
@@ -52,7 +52,7 @@ def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: 
         )
 
 
-def _other_paths(name: str, backend: str, check_export, folder: Path) -> list[tuple[str, bytes]]:  # noqa: ANN001 - the plugin's fixture
+def _other_paths(name: str, backend: str, check_export, folder: Path) -> list[tuple[str, bytes]]:
     """The program each other guarded path writes for the cell: the pass list (its pre-``to_edge``
     step, ``guard_passes()``, ``emit_passes()``), with the guarded partitioners where there are
     partitioners, the ``check_export`` fixture and the lint (both of which also run it against

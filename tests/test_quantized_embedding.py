@@ -45,11 +45,11 @@ def _config(name: str) -> object:
 
     configs: dict[str, Callable[[], object]] = {
         "int8-row": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
-        "int4-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
-        "int4-group16": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)),
-        "int2-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int2, granularity=PerGroup(32)),
+        "int4-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
+        "int4-group16": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)),  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
+        "int2-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int2, granularity=PerGroup(32)),  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
         "int4-group32-asymmetric": lambda: IntxWeightOnlyConfig(
-            weight_dtype=torch.int4, granularity=PerGroup(32), mapping_type=MappingType.ASYMMETRIC
+            weight_dtype=torch.int4, granularity=PerGroup(32), mapping_type=MappingType.ASYMMETRIC  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
         ),
     }
     return configs[name]()

@@ -101,6 +101,7 @@ def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> 
                 super().__init__()
                 self.linear = torch.nn.Linear(4, 4)
                 self.register_buffer("count", start(4))
+                self.count: torch.Tensor
 
             def forward(self, x):
                 self.count.add_(1)
@@ -133,3 +134,14 @@ def test_native_lines_pass_except_the_cpu_probe_and_the_tokenizers_registration(
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "[method.cpp:744] Op index 12 out of range\nafter\n", done.stderr
+
+
+def test_a_library_error_held_through_a_step_that_ends_well_is_logged_after_it(caplog: pytest.LogCaptureFixture) -> None:
+    """The plugin's steps hold the libraries' ERROR records and log them once the step ends
+    without raising (it iterated the held dict's keys, and raised AttributeError instead)."""
+    from export_guards.pytest_plugin.quiet import libraries_kept_quiet
+
+    with caplog.at_level(logging.ERROR), libraries_kept_quiet():
+        logging.getLogger("torch.export_guards_test").error("held until the step ends")
+        assert "held until the step ends" not in caplog.text
+    assert [r.getMessage() for r in caplog.records] == ["held until the step ends"]

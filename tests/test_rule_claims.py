@@ -119,6 +119,7 @@ def test_eg305_a_parameter_written_in_place_loses_its_writes_in_the_program() ->
         def __init__(self) -> None:
             super().__init__()
             self.register_buffer("count", torch.zeros(1))
+            self.count: torch.Tensor
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             self.count.add_(1)
@@ -141,6 +142,7 @@ class Running(nn.Module):
     def __init__(self, start: torch.Tensor) -> None:
         super().__init__()
         self.register_buffer("total", start.clone())
+        self.total: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.total.add_(x)
@@ -173,7 +175,7 @@ def test_eg308_a_written_buffer_starts_from_zeros_in_the_program_and_the_fix_kee
     torch.testing.assert_close(first, Nested(torch.zeros(2, 4))(x))  # the claim: it starts from zeros
     assert not torch.allclose(first, Nested(start)(x))
     kept = ExecutorchBackendConfig(passes=[eg.passes.keep_initial_values("inner.total")])  # the fix, as the finding names it
-    assert "keep_initial_values('inner.total')" in finding.fix and "inner_total" not in finding.fix + finding.message
+    assert "keep_initial_values('inner.total')" in (finding.fix or "") and "inner_total" not in (finding.fix or "") + finding.message
     fixed = to_edge_transform_and_lower(program).to_executorch(kept).buffer
     (first,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
     torch.testing.assert_close(first, Nested(start)(x))
@@ -188,6 +190,7 @@ class StaleRows(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("cache", torch.ones(3, 4))
+        self.cache: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.cache[0].copy_(x)
@@ -217,6 +220,7 @@ class Overwritten(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("last", torch.ones(2, 4))
+        self.last: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.last.copy_(x)
@@ -324,7 +328,7 @@ def test_eg525_a_kernel_call_in_a_dtype_the_kernel_has_no_path_for_fails_in_the_
     x = torch.randn(3, 7, dtype=torch.float64)
     program = to_edge_transform_and_lower(torch.export.export(LogSoftmax(False), (x,))).to_executorch().buffer
     (finding,) = eg.check_pte(program).with_code("EG525")
-    assert "fails the call (0x12" in finding.message and "cast to float32" in finding.fix
+    assert "fails the call (0x12" in finding.message and "cast to float32" in (finding.fix or "")
     with pytest.raises(RuntimeError, match="0x12"):  # the claim: the runtime fails the call
         Runtime.get().load_program(program).load_method("forward").execute([x])
     fixed = to_edge_transform_and_lower(torch.export.export(LogSoftmax(True), (x,))).to_executorch().buffer
@@ -353,7 +357,7 @@ def test_eg201_a_tied_head_says_what_its_second_copy_costs_and_the_fix_keeps_one
     folded = eg.export_with_guards(model, ids)
     (finding,) = folded.report.with_code("EG201")
     table = model.embed.weight.nbytes
-    assert f"holds that data twice ({table:,} bytes more)" in finding.message and "fold=False" in finding.fix
+    assert f"holds that data twice ({table:,} bytes more)" in finding.message and "fold=False" in (finding.fix or "")
     one_copy = eg.export_with_guards(model, ids, config=eg.Settings(fold=False))  # the fix
     assert abs(len(folded.to_pte()) - len(one_copy.to_pte()) - table) < 4096  # the claim: one table's bytes
     assert folded.delegation.count("linear", "mm", "addmm") == (1, 1)  # the price's reason: a delegated head
@@ -380,7 +384,7 @@ def test_eg401_a_weight_quantized_in_the_graph_is_explained_and_its_fix_works() 
     in_graph = _quantized(model, image, fold_quantize=False)  # a float weight, quantized by an op
     result = eg.export_with_guards(in_graph, image, config=eg.Settings(fold=False))
     (left_out,) = result.report.with_code("EG401")
-    assert "quantized by an op in the graph" in left_out.message and "fold_quantize=True" in left_out.fix
+    assert "quantized by an op in the graph" in left_out.message and "fold_quantize=True" in (left_out.fix or "")
     assert result.delegation.count("convolution") == (0, 1)  # the claim: XNNPACK refuses it
     for fixed, fold in (  # the fix, each way it names
         (in_graph, True),  # export-guards' fold
@@ -403,7 +407,7 @@ def test_eg401_a_quantized_linear_decomposed_before_the_fold_is_explained_and_it
     with capture_partitioner_reasons() as reasons:  # the pass-list form, without the line before to_edge
         edge = to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()])
     (left_out,) = eg.lint(edge, stage="partitioned", reasons={"forward": reasons}).with_code("EG401")
-    assert "Expected weight to be a static param" in left_out.message and "fold_non_core_constants" in left_out.fix
+    assert "Expected weight to be a static param" in left_out.message and "fold_non_core_constants" in (left_out.fix or "")
     assert eg.delegation_summary(edge).count("addmm") == (0, 1)  # the claim
 
     folded, _ = eg.fold_non_core_constants(program)  # the fix

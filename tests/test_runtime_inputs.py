@@ -30,6 +30,7 @@ class _Behind(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("cache", torch.zeros(8, 4))
+        self.cache: torch.Tensor
 
     def forward(self, x: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
         self.cache.index_copy_(0, cache_position - 9, x)
@@ -65,6 +66,7 @@ class _Bucketed(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("table", torch.arange(10.0))
+        self.table: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.table[(x.abs() * 1000).long()]

@@ -21,12 +21,12 @@ from typing import Any
 import jsonschema
 import pytest
 import torch
-from conftest import Ran
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from torch import nn
 
 import export_guards as eg
+from conftest import Ran
 from export_guards.pte.check import check_pte
 from export_guards.render import render_json, render_sarif, render_text
 from export_guards.render.github import render_github

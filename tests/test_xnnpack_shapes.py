@@ -79,8 +79,8 @@ def test_following_each_graph_from_the_program_inputs_gives_the_serialized_dims(
 
 def test_shapes_a_node_cannot_take_are_refused_with_the_reason(programs) -> None:
     context = PteContext(PteFile(programs["node zoo"]))
-    (plan,) = context.pte.program.execution_plan
-    for (method, index), payload in context.xnnpack_graphs.items():
+    (_plan,) = context.pte.program.execution_plan
+    for payload in context.xnnpack_graphs.values():
         linear = next((n for n in payload.nodes if n.kind == "XNNFullyConnected"), None)
         if linear is None:
             continue

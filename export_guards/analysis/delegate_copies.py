@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import final
+from typing import cast, final
 
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
@@ -114,8 +114,8 @@ def _quantized_copy(node: Node, tensors: dict[str, tuple[str, torch.Tensor]], te
         if any(a is None for a in args):
             return None
         with torch.no_grad():
-            dequantized = node.target(*args, **node.kwargs)
-    except Exception:  # not an op this can call on constants alone: no evidence either way
+            dequantized = cast(Callable[..., object], node.target)(*args, **node.kwargs)
+    except Exception:  # noqa: BLE001 - not an op this can call on constants alone: no evidence either way
         return None
     if not isinstance(dequantized, torch.Tensor) or dequantized.shape != tensor.shape:
         return None

@@ -10,7 +10,7 @@ import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
 from export_guards.analysis.kernels import kernel_ops
-from export_guards.analysis.ops import call_nodes, compute_op_name
+from export_guards.analysis.ops import call_nodes, compute_op_name, input_node
 from export_guards.analysis.programs import Program, methods_of
 
 __all__ = ["DelegationSummary", "delegation_summary"]
@@ -66,7 +66,7 @@ def delegation_summary(program: Program) -> DelegationSummary:
         others += kernel_ops(ep)
         for graph_module, node in call_nodes(ep.graph_module):
             if node.target is torch.ops.higher_order.executorch_call_delegate:
-                lowered = getattr(graph_module, node.args[0].target)
+                lowered = getattr(graph_module, str(input_node(node, 0).target))
                 assert isinstance(lowered, LoweredBackendModule)
                 backends[lowered.backend_id] += 1
                 for inner in lowered.original_module.graph.nodes:

@@ -381,7 +381,8 @@ def _has_value(node: Node) -> bool:
     """Only an assertion, which returns nothing, may have no traced value."""
     if node.target is operator.getitem or _val_bytes(node.meta.get("val")) is not None:
         return True
-    return node.meta.get("val") is None and not aten_overload(node.target)._schema.returns
+    overload = aten_overload(node.target)
+    return node.meta.get("val") is None and overload is not None and not overload._schema.returns
 
 
 def _val_bytes(val: object) -> int | None:

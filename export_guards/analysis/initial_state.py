@@ -4,6 +4,7 @@ its own example inputs from the buffers' values and from zeros (where ExecuTorch
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -124,7 +125,7 @@ def _node_results(program: ExportedProgram, fqn: str, nodes: Collection[Node], z
     return seen
 
 
-def _outputs(module: torch.nn.Module, values: dict[str, torch.Tensor], zeroed: Collection[str], args: object, kwargs: object) -> list[object]:
+def _outputs(module: torch.nn.Module, values: dict[str, torch.Tensor], zeroed: Collection[str], args: object, kwargs: dict[str, Any] | None) -> list[object]:
     """One call's outputs, flat, with the written buffers as copies (the program's own stay as
     they are): ``zeroed`` ones at zeros, the others at their values."""
     state = {fqn: torch.zeros_like(value) if fqn in zeroed else value.clone() for fqn, value in values.items()}

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import final
+from typing import cast, final
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
+from typing_extensions import TypeIs
 
-from export_guards.analysis.ops import aten_name
+from export_guards.analysis.ops import aten_name, input_node
 
 __all__ = ["INT_MM", "Int8DynamicLinear", "int8_dynamic_linears", "is_assertion", "weight_part"]
 
@@ -84,20 +85,21 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
     quantized = _source(activation, _RESHAPES)
     codes = _source(transposed, _TRANSPOSES) if _called(transposed, *_TRANSPOSES) else None
     part = weight_part(codes) if codes is not None else None
-    if not _called(quantized, "quantize_affine") or quantized.args[4:5] != (torch.int8,) or part is None or part[1] != "qdata":
+    if not _called(quantized, "quantize_affine") or quantized.args[4:5] != (torch.int8,) or codes is None or part is None or part[1] != "qdata":
         return None
     weight = part[0]
     out_features, in_features = codes.meta["val"].shape
-    shape = (*quantized.args[0].meta["val"].shape[:-1], out_features)
-    if quantized.args[0].meta["val"].shape[-1] != in_features or tuple(transposed.meta["val"].shape) != (in_features, out_features):
+    activation_value = input_node(quantized, 0).meta["val"]
+    shape = (*activation_value.shape[:-1], out_features)
+    if activation_value.shape[-1] != in_features or tuple(input_node(matmul, 1).meta["val"].shape) != (in_features, out_features):
         return None
-    found = _scaled(matmul, quantized.args[2], weight, shape, quantized.args[0].meta["val"].dtype)
+    found = _scaled(matmul, quantized.args[2], weight, shape, activation_value.dtype)
     if found is None:
         return None
     scale, computed = found
     bias = _bias(computed[-1], out_features)
     if bias is not None:
-        computed = (*computed, _user(computed[-1]))
+        computed = (*computed, cast(Node, _user(computed[-1])))  # the bias's add: _bias found it
     return Int8DynamicLinear(matmul, quantized, weight, codes, scale, bias, computed[-1], (matmul, *computed))
 
 
@@ -144,7 +146,7 @@ def _bias(product: Node, out_features: int) -> Node | None:
     other = user.args[1] if user.args[0] is product else user.args[0]
     value = other.meta.get("val") if isinstance(other, Node) else None
     wanted = product.meta["val"]
-    if isinstance(value, torch.Tensor) and tuple(value.shape) == (out_features,) and value.dtype == wanted.dtype and user.args[0] is product:
+    if isinstance(other, Node) and isinstance(value, torch.Tensor) and tuple(value.shape) == (out_features,) and value.dtype == wanted.dtype and user.args[0] is product:
         return other
     return None
 
@@ -162,10 +164,10 @@ def _user(node: Node) -> Node | None:
 
 def _source(node: object, through: frozenset[str]) -> Node | None:
     """The node whose values ``node`` is, walking first inputs back through ``through``."""
-    while isinstance(node, Node) and _called(node, *through):
+    while _called(node, *through):
         node = node.args[0]
     return node if isinstance(node, Node) else None
 
 
-def _called(node: object, *names: str) -> bool:
+def _called(node: object, *names: str) -> TypeIs[Node]:
     return isinstance(node, Node) and node.op == "call_function" and node.target is not operator.getitem and aten_name(node.target) in names

@@ -19,7 +19,12 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import SourcePartition, get_source_partitions
 
-from export_guards.analysis.known_wrong_entries import KNOWN_WRONG, XNNPACK_LINEAR_WEIGHT_MATH, KnownWrong, executorch_release
+from export_guards.analysis.known_wrong_entries import (
+    KNOWN_WRONG,
+    XNNPACK_LINEAR_WEIGHT_MATH,
+    KnownWrong,
+    executorch_release,
+)
 from export_guards.analysis.ops import aten_name
 
 __all__ = ["FINDERS", "KNOWN_WRONG", "LINEAR_SOURCES", "XNNPACK_LINEAR_WEIGHT_MATH", "KnownWrong", "WrongDelegation", "executorch_release", "known_wrong_in"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import torch
 from torch.fx import Node
@@ -104,6 +105,12 @@ def schema_arguments(node: Node) -> Iterator[tuple[torch._C.Argument, object]]:
             yield schema_argument, node.args[index]
         else:
             yield schema_argument, schema_argument.default_value
+
+
+def input_node(node: Node, index: int) -> Node:
+    """``node``'s positional input ``index``, read as the node it is (the matchers check the op
+    first: torch.fx types an input as any argument)."""
+    return cast(Node, node.args[index])
 
 
 def argument(node: Node, *names: str) -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Union, final
+from typing import TypeAlias, final
 
 import torch
 from executorch.exir import EdgeProgramManager
@@ -23,7 +23,7 @@ __all__ = [
     "mutated_constants",
 ]
 
-Program = Union[ExportedProgram, Mapping[str, ExportedProgram], EdgeProgramManager]
+Program: TypeAlias = ExportedProgram | Mapping[str, ExportedProgram] | EdgeProgramManager
 """What a guard takes: one ``ExportedProgram`` (the method ``"forward"``), a mapping of method
 names to programs (as ``to_edge`` takes), or an ``EdgeProgramManager``."""
 

@@ -15,13 +15,13 @@ embedding and what the kernel reads for it (:class:`EmbeddingKernel`); the guard
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import cast, final
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from export_guards.analysis.ops import aten_name
+from export_guards.analysis.ops import aten_name, input_node
 from export_guards.analysis.programs import ConstantKind, ProgramConstant, iter_constants
 
 __all__ = ["EmbeddingKernel", "QuantizedEmbedding", "pack_codes", "quantized_embeddings"]
@@ -110,8 +110,10 @@ def _matched(node: Node, constants: dict[Node, ProgramConstant]) -> QuantizedEmb
         return None
     if any(c.kind is ConstantKind.MUTABLE_BUFFER for c in sources.values()):
         return None  # a table the program writes is no constant to pack
-    group = _group(sources[codes].tensor, block_size)
-    kernel = _kernel(table, sources, group) if group else None
+    group = _group(sources[input_node(table, 0)].tensor, block_size)
+    if not group:
+        return None
+    kernel = _kernel(table, sources, group)
     return QuantizedEmbedding(node, table, sources, group, kernel) if kernel is not None else None
 
 
@@ -120,7 +122,7 @@ def _group(codes: torch.Tensor, block_size: object) -> int | None:
     if codes.dim() != 2 or not isinstance(block_size, (list, tuple)) or len(block_size) != 2:
         return None
     rows, group = block_size
-    return int(group) if rows == 1 and 0 < group and codes.shape[1] % group == 0 else None
+    return int(group) if rows == 1 and group > 0 and codes.shape[1] % group == 0 else None
 
 
 def _arguments(dequantize: Node) -> tuple[int, int, torch.dtype]:
@@ -133,7 +135,7 @@ def _arguments(dequantize: Node) -> tuple[int, int, torch.dtype]:
 
 
 def _kernel(dequantize: Node, sources: dict[Node, ProgramConstant], group: int) -> EmbeddingKernel | None:
-    codes_node, _, scale_node, zero_node, *_ = dequantize.args
+    codes_node, scale_node, zero_node = input_node(dequantize, 0), input_node(dequantize, 2), cast("Node | None", dequantize.args[3])
     codes, scale = sources[codes_node].tensor.detach(), sources[scale_node].tensor.detach()
     zero = sources[zero_node].tensor.detach() if zero_node is not None else None
     quant_min, quant_max, out_dtype = _arguments(dequantize)
@@ -164,7 +166,7 @@ def _bits(low: int, high: int, quant_min: object, quant_max: object, columns: in
     low, high = min(low, declared[0]), max(high, declared[1])
     for bits in (2, 4):
         offset, values_per_byte = _OFFSET[bits], 8 // bits
-        fits = -offset <= low and high < offset or 0 <= low and high < 2 * offset
+        fits = (-offset <= low and high < offset) or (low >= 0 and high < 2 * offset)
         if fits and columns % values_per_byte == 0:
             return bits
     return 8

@@ -110,7 +110,7 @@ def _exported_inputs(program: ExportedProgram) -> list[object]:
 def _symbolic_sizes(exported: Sequence[object], leaves: Sequence[object]) -> dict[tuple[int, int, Any], int]:
     """``(input, dimension, its symbolic size) -> the example's size`` for each dimension of a
     tensor input that the program leaves symbolic."""
-    sizes = {}
+    sizes: dict[tuple[int, int, Any], int] = {}
     for index, (val, leaf) in enumerate(zip(exported, leaves)):
         if not (isinstance(val, torch.Tensor) and isinstance(leaf, torch.Tensor)) or val.dim() != leaf.dim():
             continue

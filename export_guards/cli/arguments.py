@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from export_guards.cli.options import CheckOptions, CommandOptions, DiffOptions, ExplainOptions, LintOptions, ReportOptions, RulesOptions
+from export_guards.cli.options import (
+    CheckOptions,
+    CommandOptions,
+    DiffOptions,
+    ExplainOptions,
+    LintOptions,
+    ReportOptions,
+    RulesOptions,
+)
 from export_guards.compat import runtime_mismatch
 from export_guards.errors import Error
 from export_guards.render import FORMATS, STATISTICS_FORMATS
@@ -34,24 +42,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="store_true", help="print the version and exit")
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
 
-    linting = commands.add_parser("lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False)
-    linting.add_argument("targets", nargs="+", metavar="TARGET", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs); several are linted one after another")
-    linting.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="an argument for the factory, as a Python literal (else text); repeat for several")
-    _export_options(linting)
-    linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
-    linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
-    linting.add_argument(
-        "--save-inputs", type=Path, metavar="PATH",
-        help="write the factory's example inputs here (torch.save), as `check --runtime --inputs PATH` runs them, when nothing "
-        "at or above the fail level was found (one target)",
-    )  # fmt: skip
-    _kernels_option(linting, " (default: the installed executorch.runtime's)")
-    linting.add_argument(
-        "--no-run", dest="run", action="store_false",
-        help="do not run the written program on the example inputs in executorch.runtime and compare it with eager "
-        "(with --kernels, a target whose runtime is not this one, it does not run)",
-    )  # fmt: skip
-    _report_options(linting)
+    linting = _lint_command(commands)
 
     checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
     _check_options(checking)
@@ -71,6 +62,29 @@ def parser() -> argparse.ArgumentParser:
     for command in (linting, checking, diffing, rules, explain):
         command.set_defaults(command_parser=command)  # whose usage an unknown option shows
     return top
+
+
+def _lint_command(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``export-guards lint`` and its arguments."""
+    linting = commands.add_parser("lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False)
+    linting.add_argument("targets", nargs="+", metavar="TARGET", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs); several are linted one after another")
+    linting.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="an argument for the factory, as a Python literal (else text); repeat for several")
+    _export_options(linting)
+    linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
+    linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
+    linting.add_argument(
+        "--save-inputs", type=Path, metavar="PATH",
+        help="write the factory's example inputs here (torch.save), as `check --runtime --inputs PATH` runs them, when nothing "
+        "at or above the fail level was found (one target)",
+    )  # fmt: skip
+    _kernels_option(linting, " (default: the installed executorch.runtime's)")
+    linting.add_argument(
+        "--no-run", dest="run", action="store_false",
+        help="do not run the written program on the example inputs in executorch.runtime and compare it with eager "
+        "(with --kernels, a target whose runtime is not this one, it does not run)",
+    )  # fmt: skip
+    _report_options(linting)
+    return linting
 
 
 def unrecognized(arguments: Sequence[str], command: argparse.ArgumentParser) -> str:
@@ -101,6 +115,15 @@ def _check_options(checking: argparse.ArgumentParser) -> None:
     checking.add_argument("programs", nargs="*", type=Path, metavar="PROGRAM", help=".pte files, or folders: each .pte in a folder (and below) with the .ptd files beside it")
     checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
     checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
+    _runtime_options(checking)
+    _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
+    checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
+    _export_options(checking, " (with --reproducible)")
+    _report_options(checking)
+
+
+def _runtime_options(checking: argparse.ArgumentParser) -> None:
+    """``export-guards check``'s arguments for running the program and replaying its calls."""
     checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
     checking.add_argument(
         "--runtime-timeout", type=float, default=120.0, metavar="SECONDS",
@@ -116,10 +139,6 @@ def _check_options(checking: argparse.ArgumentParser) -> None:
         "--inputs", type=Path, metavar="FILE",
         help="with --runtime and one program: run forward on these inputs (a list saved with torch.save) instead of made-up ones",
     )  # fmt: skip
-    _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
-    checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
-    _export_options(checking, " (with --reproducible)")
-    _report_options(checking)
 
 
 def _kernels_option(command: argparse.ArgumentParser, default: str) -> None:
@@ -147,12 +166,24 @@ def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
 
 
 def _report_options(command: argparse.ArgumentParser) -> None:
+    """The arguments of every command that reports findings: which, in what form, from which configuration."""
+    _selection_options(command)
+    _output_options(command)
+    _configuration_options(command)
+
+
+def _selection_options(command: argparse.ArgumentParser) -> None:
+    """Which findings are reported, and which fail the run."""
     command.add_argument("--select", help="comma-separated codes or prefixes to report (default: EG, all of ours, and every installed project rule)")
     command.add_argument("--ignore", help="comma-separated codes or prefixes not to report")
     command.add_argument("--extend-select", metavar="CODES", help="codes or prefixes to report besides those selected")
     command.add_argument("--extend-ignore", metavar="CODES", help="codes or prefixes not to report, besides those ignored")
     command.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
     command.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings reach the fail level (errors of the tool itself still exit 2)")
+
+
+def _output_options(command: argparse.ArgumentParser) -> None:
+    """Where the report goes and in what form; the baseline."""
     command.add_argument("--output-format", "--format", dest="output_format", choices=tuple(FORMATS), default="text", help="report format: text (default), json, sarif, or github (Actions annotations)")
     command.add_argument("--report-file", type=Path, metavar="PATH", help="write the report here, atomically, instead of stdout (missing folders are made)")
     command.add_argument("--force", action="store_true", help="replace a file at an output path even when it is not a program or report that export-guards writes")
@@ -160,6 +191,10 @@ def _report_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--show-info", action="store_true", default=None, help="list info findings too (text; default: counted on the summary line; config key show-info)")
     command.add_argument("--baseline", type=Path, metavar="FILE", help="report and fail only on findings that this baseline does not hold")
     command.add_argument("--write-baseline", type=Path, metavar="FILE", help="write the findings of this run to FILE as a baseline (then exit 0 unless a step failed)")
+
+
+def _configuration_options(command: argparse.ArgumentParser) -> None:
+    """Which configuration is read; how much is printed."""
     configuration = command.add_mutually_exclusive_group()
     configuration.add_argument("--config", type=Path, help="the pyproject.toml to read [tool.export-guards] from (default: the nearest one that has the table, from the working folder up)")
     configuration.add_argument("--isolated", action="store_true", help="read no configuration file: defaults and the command line only")

@@ -16,10 +16,24 @@ from export_guards.cli.arguments import UsageError, baseline_from, kernels_from,
 from export_guards.cli.console import ProgressLines, quiet_libraries
 from export_guards.cli.options import CheckOptions
 from export_guards.cli.outputs import Outputs
-from export_guards.cli.reporting import Checked, against_baseline, deliver, exit_code, merged, project_root, reported_if_failed
+from export_guards.cli.reporting import (
+    Checked,
+    against_baseline,
+    deliver,
+    exit_code,
+    merged,
+    project_root,
+    reported_if_failed,
+)
 from export_guards.cli.signals import Interrupts
 from export_guards.pte.digests import ContentDigests
-from export_guards.pte.reader.identity import HEAD_LENGTH, file_kind, file_kind_of, looks_like_text, unreadable_program_at
+from export_guards.pte.reader.identity import (
+    HEAD_LENGTH,
+    file_kind,
+    file_kind_of,
+    looks_like_text,
+    unreadable_program_at,
+)
 from export_guards.ruleset.catalog import CATALOG
 from export_guards.targets import StepFailed, TargetError, check_target
 

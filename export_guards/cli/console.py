@@ -13,7 +13,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, final
+from typing import IO, TextIO, final
 
 from export_guards.progress import shown_by
 from export_guards.quiet import libraries_quiet, show_known_noise
@@ -161,11 +161,11 @@ def quiet_libraries(verbose: bool, *, load_torch: bool = True) -> Iterator[None]
         yield
         return
     original = warnings.showwarning
-    roots = tuple(str(Path(p).resolve()) for p in sys.path if "-packages" in p) + (os.path.dirname(os.__file__),)
+    roots = (*(str(Path(p).resolve()) for p in sys.path if "-packages" in p), os.path.dirname(os.__file__))
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
         if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned
-            original(message, category, filename, lineno, *rest)
+            original(message, category, filename, lineno, file, line)
 
     try:
         with libraries_quiet(load_torch=load_torch):

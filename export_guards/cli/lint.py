@@ -30,14 +30,22 @@ from export_guards.cli.reporting import (
 from export_guards.cli.signals import Interrupts
 from export_guards.report import Report, Severity
 from export_guards.ruleset import without_symptoms
-from export_guards.targets import Exportable, StepFailed, TargetError, check_target, load_target, parse_arguments, target_file
+from export_guards.targets import (
+    Exportable,
+    StepFailed,
+    TargetError,
+    check_target,
+    load_target,
+    parse_arguments,
+    target_file,
+)
 from export_guards.targets import step as failing_step  # a failure in it is a StepFailed that names the step
 
 if TYPE_CHECKING:
     from export_guards.pipeline import GuardedExport
-    from export_guards.verify import ProgramRuns
     from export_guards.pte.inventory import RuntimeInventory
     from export_guards.pte.smoke import SmokeWorker
+    from export_guards.verify import ProgramRuns
 
 __all__ = ["run"]
 

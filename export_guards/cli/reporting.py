@@ -16,8 +16,8 @@ from export_guards.cli.outputs import Outputs
 from export_guards.cli.signals import Interrupts
 from export_guards.render import render
 from export_guards.render.baseline import held_by, render_baseline
-from export_guards.render.text import render_text
 from export_guards.render.sarif import project_root as _project_root
+from export_guards.render.text import render_text
 from export_guards.report import Report, Severity, SourceLocation
 from export_guards.targets import StepFailed, target_file
 

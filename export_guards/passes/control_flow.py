@@ -4,7 +4,7 @@ long as it is read (what EG518 reports in a program written without it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -58,8 +58,8 @@ class ControlFlowOutputsPass(PassBase):
             assert isinstance(call, Node)  # a result is a getitem of its call
             last.get(call, call).append(result)  # the getitem first, then its copy, before anything else runs
             last[call] = _clone_after(result)
-            result.replace_all_uses_with(last[call], delete_user_cb=lambda user, clone=last[call]: user is not clone)
-        for module in {result.graph.owning_module for result in outliving}:
+            result.replace_all_uses_with(last[call], delete_user_cb=_other_than(last[call]))
+        for module in {result.graph.owning_module for result in outliving if result.graph.owning_module is not None}:
             module.recompile()
         return GuardGraphPassResult(graph_module, bool(outliving), report)
 
@@ -119,6 +119,11 @@ def _outlives_branch(result: Node, made_at: int, order: dict[Node, int], calls: 
     last = max((order[user] for user in result.users), default=made_at)
     returned = any(user.op == "output" for user in result.users)
     return (escapes and returned) or any(made_at < call < last for call in calls)
+
+
+def _other_than(clone: Node) -> Callable[[Node], bool]:
+    """Whether a user of a result is to read the copy: every user but the copy itself."""
+    return lambda user: user is not clone
 
 
 def _clone_after(result: Node) -> Node:

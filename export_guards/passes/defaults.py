@@ -160,7 +160,7 @@ def _hand_the_copy_to(lists: list[Sequence[Partitioner]]) -> None:
     same objects to ``to_edge_transform_and_lower``."""
     for parts in lists:
         for part in parts:
-            part.placement = "copy"  # type: ignore[attr-defined]
+            part.placement = "copy"
 
 
 def _backend_ids(lists: list[Sequence[Partitioner]]) -> list[str] | None:
@@ -168,4 +168,4 @@ def _backend_ids(lists: list[Sequence[Partitioner]]) -> list[str] | None:
     specs = [getattr(part, "delegation_spec", None) for parts in lists for part in parts]
     if not specs or any(spec is None for spec in specs):
         return None
-    return [spec.backend_id for spec in specs]
+    return [spec.backend_id for spec in specs if spec is not None]

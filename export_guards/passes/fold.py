@@ -13,6 +13,7 @@ import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 from executorch.exir.backend.partitioner import Partitioner
@@ -20,10 +21,11 @@ from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Node
+from torch.fx.node import Argument
 
 from export_guards.analysis.fold_plan import DeclinedFold, FoldPlan, outside_core_aten, plan_fold, written_growth
-from export_guards.analysis.program_bytes import constant_cost
 from export_guards.analysis.ops import ancestors, argument_name, aten_name, is_view
+from export_guards.analysis.program_bytes import constant_cost
 from export_guards.analysis.programs import ConstantKind, ProgramConstant
 from export_guards.analysis.reparametrization import reparametrized_tensor
 from export_guards.analysis.source import node_location, node_origin, node_site
@@ -35,6 +37,9 @@ from export_guards.passes.result import GuardPassResult
 from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
 from export_guards.settings import DEFAULT_MAX_GROWTH
+
+if TYPE_CHECKING:
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
 __all__ = ["FoldConstantsPass", "fold_constants", "fold_non_core_constants"]
 
@@ -173,11 +178,11 @@ def _evaluate(plan: FoldPlan) -> dict[Node, torch.Tensor]:
     with torch.no_grad():
         for node in order:
             args, kwargs = torch.fx.node.map_arg(
-                (node.args, node.kwargs), lambda n: constants[n].tensor if n in constants else values[n]
+                (node.args, node.kwargs), lambda n: cast("Argument", constants[n].tensor if n in constants else values[n])
             )
             values[node] = node.target(*args, **kwargs)
             if node in roots:
-                results[node] = values[node]
+                results[node] = cast(torch.Tensor, values[node])  # a root's value is a tensor
             for i in node.all_input_nodes:
                 if i in pending:
                     pending[i] -= 1
@@ -391,7 +396,7 @@ def _module_path(node: Node) -> str:
     return next(reversed(stack.values()))[0] if stack else ""
 
 
-def _fake_value(root: Node, value: torch.Tensor, fake_mode: object) -> torch.Tensor:
+def _fake_value(root: Node, value: torch.Tensor, fake_mode: FakeTensorMode | None) -> torch.Tensor:
     """The root's own fake value when it describes the dense ``value``, else a new one."""
     fake = root.meta.get("val")
     if (
@@ -418,7 +423,7 @@ def _kept_nodes(graph: torch.fx.Graph, plan: FoldPlan, stored_as: Mapping[Node, 
 
 
 def _output_node(graph: torch.fx.Graph, index: int) -> Node:
-    return graph.output_node().args[0][index]
+    return cast("Sequence[Node]", graph.output_node().args[0])[index]
 
 
 def _materialize(value: torch.Tensor, constants: Iterable[torch.Tensor]) -> torch.Tensor:

@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 
 from export_guards.analysis.int8_dynamic import INT_MM, Int8DynamicLinear, int8_dynamic_linears, is_assertion
+from export_guards.analysis.ops import input_node
 from export_guards.analysis.source import node_origin, node_site
 from export_guards.errors import LoweringFailed
 from export_guards.internals import fake_mode_of, new_fake_mode, updated_program
@@ -75,8 +76,8 @@ def _rewrite(found: Int8DynamicLinear, copies: dict[Node, Node]) -> None:
     quantized, codes, scale, weight = (copies[n] for n in (found.quantized, found.codes, found.scale, found.weight))
     result, matmul = copies[found.result], copies[found.matmul]
     graph = result.graph
-    x, block, x_scale, x_zero, dtype, low, high = (*quantized.args, *(None,) * 7)[:7]
-    out_dtype = x.meta["val"].dtype
+    _, block, x_scale, x_zero, dtype, low, high = (*quantized.args, *(None,) * 7)[:7]
+    out_dtype = input_node(quantized, 0).meta["val"].dtype
     with graph.inserting_before(result):
         activation = _call(graph, torch.ops.torchao.dequantize_affine.default, (quantized, block, x_scale, x_zero, dtype, low, high), matmul, output_dtype=out_dtype)
         zero = _call(graph, _INNER, (weight, "zero_point"), matmul) if _has_zero_point(weight) else None

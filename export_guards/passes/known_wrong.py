@@ -14,6 +14,7 @@ runtime's ``mm`` kernel is many times faster than its ``addmm`` on a matrix of t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from executorch.exir.backend.partitioner import PartitionResult
@@ -24,7 +25,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from export_guards.analysis.known_wrong import LINEAR_SOURCES, WrongDelegation, known_wrong_in
 from export_guards.analysis.known_wrong_entries import release_text
-from export_guards.analysis.ops import aten_name
+from export_guards.analysis.ops import aten_name, input_node
 from export_guards.analysis.source import node_origin, node_site
 from export_guards.errors import KnownWrongDelegationError
 from export_guards.internals import fake_mode_of, new_fake_mode, updated_program
@@ -132,7 +133,7 @@ def _split_addmm(node: Node) -> None:
 def _is_linear(source: object) -> bool:
     """Whether a source (a module class, its dotted name, or a function) is a linear."""
     if isinstance(source, str):
-        return source in {f"{s.__module__}.{s.__qualname__}" for s in LINEAR_SOURCES}
+        return source in {f"{s.__module__}.{getattr(s, '__qualname__', '')}" for s in LINEAR_SOURCES}
     return source in LINEAR_SOURCES or (isinstance(source, type) and issubclass(source, torch.nn.Linear))
 
 
@@ -140,9 +141,9 @@ def decompose_dequantize(node: Node) -> None:
     """``torchao.dequantize_affine`` as torchao defines it: ``(q - zero_point) * scale`` per
     block, in the output dtype."""
     quantized, block_size, scale, zero_point, *_ = node.args
-    out_dtype = node.kwargs.get("output_dtype", node.args[7] if len(node.args) > 7 else torch.float32)
-    shape = list(quantized.meta["val"].shape)
-    blocked, per_block = _block_shapes(block_size, shape)
+    out_dtype = cast(torch.dtype, node.kwargs.get("output_dtype", node.args[7] if len(node.args) > 7 else torch.float32))
+    shape = list(input_node(node, 0).meta["val"].shape)
+    blocked, per_block = _block_shapes(cast("Sequence[int]", block_size), shape)
     graph = node.graph
     view, sub, mul = (exir_ops.edge.aten.view_copy.default, exir_ops.edge.aten.sub.Tensor, exir_ops.edge.aten.mul.Tensor)
     with graph.inserting_before(node):

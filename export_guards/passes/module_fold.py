@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import nn
@@ -84,7 +85,7 @@ def _reparametrizations(module: nn.Module) -> Iterator[tuple[str, str, int]]:
         elif isinstance(hook, WeightNorm):
             yield hook.name, "torch.nn.utils.weight_norm", _bytes(module, hook.name, WEIGHT_NORM_STATE)
     if parametrize.is_parametrized(module):
-        for tensor_name, chain in module.parametrizations.items():
+        for tensor_name, chain in cast("dict[str, torch.nn.ModuleList]", module.parametrizations).items():
             kinds = ", ".join(type(p).__name__ for p in chain)
             state = sum(t.nbytes for t in [*chain.parameters(), *chain.buffers()])
             yield tensor_name, f"parametrization ({kinds})", state
@@ -103,7 +104,7 @@ def _remove(module: nn.Module, tensor_name: str, api: str) -> None:
     else:
         # The parametrizations' eval mode skips spectral norm's power iteration; the chain is
         # removed right after, so its training flags need no restoring.
-        module.parametrizations[tensor_name].eval()
+        cast("dict[str, torch.nn.ModuleList]", module.parametrizations)[tensor_name].eval()
         own_parametrized_class(module)  # deepcopy shares the class that holds the parametrized property
         with torch.no_grad():
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)

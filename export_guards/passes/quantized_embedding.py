@@ -11,8 +11,9 @@ quantized model computes in eager. One EG408 per embedding.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import cast
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -20,12 +21,14 @@ from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
 from torch.fx import Graph, GraphModule, Node
+from torch.fx.node import Argument
 
+from export_guards.analysis.ops import input_node
 from export_guards.analysis.quantized_embedding import EmbeddingKernel, QuantizedEmbedding, quantized_embeddings
 from export_guards.analysis.source import node_origin, node_site
 from export_guards.internals import fake_mode_of, updated_program
 from export_guards.passes.result import GuardPassResult
-from export_guards.report import Report
+from export_guards.report import Finding, Report
 from export_guards.ruleset import CATALOG, Hit, finding
 
 __all__ = ["QuantizedEmbeddingPass"]
@@ -82,9 +85,9 @@ def _rewritten(ep: ExportedProgram, found: list[QuantizedEmbedding]) -> Exported
     module = GraphModule(ep.graph_module, graph)
     module.meta.update(ep.graph_module.meta)
     input_specs = [specs[n.name] for n in graph.nodes if n.op == "placeholder"]
-    outputs = graph.output_node().args[0]
+    outputs = cast("list[Node]", graph.output_node().args[0])
     output_specs = [  # an output the embedding was is now the kernel's call
-        replace(spec, arg=TensorArgument(outputs[i].name)) if isinstance(spec.arg, TensorArgument) else spec  # type: ignore[index]
+        replace(spec, arg=TensorArgument(outputs[i].name)) if isinstance(spec.arg, TensorArgument) else spec
         for i, spec in enumerate(ep.graph_signature.output_specs)
     ]
     signature = ExportGraphSignature(input_specs, output_specs)
@@ -97,7 +100,7 @@ def _is_constant(spec: InputSpec) -> bool:
     return spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
 
-def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torch.Tensor], taken: set[str]):  # noqa: ANN202
+def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torch.Tensor], taken: set[str]) -> Callable[[str, torch.Tensor], Node]:
     """A function that adds a parameter holding a tensor, after the existing parameters (the
     signature orders them first), and returns its placeholder."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -121,10 +124,10 @@ def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torc
     return add
 
 
-def _replace(graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, add) -> None:  # noqa: ANN001
+def _replace(graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, add: Callable[[str, torch.Tensor], Node]) -> None:
     """Put the kernel's call in place of ``match``'s embedding in the copied graph."""
     kernel, dequantize = match.kernel, match.dequantize
-    codes, _, scale, _, *_ = dequantize.args
+    codes, scale = input_node(dequantize, 0), input_node(dequantize, 2)
     prefix = _table_name(match)
     codes_node = copies[codes] if kernel.bits == 8 else add(f"{prefix}_{kernel.bits}bit", kernel.codes)  # 8 bits: the codes as they are
     same_scale = kernel.scale.shape == match.sources[scale].tensor.shape
@@ -141,7 +144,7 @@ def _replace(graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, 
     graph.erase_node(embedding)
 
 
-def _op(kernel: EmbeddingKernel, scale_dtype: torch.dtype) -> tuple[object, dict[str, object]]:
+def _op(kernel: EmbeddingKernel, scale_dtype: torch.dtype) -> tuple[Callable[..., object], dict[str, Argument]]:
     """The kernel's overload: the default one computes in the scale's dtype, ``.dtype`` in another."""
     packet = getattr(exir_ops.edge.quantized_decomposed, kernel.op_name)
     return (packet.default, {}) if kernel.out_dtype == scale_dtype else (packet.dtype, {"dtype": kernel.out_dtype})
@@ -163,7 +166,7 @@ def _unique(name: str, taken: Iterable[str]) -> str:
     return candidate
 
 
-def _finding(match: QuantizedEmbedding):  # noqa: ANN202
+def _finding(match: QuantizedEmbedding) -> Finding:
     """The EG408 finding for one embedding: the kernel it now runs on and the table's bytes."""
     kernel = match.kernel
     rows, columns = match.table_shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from executorch.exir.pass_base import ExportedProgramPassResult
@@ -28,6 +29,6 @@ class GuardGraphPassResult(PassResult):
     report: Report
 
     def __new__(cls, graph_module: torch.nn.Module, modified: bool, report: Report | None = None) -> GuardGraphPassResult:
-        result = super().__new__(cls, graph_module, modified)
+        result = cast(GuardGraphPassResult, super().__new__(cls, graph_module, modified))
         result.report = report if report is not None else Report()
         return result

@@ -8,7 +8,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import pytest
 
@@ -17,6 +17,7 @@ from export_guards.pytest_plugin.quiet import libraries_kept_quiet
 if TYPE_CHECKING:
     from export_guards.pipeline import GuardedExport
     from export_guards.report import Report
+    from export_guards.written import OutputKind
 
 __all__ = ["_eg_fail"]
 
@@ -47,7 +48,7 @@ def _artifact_folder(root: Path, test_name: str) -> Path:
     unique (ids can read alike once sanitised or cut), and short enough for any file system
     whatever the id's length."""
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name)[:_READABLE].strip("_.")
-    digest = hashlib.sha1(test_name.encode()).hexdigest()[:8]
+    digest = hashlib.sha1(test_name.encode(), usedforsecurity=False).hexdigest()[:8]
     return root / f"{readable}-{digest}"
 
 
@@ -59,15 +60,15 @@ def _save(root: Path | None, test_name: str, export: GuardedExport | Report, pte
     user's notes named ``report.txt``) never replaced nor removed."""
     if root is None:
         return "\n(keep the .pte and report of failing checks with --eg-artifacts DIR)"
-    from export_guards.written import is_kind, write_atomically
     from export_guards.render import render_json, render_text
+    from export_guards.written import is_kind, write_atomically
 
     folder = _artifact_folder(root, test_name)
-    report = getattr(export, "report", export)  # a GuardedExport's, or a failed step's
+    report = cast("Report", getattr(export, "report", export))  # a GuardedExport's, or a failed step's
     try:
         with libraries_kept_quiet():
             data = pte() if callable(pte) else pte
-        files = {
+        files: dict[Path, tuple[OutputKind, bytes | None]] = {
             folder / "report.txt": ("report", render_text(report, show_info=True).encode()),
             folder / "report.json": ("report", render_json(report).encode()),
             folder / "model.pte": ("program", data),

@@ -312,7 +312,7 @@ class _Exported:
         comparisons = []
         for index, (inputs, eager) in enumerate(zip(each.steps, expected)):
             name = f"step #{index}" if label == "steps" else label
-            actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))
+            actual = method if isinstance(method, Exception) else _ran(lambda: method(inputs))  # noqa: B023 - called at once, in this iteration
             if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
                 pytest.skip(str(actual))
             if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
@@ -374,7 +374,7 @@ def assert_delegated(_eg_fail: Callable[..., NoReturn]) -> Callable[..., None]:
     each op left out, its source line and the partitioner's reason."""
 
     def check(result: ExportCheck | GuardedExport, *, min_fraction: float = 1.0, portable_allowed: Sequence[str] = ()) -> None:
-        export = getattr(result, "export", result)
+        export = result.export if isinstance(result, ExportCheck) else result
         summary = export.delegation
         if summary is None:
             _eg_fail("export-guards: the program was not lowered; see its report", export)

@@ -97,7 +97,7 @@ def _library_errors_held() -> Iterator[None]:
     finally:
         for handler in handlers:
             handler.removeFilter(held)
-        for record in held.records:
+        for record in held.records.values():
             logging.getLogger(record.name).handle(record)
 
 

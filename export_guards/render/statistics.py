@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 from export_guards.render.text import summary_line
-from export_guards.report import Report
+from export_guards.report import Report, Severity
 from export_guards.ruleset import known_rules
 
 __all__ = ["render_statistics"]
@@ -17,7 +17,7 @@ def render_statistics(report: Report, output_format: str = "text") -> str:
     finding of it has), then how many a ``# noqa`` suppressed; JSON as ``{"statistics": [{"code",
     "name", "severity", "count"}], "suppressed": {code: count}}``."""
     counts = Counter(f.code for f in report)
-    worst = {}
+    worst: dict[str, Severity] = {}
     for finding in report:
         if finding.code not in worst or finding.severity.rank > worst[finding.code].rank:
             worst[finding.code] = finding.severity
@@ -28,7 +28,7 @@ def render_statistics(report: Report, output_format: str = "text") -> str:
     suppressed = dict(sorted(Counter(f.code for f in report.suppressed).items()))
     if output_format == "json":
         return json.dumps({"statistics": rows, "suppressed": suppressed}, indent=2) + "\n"
-    width = max((len(r["name"]) for r in rows), default=0)
+    width = max((len(str(r["name"])) for r in rows), default=0)
     lines = [f"{r['count']:6d}  {r['code']}  {r['name']:<{width}}  [{r['severity']}]" for r in rows]
     lines.append(summary_line(report))
     return "\n".join(lines) + "\n"

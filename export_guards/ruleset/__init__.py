@@ -2,7 +2,17 @@
 rules into findings; the registry adds the rules that installed packages declare. Imports neither torch nor ExecuTorch."""
 
 from export_guards.ruleset.catalog import CATALOG, rule
-from export_guards.ruleset.engine import Locate, RuleSet, describe_error, finding, first_line, once, run, settle, without_symptoms
+from export_guards.ruleset.engine import (
+    Locate,
+    RuleSet,
+    describe_error,
+    finding,
+    first_line,
+    once,
+    run,
+    settle,
+    without_symptoms,
+)
 from export_guards.ruleset.registry import ProjectRulesError, known_rules, with_project_rules
 from export_guards.ruleset.rule import DOCS_URL, STAGES, Check, Hit, Rule, Stage
 
@@ -22,8 +32,8 @@ __all__ = [
     "RuleSet",
     "Stage",
     "describe_error",
-    "first_line",
     "finding",
+    "first_line",
     "known_rules",
     "once",
     "rule",

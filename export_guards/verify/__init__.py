@@ -6,7 +6,14 @@ policy (:class:`Tolerance`)."""
 from __future__ import annotations
 
 from export_guards.verify.eager import EagerReference, Expected, mutable_buffers
-from export_guards.verify.outputs import QUANTIZATION_ERROR, TOLERANCES, OutputError, Tolerance, compare_outputs, quantizes
+from export_guards.verify.outputs import (
+    QUANTIZATION_ERROR,
+    TOLERANCES,
+    OutputError,
+    Tolerance,
+    compare_outputs,
+    quantizes,
+)
 from export_guards.verify.program import check_program
 from export_guards.verify.runs import InputSet, ProgramRuns, expected_at, input_sets, run_program
 from export_guards.verify.runtime import LoadedMethod, input_differences, run_pte, runtime_error_text
@@ -28,7 +35,7 @@ __all__ = [
     "input_sets",
     "mutable_buffers",
     "quantizes",
-    "run_pte",
     "run_program",
+    "run_pte",
     "runtime_error_text",
 ]

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import final
+from typing import cast, final
 
 import torch
 import torch.utils._pytree as pytree
@@ -21,12 +21,11 @@ from export_guards.analysis.source import operator_sites
 from export_guards.pipeline import GuardedExport
 from export_guards.pte.smoke import SmokeInputs, SmokeRun, SmokeWorker
 from export_guards.report import Report
-from export_guards.ruleset import run, with_project_rules
+from export_guards.ruleset import first_line, run, with_project_rules
 from export_guards.settings import Settings
-from export_guards.ruleset import first_line
 from export_guards.verify.eager import EagerReference, Expected
-from export_guards.verify.program import WRITTEN_PROGRAM_RULES
 from export_guards.verify.outputs import Tolerance, compare_outputs
+from export_guards.verify.program import WRITTEN_PROGRAM_RULES
 
 __all__ = ["InputSet", "ProgramRuns", "input_sets", "run_program"]
 
@@ -191,5 +190,5 @@ def _compared(reference: EagerReference, runs: Sequence[tuple[InputSet, Expected
         for index in differ:
             if index < len(again) and again[index][0] is runs[index][0]:  # eager raised nowhere new before it
                 expected, actual = again[index][1], done[index][1]
-                differences[index] = compare_outputs(expected.outputs, actual, tolerance, unsteady=expected.unsteady)
+                differences[index] = compare_outputs(expected.outputs, cast("list[object]", actual), tolerance, unsteady=expected.unsteady)  # differ: runs with outputs
     return [replace(ran, mismatches=tuple(d.problem for d in found if not d.within)) if actual is not None else ran for (ran, actual), found in zip(done, differences)]

@@ -57,7 +57,7 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
     try:
         loaded = load_program(Runtime.get(), program, data_file)  # data_path: executorch 1.5 and later
         names = sorted(loaded.method_names)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - the worker reports any failure to its parent
         say({"failure": f"load: {type(error).__name__}: {error}"}, 0)
         return 0
     if not runs:
@@ -73,7 +73,7 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
             # flat, as the runtime takes them (a None kept in its place: the program holds one there)
             given = pytree.tree_leaves(list(torch.load(inputs, weights_only=True)))
             results = loaded.load_method("forward").execute(given)  # one method (the program caches it): loaded once, as an app loads it
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - the worker reports any failure to its parent
             say({"failure": f"run forward: {type(error).__name__}: {error}"}, run)
             continue
         say({"step": "ran forward"}, run)
@@ -95,7 +95,7 @@ def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[
         said = {"inputs": made_up(made), "indices": any(_holds_indices(value) for value in made)}
         say({"made_up": said})
         method.execute(made)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - the worker reports any failure to its parent
         say({"failure": f"run {name}: {type(error).__name__}: {error}"})
         if said is not None and not said["indices"]:
             zeros = [torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in made]
@@ -109,7 +109,7 @@ def _runs(loaded: Any, name: str, inputs: list[object]) -> bool:
     """Whether method ``name``, loaded afresh, runs on ``inputs``."""
     try:
         loaded.load_method(name).execute(inputs)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure: it does not run
         return False
     return True
 
@@ -175,7 +175,7 @@ def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
     return dense.permute(dim_order).contiguous().permute([dim_order.index(d) for d in range(dense.dim())])
 
 
-def _answer(inventory: bool, replay: list[object]) -> None:
+def _answer(inventory: bool, replay: list[Sequence[object]]) -> None:
     """What the parent asked of this process, which has the runtime and torch loaded, before it
     runs the program: its runtime's kernels and backends (EG521), and EG519's calls replayed
     on meta tensors (``check --runtime`` leaves torch to this process)."""

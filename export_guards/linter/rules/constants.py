@@ -44,7 +44,7 @@ def _owner(fqn: str) -> str:
     (``conv.parametrizations.weight.original0``), the parametrized module (``conv``)."""
     if fqn.startswith("parametrizations."):
         return ""
-    return fqn.split(".parametrizations.")[0] if ".parametrizations." in fqn else fqn.rpartition(".")[0]
+    return fqn.split(".parametrizations.", maxsplit=1)[0] if ".parametrizations." in fqn else fqn.rpartition(".")[0]
 
 
 def _storage(tensor: object) -> object:

@@ -10,6 +10,7 @@ from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
 from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, rule
 
+
 @rule("EG310")
 def fixed_input_shapes(context: LintContext) -> Iterator[Hit]:
     placeholders = context.placeholders

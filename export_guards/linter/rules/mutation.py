@@ -67,7 +67,7 @@ def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
 def input_mutated_in_place(context: LintContext) -> Iterator[Hit]:
     signature = context.program.graph_signature
     placeholders = context.placeholders
-    written = {name: None for name in signature.user_inputs_to_mutate.values()}  # a functional program
+    written = dict.fromkeys(signature.user_inputs_to_mutate.values())  # a functional program
     for name in signature.user_inputs:
         if name in placeholders and (node := writer(placeholders[name])) is not None:
             written[name] = node

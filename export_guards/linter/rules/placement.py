@@ -9,7 +9,6 @@ from export_guards.linter.context import LintContext
 from export_guards.ruleset import Hit, RuleSet, rule
 
 
-
 def _hits(context: LintContext, on_device: bool) -> Iterator[Hit]:
     for constant in context.constants.values():
         problem = storage_problem(constant.tensor)

@@ -19,7 +19,11 @@ EG101 / EG102 rules report them.
 """
 
 from export_guards.passes.placement.emit import EmitPlacementPass, EmittedProgram, emit_passes
-from export_guards.passes.placement.guard import ConstantPlacementPass, check_constant_placement, guard_constant_placement
+from export_guards.passes.placement.guard import (
+    ConstantPlacementPass,
+    check_constant_placement,
+    guard_constant_placement,
+)
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.partitioner import DEVICE_BACKENDS, GuardedPartitioner, guard_partitioners
 from export_guards.passes.placement.plan import PlacementPlan, check_policy, plan_partition, plan_placement

@@ -19,10 +19,10 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 from export_guards.errors import GuardError
 from export_guards.internals import replace_constants_in_place
 from export_guards.passes.control_flow import ControlFlowOutputsPass
-from export_guards.passes.quantized_ops import QuantizedKernelsPass
 from export_guards.passes.placement.host_copy import host_constants, host_graph
 from export_guards.passes.placement.messages import placement_error
 from export_guards.passes.placement.plan import EMITTER, check_policy, plan_placement
+from export_guards.passes.quantized_ops import QuantizedKernelsPass
 from export_guards.passes.result import GuardGraphPassResult
 from export_guards.report import Report
 from export_guards.settings import PlacementPolicy

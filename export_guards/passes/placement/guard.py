@@ -81,11 +81,11 @@ def guard_constant_placement(program: P, policy: PlacementPolicy = "error") -> P
     if not moving:
         return program
     if isinstance(program, EdgeProgramManager):  # its transform keeps the manager's other state
-        return program.transform({name: [ConstantPlacementPass("copy", method=name)] for name in moving})  # type: ignore[return-value]
+        return program.transform({name: [ConstantPlacementPass("copy", method=name)] for name in moving})
     moved = {name: plans[name].carried_out(ep).exported_program for name, ep in methods.items()}
     if isinstance(program, ExportedProgram):
-        return moved["forward"]  # type: ignore[return-value]
-    return moved  # type: ignore[return-value]
+        return moved["forward"]
+    return moved
 
 
 class ConstantPlacementPass(ExportedProgramPassBase):

@@ -86,7 +86,7 @@ class GuardedPartitioner(Partitioner):
         if not isinstance(partitioner, Partitioner):
             raise TypeError(f"guard_partitioners takes ExecuTorch Partitioner instances, not {type(partitioner).__name__}")
         super().__init__()  # the spec is read from the wrapped one: some never set theirs
-        self.partitioner = partitioner
+        self.partitioner: Partitioner = partitioner
         self.device_backends = frozenset(device_backends)
         self.last = last
         self.emitter: PlacementPolicy = emitter

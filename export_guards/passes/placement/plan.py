@@ -198,7 +198,7 @@ def plan_partition(result: PartitionResult, trusted: frozenset[str], *, emitter:
         if problem is None:
             continue
         tag = constant.node.meta.get("delegation_tag")
-        reader = backends[tag] if tag in backends else EMITTER if emitter is not None else None
+        reader = backends[tag] if tag is not None and tag in backends else EMITTER if emitter is not None else None
         placed.append(Placed(constant, problem, _after_partitioning(reader, trusted, emitter), reader))
     return PlacementPlan(None, tuple(placed))
 
