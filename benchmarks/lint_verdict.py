@@ -33,9 +33,8 @@ def main() -> int:
     args = parser.parse_args()
 
     import segmentation
-
-    from export_guards.program import check_program
     from export_guards.pipeline import export_in_steps
+    from export_guards.program import check_program
     from export_guards.quiet import libraries_quiet
 
     def export():  # the lint before the program: export, lint, lower, partitioned lint

@@ -13,9 +13,9 @@ import warnings
 
 import pytest
 import torch
+from executorch.exir.error import InternalError
 
 import export_guards as eg
-from executorch.exir.error import InternalError
 
 
 def package_modules() -> list[str]:
@@ -43,7 +43,7 @@ def test_every_exception_class_of_the_package_derives_from_the_one_root() -> Non
     classes = exception_classes()
     assert len(classes) >= 20  # the walk found them (the guards' errors, the torch-free ones, the command's)
     names = {cls.__name__ for cls in classes.values()}
-    assert PRIVATE | NOT_ERRORS <= names  # what is left out still exists, and is left out by name
+    assert names >= PRIVATE | NOT_ERRORS  # what is left out still exists, and is left out by name
     outside = sorted(path for path, cls in classes.items() if cls.__name__ not in PRIVATE | NOT_ERRORS and not issubclass(cls, eg.Error))
     assert outside == [], f"errors not under export_guards.Error: {outside}"
     assert all(cls.__name__.startswith("_") for cls in classes.values() if cls.__name__ in PRIVATE)
@@ -106,20 +106,21 @@ def test_an_old_name_still_works_and_its_warning_names_the_new_spelling(old: str
     with pytest.warns(DeprecationWarning, match=rf"^export_guards\.{old} is deprecated: {new}") as warned:
         value = getattr(eg, old)
     assert warned[0].filename == __file__  # said at the caller's line
+    namespace: dict[str, object] = {}
     with pytest.warns(DeprecationWarning, match=rf"export_guards\.{old} is deprecated"):
-        namespace: dict[str, object] = {}
-        exec(f"from export_guards import {old}", namespace)
+        exec(f"from export_guards import {old}", namespace)  # noqa: S102 - the from-import spelling, with the name as data
     assert namespace[old] is value
     if old in eg._MOVED:
         assert value is getattr(getattr(eg, eg._MOVED[old]), old)
-    module, attribute, _ = eg._RENAMED.get(old, (None, None, None))
-    if module is not None:
+    if old in eg._RENAMED:
+        module, attribute, _ = eg._RENAMED[old]
         assert value is getattr(importlib.import_module(module), attribute)
 
 
 def test_the_renamed_ones_are_what_their_new_spelling_is() -> None:
-    with pytest.warns(DeprecationWarning):
-        assert eg.LintConfig is eg.Settings
+    with pytest.warns(DeprecationWarning, match="LintConfig is deprecated"):
+        renamed = eg.LintConfig
+    assert renamed is eg.Settings
 
 
 def test_loose_keyword_options_warn_naming_the_settings_and_config_does_not() -> None:
@@ -139,7 +140,7 @@ def test_loose_keyword_options_warn_naming_the_settings_and_config_does_not() ->
 def test_a_guarded_export_with_loose_keywords_warns_once_at_the_callers_line() -> None:
     model = torch.nn.Linear(4, 2).eval()
     program = torch.export.export(model, (torch.randn(1, 4),))
-    with pytest.warns(DeprecationWarning) as warned:
+    with pytest.warns(DeprecationWarning, match="export_with_guards") as warned:
         loose = eg.export_with_guards(model, (torch.randn(1, 4),), backend="portable")
     ours = [w for w in warned if str(w.message).startswith("export_guards")]
     assert [(w.filename, str(w.message)) for w in ours] == [

@@ -14,23 +14,47 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from export_guards.errors.base import (
-    Error,
-    ExportFailed,
-    GradModeWriteError,
-    NotAModule,
-    ProjectRulesError,
-    RuntimeMismatch,
-    TargetError,
+    Error as Error,
+)
+from export_guards.errors.base import (
+    ExportFailed as ExportFailed,
+)
+from export_guards.errors.base import (
+    GradModeWriteError as GradModeWriteError,
+)
+from export_guards.errors.base import (
+    NotAModule as NotAModule,
+)
+from export_guards.errors.base import (
+    ProjectRulesError as ProjectRulesError,
+)
+from export_guards.errors.base import (
+    RuntimeMismatch as RuntimeMismatch,
+)
+from export_guards.errors.base import (
+    TargetError as TargetError,
 )
 
 if TYPE_CHECKING:  # made on first use (they import ExecuTorch): see __getattr__
     from export_guards.errors.guard import (
         ConstantPlacementError as ConstantPlacementError,
+    )
+    from export_guards.errors.guard import (
         GuardError as GuardError,
+    )
+    from export_guards.errors.guard import (
         KnownWrongDelegationError as KnownWrongDelegationError,
+    )
+    from export_guards.errors.guard import (
         LintError as LintError,
+    )
+    from export_guards.errors.guard import (
         LoweringFailed as LoweringFailed,
+    )
+    from export_guards.errors.guard import (
         ProgramRefused as ProgramRefused,
+    )
+    from export_guards.errors.guard import (
         SharedMemoryError as SharedMemoryError,
     )
 
@@ -44,18 +68,22 @@ _GUARD_ERRORS = (
     "SharedMemoryError",
 )
 
-__all__ = sorted(
-    [
-        *_GUARD_ERRORS,
-        "Error",
-        "ExportFailed",
-        "GradModeWriteError",
-        "NotAModule",
-        "ProjectRulesError",
-        "RuntimeMismatch",
-        "TargetError",
-    ]
-)
+__all__ = [
+    "ConstantPlacementError",
+    "Error",
+    "ExportFailed",
+    "GradModeWriteError",
+    "GuardError",
+    "KnownWrongDelegationError",
+    "LintError",
+    "LoweringFailed",
+    "NotAModule",
+    "ProgramRefused",
+    "ProjectRulesError",
+    "RuntimeMismatch",
+    "SharedMemoryError",
+    "TargetError",
+]
 
 
 def __getattr__(name: str) -> Any:

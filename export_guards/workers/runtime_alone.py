@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import types
 
 __all__ = ["defer_exir_init"]
 
@@ -41,4 +40,4 @@ def defer_exir_init() -> None:
 
     package.__getattr__ = run_init  # type: ignore[method-assign]  # PEP 562: read only for missing names
     sys.modules[_PACKAGE] = package
-    setattr(sys.modules["executorch"], "exir", package)  # as an import of it would (find_spec imported the parent)
+    sys.modules["executorch"].exir = package  # type: ignore[attr-defined]  # as an import of it would (find_spec imported the parent)
