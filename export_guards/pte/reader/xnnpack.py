@@ -197,6 +197,10 @@ def read_quantization(data: bytes) -> dict[int, XnnQuantization]:
         graph = data[offset : offset + int.from_bytes(data[XNNHeader.FLATBUFFER_SIZE_OFFSET], "little")]
     else:
         graph = data
+    try:
+        return _quantization_fast(graph)
+    except Unreadable:
+        pass  # the generated classes read it, and say what is wrong in their words
     schema = _schema()
     kinds = {schema.XNNQuantParams.PerTensorQuant: "per_tensor", schema.XNNQuantParams.PerChannelQuant: "per_channel", schema.XNNQuantParams.PerChannelGroupQuant: "per_channel_group", schema.XNNQuantParams.PerTokenDynamicQuant: "per_token"}
     found: dict[int, XnnQuantization] = {}
@@ -216,6 +220,56 @@ def read_quantization(data: bytes) -> dict[int, XnnQuantization]:
     except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
         raise DecodeError(f"its graph's quantization cannot be read: {type(error).__name__}: {error}") from None
     return found
+
+
+_QUANT_KINDS = {"PerTensorQuant": "per_tensor", "PerChannelQuant": "per_channel", "PerChannelGroupQuant": "per_channel_group", "PerTokenDynamicQuant": "per_token"}
+
+
+def _quantization_fast(graph: Any) -> dict[int, XnnQuantization]:
+    """:func:`read_quantization`'s answer read with ``struct`` on the buffer (``xnnpack_graph``).
+
+    Raises:
+        Unreadable: anything this reader does not read as the generated classes do.
+    """
+    schema = layout()
+    if schema is None or len(graph) < 4:
+        raise Unreadable
+    try:
+        tables, unions = schema.tables, schema.unions
+        quantized_tag = next(tag for tag, (name, _) in unions["XValueUnion"].items() if name == "XNNQuantizedTensorValue")
+        kinds = {tag: (_QUANT_KINDS[name], table) for tag, (name, table) in unions["XNNQuantParams"].items()}
+        root = Table(graph, int.from_bytes(graph[0:4], "little"), tables["XNNGraph"])
+        found: dict[int, XnnQuantization] = {}
+        for value in root.tables("Xvalues", tables["XValue"]):
+            if value.get("XvalueUnionType") != quantized_tag:
+                continue
+            quantized = value.table("XvalueUnion", tables["XNNQuantizedTensorValue"])
+            if quantized is None:
+                continue
+            kind, table_name = kinds.get(quantized.get("QuantParamsType"), (None, None))
+            params = quantized.table("QuantParams", tables[table_name] if table_name else {})
+            if kind is None or params is None:
+                continue
+            tensor = quantized.table("TensorValue", tables["XNNTensorValue"])
+            if tensor is None:
+                raise Unreadable
+            found[tensor.get("IdOut")] = _params_fast(root, tables, kind, params)
+        return found
+    except (KeyError, TypeError, UnicodeDecodeError, StopIteration, struct.error) as error:
+        raise Unreadable from error
+
+
+def _params_fast(root: Table, tables: dict[str, Any], kind: str, params: Table) -> XnnQuantization:
+    if kind == "per_tensor":
+        return XnnQuantization(kind, (params.get("Scale"),), zero_point=params.get("ZeroPoint"))
+    if kind == "per_token":
+        return XnnQuantization(kind)
+    scales, index, key = params.numbers("Scale"), params.get("ScaleBufferIdx"), ""
+    if index:
+        entries = root.tables("ConstantData", tables["ConstantDataOffset"])
+        if index < len(entries):
+            key = (entries[index].string("NamedKey") or b"").decode()
+    return XnnQuantization(kind, tuple(scales), key, params.get("ChannelDim"))
 
 
 def _quantization(schema: types.ModuleType, root: object, kind: str, table: object) -> XnnQuantization:
