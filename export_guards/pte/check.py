@@ -209,8 +209,11 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
         OSError: a path that cannot be opened as a file.
         ValueError: a file that is not an ExecuTorch program, or one too damaged to read.
     """
-    programs = []
+    programs: list[PteFile] = []
     for given, role in ((old, "the shipped program"), (new, "the new build")):
+        if programs and _same_path(old, new):
+            programs.append(programs[0])  # diff A A: the file read, parsed and checked once
+            break
         data = bytes(given) if isinstance(given, (bytes, bytearray, memoryview)) else open_bytes(given)
         pte = PteFile(data, _name(given))
         why = unreadable_program(data[:HEAD_LENGTH], len(data))
@@ -225,6 +228,10 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
         return diff_weights(ProgramUpdate(programs[0], programs[1]))
     except DecodeError as error:
         raise ValueError(f"an XNNPACK delegate cannot be read: {error}") from None
+
+
+def _same_path(old: PathOrBytes, new: PathOrBytes) -> bool:
+    return not isinstance(old, (bytes, bytearray, memoryview)) and not isinstance(new, (bytes, bytearray, memoryview)) and os.fspath(old) == os.fspath(new)
 
 
 def _refuse_damaged(pte: PteFile, role: str) -> None:
