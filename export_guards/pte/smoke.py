@@ -181,18 +181,20 @@ def input_specs(program: Any) -> dict[str, list[list[object]]]:
     them out), from a parsed program (``PteFile.program``; ``{}`` for None)."""
     specs: dict[str, list[list[object]]] = {}
     for plan in program.execution_plan if program is not None else ():
-        found: list[list[object]] = []
-        for index in plan.inputs:
-            value = plan.values[index].val
-            kind = type(value).__name__
-            if kind == "Tensor":
-                found.append(["tensor", int(value.scalar_type), [int(n) for n in value.sizes], [int(n) for n in value.dim_order]])
-            elif kind in ("Int", "Double", "Bool"):
-                found.append([kind.lower(), getattr(value, f"{kind.lower()}_val")])
-            elif kind == "Null":
-                found.append(["none"])
-        specs.setdefault(plan.name, found)  # the first method of a name, as the child's next() finds it
-    return specs
+        if plan.name not in specs:  # the first method of a name, as the child's next() finds it
+            with contextlib.suppress(Exception):  # a value damaged past this reading: the child reads the file itself
+                specs[plan.name] = [spec for index in plan.inputs if (spec := _input_spec(plan.values[index].val)) is not None]
+            specs.setdefault(plan.name, None)  # type: ignore[arg-type]
+    return {name: found for name, found in specs.items() if found is not None}
+
+
+def _input_spec(value: object) -> list[object] | None:
+    kind = type(value).__name__
+    if kind == "Tensor":
+        return ["tensor", int(value.scalar_type), [int(n) for n in value.sizes], [int(n) for n in value.dim_order]]  # type: ignore[attr-defined]
+    if kind in ("Int", "Double", "Bool"):
+        return [kind.lower(), json.loads(json.dumps(getattr(value, f"{kind.lower()}_val")))]  # as the job carries it
+    return ["none"] if kind == "Null" else None
 
 
 @final

@@ -159,10 +159,19 @@ def _from_specs(specs: list[list[Any]]) -> list[object]:
     inputs: list[object] = []
     for kind, *rest in specs:
         if kind == "tensor":
-            inputs.append(_made(get_scalar_type(ScalarType(rest[0])), list(rest[1]), list(rest[2])))
+            inputs.append(_made(get_scalar_type(_scalar_type(rest[0])), list(rest[1]), list(rest[2])))
         else:
             inputs.append(None if kind == "none" else rest[0])
     return inputs
+
+
+def _scalar_type(number: int) -> object:
+    """The ``ScalarType`` the program's reading gives for ``number`` (the number itself where
+    it names none), so that an unknown one fails as it fails there."""
+    try:
+        return ScalarType(number)
+    except ValueError:
+        return number
 
 
 def made_up(inputs: Sequence[object]) -> str:
