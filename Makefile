@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint format test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-llm-scale-1b bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
+.PHONY: demo test lint format test-gpu ci test-compat test-fast coverage bench bench-placement bench-fold bench-fold-peer bench-lint bench-check bench-check-ab bench-campaign bench-cli bench-verdict bench-check-light bench-export-ab bench-check-kernels bench-check-hash bench-check-runtime bench-llm bench-llm-scale bench-llm-scale-1b bench-check-scale bench-known-wrong bench-weight-only delegate-numerics operator-table kernel-table same-outcome clean
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -194,3 +194,8 @@ same-outcome: $(INSTALLED)
 		status=$$?; cd $(CURDIR) && git worktree remove --force out/same-outcome/baseline; exit $$status
 	$(PY) benchmarks/same_outcome.py record out/same-outcome/this-tree.json
 	$(PY) benchmarks/same_outcome.py compare out/same-outcome/baseline.json out/same-outcome/this-tree.json
+
+# check, diff A A and check --runtime on the 100M decoders of /tmp/shared against reading the
+# file once and a bare import-load-run script (issue 64); --quick for one pair
+bench-check-scale: $(INSTALLED)
+	$(PY) benchmarks/check_scale.py

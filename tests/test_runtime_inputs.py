@@ -145,3 +145,29 @@ def test_lint_and_check_run_a_factory_whose_inputs_hold_none(cli: Callable[..., 
     assert "ran the program on the example inputs and at seq=1 (the lower bound), seq=32 (the upper bound)" in linted.stderr
     checked = cli("check", out, "--runtime", "--isolated", "--format", "json")  # the None made up as None
     assert checked.returncode == 0 and json.loads(checked.stdout)["findings"] == [], checked.stdout
+
+
+def test_the_inputs_the_parent_reads_are_the_ones_the_child_would_make(behind: Path) -> None:
+    """``check --runtime`` hands the child each method's inputs as it read them
+    (``smoke.input_specs``), so that the child does not parse the program again: the same
+    dtypes, shapes, layouts and fills as the child's own reading of the file (a channels-last
+    input, integers and a Python scalar among them)."""
+    from export_guards.pte.reader.file import PteFile, open_bytes
+    from export_guards.pte.smoke import input_specs
+    from export_guards.workers import runtime_smoke
+
+    class _Mixed(nn.Module):
+        def forward(self, image: torch.Tensor, index: torch.Tensor, scale: float) -> torch.Tensor:
+            return image[:, :, 0, 0].index_select(1, index) * scale
+
+    program = torch.export.export(_Mixed(), (torch.randn(1, 3, 4, 4).to(memory_format=torch.channels_last), torch.zeros(2, dtype=torch.int64), 2.0))
+    written = behind.parent / "mixed.pte"
+    written.write_bytes(to_edge_transform_and_lower(program).to_executorch().buffer)
+    for path in (behind, written):
+        specs = input_specs(PteFile(open_bytes(path)).program)
+        assert specs
+        for method, given in specs.items():
+            made, own = runtime_smoke._from_specs(given), runtime_smoke._inputs(str(path), method, None)
+            assert runtime_smoke.made_up(made) == runtime_smoke.made_up(own)
+            strides = [(v.stride(), v.dtype) if isinstance(v, torch.Tensor) else v for v in made]
+            assert strides == [(v.stride(), v.dtype) if isinstance(v, torch.Tensor) else v for v in own]

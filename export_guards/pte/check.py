@@ -20,7 +20,7 @@ from export_guards.pte.reader.identity import HEAD_LENGTH, unreadable_program
 from export_guards.pte.reproducible import ExportFailed, ExportPair, export_twice
 from export_guards.pte.rules import PTE_RULES, structure
 from export_guards.pte.rules.kernels import replay_calls
-from export_guards.pte.smoke import SmokeInputs, SmokeWorker, StartedSmoke
+from export_guards.pte.smoke import SmokeInputs, SmokeWorker, StartedSmoke, input_specs
 from export_guards.pte.weight_cache import CacheDiff, ProgramUpdate, diff_weights
 from export_guards.report import Report
 from export_guards.ruleset import Locate, RuleSet, run, with_project_rules
@@ -109,7 +109,8 @@ def _started(
     of the run's cost) while this process reads the program; it also answers what needs the
     runtime or torch (the inventory, EG519's replay), so that this process loads neither."""
     runs = [SmokeInputs(os.fspath(inputs), os.devnull, f"{pte.name} on the inputs in {os.fspath(inputs)}")] if inputs is not None else []
-    return worker.start(path, [p.name for p in ptds], timeout_s, name=pte.name, runs=runs, inventory=inventory, replay=replay)
+    made_up = input_specs(pte.program) if pte.program is not None else None  # parsed here already: the child need not parse it
+    return worker.start(path, [p.name for p in ptds], timeout_s, name=pte.name, runs=runs, inventory=inventory, replay=replay, made_up=made_up)
 
 
 def _normalized(program: PathOrBytes, data_files: Iterable[str | os.PathLike[str]]) -> tuple[PathOrBytes, tuple[str | os.PathLike[str], ...]]:
@@ -208,8 +209,11 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
         OSError: a path that cannot be opened as a file.
         ValueError: a file that is not an ExecuTorch program, or one too damaged to read.
     """
-    programs = []
+    programs: list[PteFile] = []
     for given, role in ((old, "the shipped program"), (new, "the new build")):
+        if programs and _same_path(old, new):
+            programs.append(programs[0])  # diff A A: the file read, parsed and checked once
+            break
         data = bytes(given) if isinstance(given, (bytes, bytearray, memoryview)) else open_bytes(given)
         pte = PteFile(data, _name(given))
         why = unreadable_program(data[:HEAD_LENGTH], len(data))
@@ -224,6 +228,10 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
         return diff_weights(ProgramUpdate(programs[0], programs[1]))
     except DecodeError as error:
         raise ValueError(f"an XNNPACK delegate cannot be read: {error}") from None
+
+
+def _same_path(old: PathOrBytes, new: PathOrBytes) -> bool:
+    return not isinstance(old, (bytes, bytearray, memoryview)) and not isinstance(new, (bytes, bytearray, memoryview)) and os.fspath(old) == os.fspath(new)
 
 
 def _refuse_damaged(pte: PteFile, role: str) -> None:

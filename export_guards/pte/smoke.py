@@ -20,11 +20,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
-__all__ = ["MARKER", "SmokeInputs", "SmokeRun", "SmokeWorker", "StartedSmoke", "smoke_test", "start_smoke_test"]
+__all__ = ["MARKER", "SmokeInputs", "SmokeRun", "SmokeWorker", "StartedSmoke", "input_specs", "smoke_test", "start_smoke_test"]
 
 WORKER = "export_guards.workers.runtime_smoke"
 MARKER = "export-guards: input set"
@@ -174,6 +174,29 @@ def start_smoke_test(
     return StartedSmoke(process, _Pipes(process), [name or os.fspath(program)], timeout_s)
 
 
+def input_specs(program: Any) -> dict[str, list[list[object]]]:
+    """Each method's inputs as the runtime's child makes them up (``workers.runtime_smoke``):
+    ``["tensor", scalar type, sizes, dim order]``, ``["int", value]``, ``["double", value]``,
+    ``["bool", value]`` or ``["none"]`` (other kinds of input are left out, as the child leaves
+    them out), from a parsed program (``PteFile.program``; ``{}`` for None)."""
+    specs: dict[str, list[list[object]]] = {}
+    for plan in program.execution_plan if program is not None else ():
+        if plan.name not in specs:  # the first method of a name, as the child's next() finds it
+            with contextlib.suppress(Exception):  # a value damaged past this reading: the child reads the file itself
+                specs[plan.name] = [spec for index in plan.inputs if (spec := _input_spec(plan.values[index].val)) is not None]
+            specs.setdefault(plan.name, None)  # type: ignore[arg-type]
+    return {name: found for name, found in specs.items() if found is not None}
+
+
+def _input_spec(value: object) -> list[object] | None:
+    kind = type(value).__name__
+    if kind == "Tensor":
+        return ["tensor", int(value.scalar_type), [int(n) for n in value.sizes], [int(n) for n in value.dim_order]]  # type: ignore[attr-defined]
+    if kind in ("Int", "Double", "Bool"):
+        return [kind.lower(), json.loads(json.dumps(getattr(value, f"{kind.lower()}_val")))]  # as the job carries it
+    return ["none"] if kind == "Null" else None
+
+
 @final
 class SmokeWorker:
     """A smoke child started ahead of its program: it imports the runtime while the caller
@@ -197,19 +220,23 @@ class SmokeWorker:
         runs: Sequence[SmokeInputs] = (),
         inventory: bool = False,
         replay: Sequence[object] = (),
+        made_up: Mapping[str, list[list[object]]] | None = None,
     ) -> StartedSmoke:
         """Hand the child its program (once: it serves one). With ``inventory``, it first
         answers ``"inventory"``: the kernels and backends of its runtime
         (:meth:`RuntimeInventory.installed`'s fields); with ``replay`` (EG519's calls,
         ``rules.kernels.replay_calls``), ``"replayed"``: the verdict of each, replayed on
         torch's meta tensors. Then it loads and runs the program, as :func:`smoke_test`, or
-        ``forward`` on each of ``runs`` in turn (:meth:`run_each`), within ``timeout_s`` a run."""
+        ``forward`` on each of ``runs`` in turn (:meth:`run_each`), within ``timeout_s`` a run.
+        ``made_up``: what to make up each method's inputs from (:func:`input_specs` of the
+        program the caller parsed already), so that the child does not parse it again."""
         job = {
             "program": os.fspath(program),
             "data": data_files[0] if data_files else None,
             "runs": [{"inputs": r.inputs, "outputs": r.outputs} for r in runs],
             "inventory": inventory,
             "replay": list(replay),
+            **({"made_up": dict(made_up)} if made_up is not None else {}),
         }
         names = [r.name for r in runs] or [name or os.fspath(program)]
         started = StartedSmoke(self._process, self._pipes, names, timeout_s * len(names))

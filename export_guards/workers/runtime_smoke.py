@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from executorch.exir.schema import Bool, Double, Int, Null, Tensor
+from executorch.exir.schema import Bool, Double, Int, Null, ScalarType, Tensor
 from executorch.exir.tensor import get_scalar_type
 from executorch.runtime import Runtime
 
@@ -44,11 +44,13 @@ from export_guards.pte.smoke import MARKER
 __all__ = ["in_dim_order", "made_up", "smoke"]
 
 
-def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = ()) -> int:
+def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = (), made_up: dict[str, list[list[Any]]] | None = None) -> int:
     """Load ``program`` (with ``data_file``) and run each method once on made-up inputs,
     reporting each step; with ``runs`` (``(inputs, outputs)`` files), run ``forward`` on each
     run's inputs instead and save its outputs: one loaded method, called run after run, each
-    run seeing the state (mutable buffers) the runs before it left, as eager's calls do."""
+    run seeing the state (mutable buffers) the runs before it left, as eager's calls do.
+    ``made_up``: each method's inputs as the parent read them (``smoke.input_specs``), where
+    it parsed the program already."""
 
     def say(line: dict[str, object], run: int) -> None:
         print(json.dumps({**line, **({"set": run} if run else {})}), flush=True)
@@ -62,7 +64,7 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         return 0
     if not runs:
         for name in names:
-            if not _ran_on_made_up_inputs(program, loaded, name, lambda line: say(line, 0)):
+            if not _ran_on_made_up_inputs(program, loaded, name, lambda line: say(line, 0), (made_up or {}).get(name)):
                 return 0
         return 0
     for run, (inputs, outputs) in enumerate(runs):
@@ -81,7 +83,7 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
     return 0
 
 
-def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[dict[str, object]], None]) -> bool:
+def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[dict[str, object]], None], specs: list[list[Any]] | None = None) -> bool:
     """Run method ``name`` once on inputs made up for it, saying which (once it has loaded:
     its operators and delegates, whatever the inputs) and whether they hold integers; whether it
     ran. After a failure on floats alone, it runs once more with zeros for them, and says
@@ -91,7 +93,7 @@ def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[
     said: dict[str, object] | None = None  # once the method has loaded and its inputs are made
     try:
         method = loaded.load_method(name)
-        made = _inputs(program, name, loaded)
+        made = _from_specs(specs) if specs is not None else _inputs(program, name, loaded)
         said = {"inputs": made_up(made), "indices": any(_holds_indices(value) for value in made)}
         say({"made_up": said})
         method.execute(made)
@@ -122,10 +124,7 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
     slots, which ones or random values are not (a cache written at ``position + arange(n)``);
     booleans are ``True`` (a mask that lets every position through)."""
 
-    def tensor(dtype: torch.dtype, shape: list[int], dim_order: list[int] | None = None) -> torch.Tensor:
-        dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
-        return in_dim_order(dense, dim_order) if dim_order else dense
-
+    tensor = _made
     parsed = PteFile(open_bytes(program)).program
     plan = next((p for p in parsed.execution_plan if p.name == method), None) if parsed else None
     if plan is None:
@@ -146,6 +145,33 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
         elif isinstance(value, Null):
             inputs.append(None)  # an optional input given as None at export (transformers' inputs_embeds)
     return inputs
+
+
+def _made(dtype: torch.dtype, shape: list[int], dim_order: list[int] | None = None) -> torch.Tensor:
+    """A made-up tensor (``_inputs`` says which values)."""
+    dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
+    return in_dim_order(dense, dim_order) if dim_order else dense
+
+
+def _from_specs(specs: list[list[Any]]) -> list[object]:
+    """The inputs ``_inputs`` makes from the program's values, from the parent's reading of
+    them (``smoke.input_specs``)."""
+    inputs: list[object] = []
+    for kind, *rest in specs:
+        if kind == "tensor":
+            inputs.append(_made(get_scalar_type(_scalar_type(rest[0])), list(rest[1]), list(rest[2])))
+        else:
+            inputs.append(None if kind == "none" else rest[0])
+    return inputs
+
+
+def _scalar_type(number: int) -> object:
+    """The ``ScalarType`` the program's reading gives for ``number`` (the number itself where
+    it names none), so that an unknown one fails as it fails there."""
+    try:
+        return ScalarType(number)
+    except ValueError:
+        return number
 
 
 def made_up(inputs: Sequence[object]) -> str:
@@ -195,7 +221,7 @@ def _main(argv: list[str]) -> int:
         if not job:
             return 0
         _answer(job.get("inventory", False), job.get("replay", []))
-        return smoke(job["program"], job.get("data"), [(run["inputs"], run["outputs"]) for run in job.get("runs", ())])
+        return smoke(job["program"], job.get("data"), [(run["inputs"], run["outputs"]) for run in job.get("runs", ())], job.get("made_up"))
     options, positional = {}, argv
     while positional and positional[0].startswith("--"):
         options[positional[0]] = positional[1]

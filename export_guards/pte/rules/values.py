@@ -4,6 +4,8 @@ at once in the same arena bytes, on every path through a method's control flow (
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterator, Sequence
 
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
@@ -410,13 +412,17 @@ def _overlaps(plan: ExecutionPlan, lifetimes: dict[int, list[Span]]) -> Iterator
             continue
         info = tensor.allocation_info
         start = info.memory_offset_low + (info.memory_offset_high << 32)
-        slots.append((info.memory_id, start, start + nbytes, value, spans))
+        # with the first and last instruction of all its spans: most pairs in the same bytes are alive apart
+        bounds = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (math.inf, -math.inf)
+        slots.append((info.memory_id, start, start + nbytes, value, spans, *bounds))
     slots.sort(key=lambda slot: slot[:4])
-    open_slots: list[tuple[int, int, int, int, list[Span]]] = []
+    open_slots: list[tuple[int, int, int, int, list[Span], float, float]] = []
     for slot in slots:
-        arena, start = slot[0], slot[1]
+        arena, start, first, last = slot[0], slot[1], slot[5], slot[6]
         open_slots = [s for s in open_slots if s[0] == arena and s[2] > start]
         for other in open_slots:
+            if other[5] > last or other[6] < first:
+                continue  # no span of one meets a span of the other
             shared = next((_shared(a, b) for a in other[4] for b in slot[4] if _shared(a, b)), None)
             if shared:
                 yield other[3], slot[3], *shared
