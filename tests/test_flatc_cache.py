@@ -1,0 +1,64 @@
+"""The readers flatc generates (XNNPACK payloads, ``.ptd`` files) are kept in the user's cache and
+imported from there: one that is damaged is generated again, and where the cache cannot be
+written the reader is generated in memory; each reads alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from export_guards.pte.reader import flatc
+
+SCHEMA = ("executorch.backends.xnnpack.serialization", "schema.fbs")
+
+
+def fresh_reader() -> object:
+    """``generated_reader`` as a new process calls it (its per-process cache bypassed)."""
+    return flatc.generated_reader.__wrapped__(*SCHEMA)
+
+
+def cached_files(root: Path) -> list[Path]:
+    return sorted((root / "export-guards").glob("schema_*.py"))
+
+
+def tables(module: object) -> set[str]:
+    return {name for name, value in vars(module).items() if isinstance(value, type)}
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_a_reader_is_generated_once_and_imported_from_the_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = fresh_reader()
+    [kept] = cached_files(cache)
+    assert first.__file__ == str(kept) and list((kept.parent / "__pycache__").glob(f"{kept.stem}.*.pyc"))
+
+    def no_flatc(*args: object, **kwargs: object) -> None:
+        raise AssertionError("flatc ran although its reader is in the cache")
+
+    monkeypatch.setattr(flatc.subprocess, "run", no_flatc)
+    again = fresh_reader()
+    assert again.__file__ == str(kept) and tables(again) == tables(first) and "XNNGraph" in tables(again)
+
+
+def test_a_damaged_cached_reader_is_generated_again(cache: Path) -> None:
+    fresh_reader()
+    [kept] = cached_files(cache)
+    text = kept.read_text()
+    kept.write_text(text.replace("class XNNGraph", "class Damaged", 1))
+    again = fresh_reader()
+    assert "XNNGraph" in tables(again) and kept.read_text() == text  # generated anew, and kept whole
+    (kept.parent / "__pycache__" / next(p.name for p in (kept.parent / "__pycache__").iterdir())).write_bytes(b"not bytecode")
+    assert "XNNGraph" in tables(fresh_reader())
+
+
+def test_without_a_writable_cache_the_reader_is_generated_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no folder can be made under it
+    module = fresh_reader()
+    assert "XNNGraph" in tables(module) and not hasattr(module, "__file__")
