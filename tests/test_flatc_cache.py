@@ -62,3 +62,16 @@ def test_without_a_writable_cache_the_reader_is_generated_in_memory(tmp_path: Pa
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no folder can be made under it
     module = fresh_reader()
     assert "XNNGraph" in tables(module) and not hasattr(module, "__file__")
+
+
+def test_a_damaged_cached_program_reader_is_compiled_again(cache: Path) -> None:
+    from export_guards.pte.reader import program_table
+
+    source = "def answer():\n    return 42\n"
+    program_table._compiled(source)
+    [kept] = sorted((cache / "export-guards").glob("program_readers_*.marshal"))
+    whole = kept.read_bytes()
+    kept.write_bytes(whole[:-4] + b"\0\0\0\0")
+    space: dict[str, object] = {}
+    exec(program_table._compiled(source), space)  # noqa: S102
+    assert space["answer"]() == 42 and kept.read_bytes() == whole  # compiled again, kept whole again

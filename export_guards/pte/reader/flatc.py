@@ -21,9 +21,10 @@ import tempfile
 import types
 from pathlib import Path
 
+from export_guards.pte.reader.version_tables import cache_folder
 from export_guards.pte.reader.wheel import flatc_path, read_resource
 
-__all__ = ["DecodeError", "cache_folder", "generated_reader"]
+__all__ = ["DecodeError", "generated_reader"]
 
 TIMEOUT_S = 60
 FORMAT = b"export-guards flatc reader 1"  # a change of how the cache is written changes every name
@@ -32,12 +33,6 @@ _DIGEST_LINE = "# export-guards: sha256 of the rest "
 
 class DecodeError(Exception):
     """The bytes are not a flatbuffer of the schema, saying how."""
-
-
-def cache_folder() -> Path:
-    """Where the generated readers are kept: ``$XDG_CACHE_HOME/export-guards``, else
-    ``~/.cache/export-guards``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "export-guards"
 
 
 @functools.cache

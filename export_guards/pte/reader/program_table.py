@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import importlib
+import importlib.util
+import marshal
+import os
 import struct
 import sys
+import tempfile
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import is_dataclass
 from typing import Any, Union, get_args, get_origin
 
+from export_guards.pte.reader.version_tables import cache_folder
 from export_guards.pte.reader.wheel import Program, ProgramT, ProgramTable, coerce_bytes, dataclass_field_map, dataclass_type_hints, patch_generated_flatbuffer_aliases
 
 __all__ = ["parse_program", "read_program"]
@@ -159,7 +166,7 @@ def _program_reader() -> Callable[[bytes], Program] | None:
         root = compiled.space[root_name]
 
     def read(data: bytes) -> Program:
-        return root(data, memoryview(data), _U32(data, 0)[0])
+        return root(data, _Parse(data), _U32(data, 0)[0])
 
     return read
 
@@ -234,7 +241,7 @@ class _Compiler:
         return self._name(table, cls)
 
     def finish(self) -> None:
-        exec(compile("\n".join(self.source), "<export_guards program readers>", "exec"), self.space)  # noqa: S102  (our own source)
+        exec(_compiled("\n".join(self.source)), self.space)  # noqa: S102  (our own source)
         for readers, number, name in self.pending:  # the unions' members, compiled now
             readers[number] = self.space[name]
 
@@ -258,7 +265,7 @@ class _Compiler:
             raise _Unknown(f"{cls.__name__} has fields that {table.__name__} lacks")
         unions = {f"{source}Type" for source in unpacked if _is_union(table, source)}
         unpacked = [source for source in unpacked if source not in unions]  # read with their value
-        lines = [f"def {self.names[table, cls]}(b, m, pos):"]
+        lines = [f"def {self.names[table, cls]}(b, s, pos):"]
         if unpacked:  # a table without fields is not read (nor is its vtable)
             lines += ["    vt = pos - _I32(b, pos)[0]", "    if vt < 0:", "        raise ValueError('a vtable before the buffer')", "    vn = _U16(b, vt)[0]"]
         for number, source in enumerate(unpacked):
@@ -286,10 +293,10 @@ class _Compiler:
         if kind == "vector":
             return lines + self._vector(table, log, returned, hint, out, slot_of)
         if ("string",) in log:
-            return [*lines, f"{out} = _string(b, pos + {slot_of}) if {slot_of} else None", *self._convert(hint, out, "string")]
+            return [*lines, f"{out} = _string(b, s, pos + {slot_of}) if {slot_of} else None", *self._convert(hint, out, "string")]
         if ("indirect",) in log:
             child = self._child(returned, hint, optional=True)
-            return [*lines, f"{out} = {child}(b, m, pos + {slot_of} + _U32(b, pos + {slot_of})[0]) if {slot_of} else None"]
+            return [*lines, f"{out} = {child}(b, s, pos + {slot_of} + _U32(b, pos + {slot_of})[0]) if {slot_of} else None"]
         code = _format(log)
         _, default = _probe(table, accessor, False)
         unpack = self.constant(struct.Struct("<" + code).unpack_from)
@@ -300,13 +307,13 @@ class _Compiler:
         if ("indirect",) in log:
             item = get_args(_without_none(hint))[0] if get_origin(_without_none(hint)) is list else Any
             child = self._child(returned, item, optional=False)
-            return [f"{out} = [{child}(b, m, e + _U32(b, e)[0]) for e in _offsets(b, {start})] if {slot_of} else None"]
+            return [f"{out} = [{child}(b, s, e + _U32(b, e)[0]) for e in _offsets(b, s, {start})] if {slot_of} else None"]
         if ("string",) in log:
-            return [f"{out} = [_string(b, e) for e in _offsets(b, {start})] if {slot_of} else None", *self._convert(hint, out, "strings")]
+            return [f"{out} = [_string(b, s, e) for e in _offsets(b, s, {start})] if {slot_of} else None", *self._convert(hint, out, "strings")]
         code = _format(log)
         if _without_none(hint) is bytes and code == "B":
-            return [f"{out} = _vector(b, m, {start}, 'B', 1, True) if {slot_of} else None", *self._convert(hint, out, "bytes")]
-        return [f"{out} = _vector(b, m, {start}, '{code}', {_SIZES[code]}, False) if {slot_of} else None", *self._convert(hint, out, f"[{code}]")]
+            return [f"{out} = _vector(b, s, {start}, 'B', 1, True) if {slot_of} else None", *self._convert(hint, out, "bytes")]
+        return [f"{out} = _vector(b, s, {start}, '{code}', {_SIZES[code]}, False) if {slot_of} else None", *self._convert(hint, out, f"[{code}]")]
 
     def _union(self, table: type, accessor: str, hint: Any, out: str, slot_of: str) -> list[str]:
         type_log, _ = _probe(table, f"{accessor}Type", True)
@@ -320,7 +327,7 @@ class _Compiler:
             f"{out}t = _U16(b, vt + {type_slots[0]})[0] if vn > {type_slots[0]} else 0",
             f"{out}k = {unpack}(b, pos + {out}t)[0] if {out}t else 0",
             f"{out}p = pos + {slot_of} + _U32(b, pos + {slot_of})[0] if {slot_of} else None",
-            f"{out} = _member({self.constant(readers)}, {self.constant(unmatched)}, {out}k, b, m, {out}p)",
+            f"{out} = _member({self.constant(readers)}, {self.constant(unmatched)}, {out}k, b, s, {out}p)",
         ]
 
     def _members(self, table: type, hint: Any) -> tuple[dict[int, Any], frozenset[int]]:
@@ -370,6 +377,30 @@ class _Compiler:
         return [f"{out} = {self.constant(_converter(hint))}({out})"]
 
 
+def _compiled(source: str) -> types.CodeType:
+    """``source`` compiled, or its code as the user's cache keeps it (compiling is half the
+    readers' making): named by the hash of the source and of this Python's bytecode format,
+    and trusted only where its own hash matches."""
+    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + source.encode()).hexdigest()[:32]
+    path = cache_folder() / f"program_readers_{key}.marshal"
+    try:
+        kept = path.read_bytes()
+        if hashlib.sha256(kept[32:]).digest() == kept[:32]:
+            return marshal.loads(kept[32:])
+    except (OSError, ValueError, EOFError, TypeError):
+        pass  # none kept, or damaged: compiled again
+    code = compile(source, "<export_guards program readers>", "exec")
+    data = marshal.dumps(code)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=path.name, suffix=".part", delete=False) as file:
+            file.write(hashlib.sha256(data).digest() + data)
+        os.replace(file.name, path)
+    except OSError:
+        pass  # a read-only cache: compiled again next time
+    return code
+
+
 def _without_none(hint: Any) -> Any:
     """``X`` of ``Optional[X]``; any other hint as it is."""
     if get_origin(hint) is Union:
@@ -402,50 +433,70 @@ def _generated(package: str, name: str) -> type:
     return table
 
 
-def _string(b: bytes, at: int) -> bytes:
+class _Parse:
+    """One parse's buffer as a memoryview, and how many more bytes of vectors and strings it
+    may read: a buffer read once holds each in bytes of its own, so reading more than its size
+    means that they are shared, over and over perhaps (``file.PARSE_SECONDS``); such a buffer
+    is read by ExecuTorch's unpacking, as it always was."""
+
+    __slots__ = ("left", "view")
+
+    def __init__(self, data: bytes) -> None:
+        self.view, self.left = memoryview(data), len(data)
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise ValueError("vectors and strings shared: more of them read than the buffer holds")
+
+
+def _string(b: bytes, s: _Parse, at: int) -> bytes:
     """The string whose offset is at ``at``, as ``file.verified_reader`` reads it: its bytes and
     the NUL after them inside the buffer."""
     start = at + _U32(b, at)[0]
     end = start + 4 + _U32(b, start)[0]
     if end >= len(b) or b[end] != 0:
         raise ValueError("a string runs past the buffer")
+    s.spend(end + 1 - start)
     return b[start + 4 : end]
 
 
-def _offsets(b: bytes, at: int) -> range:
+def _offsets(b: bytes, s: _Parse, at: int) -> range:
     """The positions of the offsets a vector of tables or strings holds."""
     start = at + _U32(b, at)[0]
-    count = _U32(b, start)[0]
-    if start + 4 + 4 * count > len(b):
+    end = start + 4 + 4 * _U32(b, start)[0]
+    if end > len(b):
         raise ValueError("a vector runs past the buffer")
-    return range(start + 4, start + 4 + 4 * count, 4)
+    s.spend(end - start)
+    return range(start + 4, end, 4)
 
 
 _LITTLE = sys.byteorder == "little"
 
 
-def _vector(b: bytes, m: memoryview, at: int, code: str, size: int, as_bytes: bool) -> Any:
+def _vector(b: bytes, s: _Parse, at: int, code: str, size: int, as_bytes: bool) -> Any:
     """The scalars of the vector whose offset is at ``at``: a list, or bytes."""
     start = at + _U32(b, at)[0]
     count = _U32(b, start)[0]
     end = start + 4 + size * count
     if end > len(b):
         raise ValueError("a vector runs past the buffer")
+    s.spend(end - start)
     if as_bytes:
         return b[start + 4 : end]
     if _LITTLE:
-        return m[start + 4 : end].cast(code).tolist()
+        return s.view[start + 4 : end].cast(code).tolist()
     return list(struct.unpack_from(f"<{count}{code}", b, start + 4))
 
 
-def _member(readers: dict[int, Any], unmatched: frozenset[int], number: int, b: bytes, m: memoryview, at: int | None) -> Any:
+def _member(readers: dict[int, Any], unmatched: frozenset[int], number: int, b: bytes, s: _Parse, at: int | None) -> Any:
     """A union's value: its member's table read, None where it has none (or a type the schema
     does not know, as ExecuTorch reads it)."""
     if at is None:
         return None
     reader = readers.get(number)
     if reader is not None:
-        return reader(b, m, at)
+        return reader(b, s, at)
     if number in unmatched:
         raise TypeError(f"a union member {number} that the dataclasses have no match for")
     return None

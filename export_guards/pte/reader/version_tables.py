@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Versions", "cached_path", "installed_versions", "read_table", "write_table"]
+__all__ = ["Versions", "cache_folder", "cached_path", "installed_versions", "read_table", "write_table"]
 
 Versions = dict[str, str | None]
 """Each package's installed version (``None``: not installed), as a table is keyed by them."""
@@ -30,12 +30,16 @@ def installed_versions(packages: Sequence[str]) -> Versions:
     return found
 
 
+def cache_folder() -> Path:
+    """The user's cache of what export-guards derives from the installed packages:
+    ``$XDG_CACHE_HOME/export-guards``, else ``~/.cache/export-guards``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "export-guards"
+
+
 def cached_path(name: str, versions: Versions) -> Path:
-    """Where the user's cache (``$XDG_CACHE_HOME``, else ``~/.cache``) keeps table ``name`` for
-    ``versions``."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    """Where the user's cache (:func:`cache_folder`) keeps table ``name`` for ``versions``."""
     tag = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
-    return root / "export-guards" / f"{name}-{tag}.json"
+    return cache_folder() / f"{name}-{tag}.json"
 
 
 def read_table(path: Path, versions: Versions, key: str) -> dict[str, Any] | None:
