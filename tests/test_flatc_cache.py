@@ -1,6 +1,6 @@
-"""The readers flatc generates (XNNPACK payloads, ``.ptd`` files) are kept in the user's cache and
-imported from there: one that is damaged is generated again, and where the cache cannot be
-written the reader is generated in memory; each reads alike."""
+"""What the program check keeps in the user's cache: the readers flatc generates (XNNPACK payloads,
+``.ptd`` files), the program readers' compiled code and the tables' indexes. One that is damaged
+is made again; where the cache cannot be written, what it would hold is made in memory."""
 
 from __future__ import annotations
 
@@ -75,3 +75,22 @@ def test_a_damaged_cached_program_reader_is_compiled_again(cache: Path) -> None:
     space: dict[str, object] = {}
     exec(program_table._compiled(source), space)  # noqa: S102
     assert space["answer"]() == 42 and kept.read_bytes() == whole  # compiled again, kept whole again
+
+
+def test_a_table_is_read_through_its_cached_index_row_by_row(cache: Path) -> None:
+    """The operator and kernel tables: each row as the JSON holds it, from an index kept in the
+    cache (a damaged one is built again); none for other versions."""
+    import json
+
+    from export_guards.pte.reader import schemas, version_tables
+
+    document = json.loads(schemas.SHIPPED.read_bytes())
+    versions = document["versions"]
+    rows = version_tables.read_table(schemas.SHIPPED, versions, "operators")
+    assert rows is not None and dict(rows.items()) == document["operators"]
+    [kept] = sorted((cache / "export-guards" / "indexes").glob("operator_schemas-*.marshal"))
+    whole = kept.read_bytes()
+    kept.write_bytes(whole[:100] + b"\xff" * 8 + whole[108:])
+    again = version_tables.read_table(schemas.SHIPPED, versions, "operators")
+    assert again is not None and again["aten::add.out"] == document["operators"]["aten::add.out"] and kept.read_bytes() == whole
+    assert version_tables.read_table(schemas.SHIPPED, {**versions, "torch": "0.0.1"}, "operators") is None

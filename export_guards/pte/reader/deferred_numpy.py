@@ -11,6 +11,7 @@ numpy is not installed (or is imported already), nothing is changed.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import sys
 import threading
@@ -44,7 +45,13 @@ def _import_numpy() -> Any:
     """``flatbuffers.compat.import_numpy``'s answer, with numpy not imported until it is used."""
     if "numpy" in sys.modules:
         return sys.modules["numpy"]
-    return _NUMPY if importlib.machinery.PathFinder.find_spec("numpy") is not None else None
+    return _NUMPY if _numpy_installed() else None
+
+
+@functools.cache
+def _numpy_installed() -> bool:
+    """Looked for once (each generated module asks, and the search reads the path's folders)."""
+    return importlib.machinery.PathFinder.find_spec("numpy") is not None
 
 
 def import_flatbuffers() -> ModuleType:
@@ -52,7 +59,7 @@ def import_flatbuffers() -> ModuleType:
     with _lock:
         if "flatbuffers" in sys.modules:
             return sys.modules["flatbuffers"]
-        if "numpy" in sys.modules or importlib.machinery.PathFinder.find_spec("numpy") is None:
+        if "numpy" in sys.modules or not _numpy_installed():
             import flatbuffers  # numpy is imported already, or flatbuffers works without it
 
             return flatbuffers
