@@ -376,16 +376,48 @@ def test_more_valid_programs_pass_structure_and_runtime(valid: dict[str, bytes],
 
 
 def test_the_fast_program_parse_equals_executorchs(valid: dict[str, bytes], programs: dict[str, Written]) -> None:
-    """``parse_program`` converts with plans made once; it must give exactly the dataclasses
-    ExecuTorch's ``_flatbuffer_to_program`` gives, on every program the tests write."""
+    """``parse_program`` decodes with readers compiled once (``read_program``), and converts
+    with plans made once where those fail; each must give exactly the dataclasses ExecuTorch's
+    ``_flatbuffer_to_program`` gives, on every program the tests write."""
     from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
 
-    from export_guards.pte.reader.program_table import parse_program
+    from export_guards.pte.reader.program_table import parse_program, read_program
 
     every = {**valid, **{name: written.pte.read_bytes() for name, written in programs.items()}}
     for name, data in every.items():
         table = data[: PteFile(data).program_size]
-        assert parse_program(table) == _flatbuffer_to_program(table), name
+        expected = _flatbuffer_to_program(table)
+        assert read_program(table) == expected, name
+        assert parse_program(table) == expected, name
+
+
+def test_the_fast_program_parse_fails_where_executorchs_does(programs: dict[str, Written]) -> None:
+    """On damaged flatbuffers the compiled readers succeed only where ExecuTorch's unpacking
+    (with the check's string checks) does, and then with its result: a damaged buffer they
+    refuse is read by ExecuTorch's unpacking, for its own error."""
+    import random
+
+    from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
+    from pte_mutations import mutate
+
+    from export_guards.pte.reader.file import verified_reader
+    from export_guards.pte.reader.program_table import read_program
+
+    outcomes = {True: 0, False: 0}
+    for name, written in programs.items():
+        base = written.pte.read_bytes()
+        for number in range(60):
+            data = mutate(base, ("flip_program", "program_field")[number % 2], random.Random(f"fast parse {name} {number}"), [])
+            table = data[: PteFile(data).program_size] if 8 <= PteFile(data).program_size <= len(data) else data
+            try:
+                fast = read_program(table)
+            except Exception:
+                outcomes[False] += 1
+                continue
+            with verified_reader():
+                assert fast == _flatbuffer_to_program(table), f"{name} #{number}"
+            outcomes[True] += 1
+    assert outcomes[True] and outcomes[False], outcomes  # both ways were tried
 
 
 def test_every_valid_program_is_checked(valid: dict[str, bytes]) -> None:

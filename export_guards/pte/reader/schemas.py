@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import final
@@ -77,13 +78,13 @@ def installed_versions() -> Versions:
 _building = threading.Lock()  # --jobs: one thread reads or builds the table, the others wait for it
 
 
-def _table() -> dict[str, list]:
+def _table() -> Mapping[str, list]:
     with _building:
         return _table_once()
 
 
 @functools.cache
-def _table_once() -> dict[str, list]:
+def _table_once() -> Mapping[str, list]:
     versions = installed_versions()
     for path in (SHIPPED, _cached(versions)):
         rows = _read(path, versions)
@@ -99,7 +100,7 @@ def _table_once() -> dict[str, list]:
     return rows
 
 
-def _read(path: Path, versions: Versions) -> dict[str, list] | None:
+def _read(path: Path, versions: Versions) -> Mapping[str, list] | None:
     return version_tables.read_table(path, versions, "operators")
 
 
