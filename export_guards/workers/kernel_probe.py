@@ -15,8 +15,12 @@ import json
 import re
 import sys
 
-import torch
-from executorch.runtime import Runtime
+from export_guards.workers.runtime_alone import defer_exir_init
+
+defer_exir_init()  # first: executorch.runtime without the whole of executorch.exir (seconds of start-up)
+
+import torch  # noqa: E402
+from executorch.runtime import Runtime  # noqa: E402
 
 
 def main() -> int:

@@ -30,16 +30,20 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-import torch.utils._pytree as pytree
-from executorch.exir.schema import Bool, Double, Int, Null, ScalarType, Tensor
-from executorch.exir.tensor import get_scalar_type
-from executorch.runtime import Runtime
+from export_guards.workers.runtime_alone import defer_exir_init
 
-from export_guards.compat import load_program
-from export_guards.pte.inventory import RuntimeInventory
-from export_guards.pte.reader.file import PteFile, open_bytes
-from export_guards.pte.smoke import MARKER
+defer_exir_init()  # first: of executorch.exir, only the files imported below load (seconds of start-up)
+
+import torch  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+from executorch.exir.schema import Bool, Double, Int, Null, ScalarType, Tensor  # noqa: E402
+from executorch.exir.tensor import get_scalar_type  # noqa: E402
+from executorch.runtime import Runtime  # noqa: E402
+
+from export_guards.compat import load_program  # noqa: E402
+from export_guards.pte.inventory import RuntimeInventory  # noqa: E402
+from export_guards.pte.reader.file import PteFile, open_bytes  # noqa: E402
+from export_guards.pte.smoke import MARKER  # noqa: E402
 
 __all__ = ["in_dim_order", "made_up", "smoke"]
 
