@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHARED = ("/tmp/shared/decoder100m_8da4w.pte", "/tmp/shared/decoder100m_fp32.pte")
+SHARED = ("/tmp/shared/decoder100m_8da4w.pte", "/tmp/shared/decoder100m_fp32.pte")  # noqa: S108 - where /tmp/shared/build.py writes them
 BASELINE = {"hash": None, "check": "hash", "diff": "hash", "bare": None, "runtime": "bare"}
 SECONDS = {"decoder100m_8da4w.pte": 0.3, "decoder100m_fp32.pte": 0.6}  # check's and diff's wall targets, by program (issue 64)
 RATIO = {"runtime": 1.1}  # check --runtime / the bare script

@@ -4,6 +4,7 @@ is made again; where the cache cannot be written, what it would hold is made in 
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from export_guards.pte.reader import flatc
 SCHEMA = ("executorch.backends.xnnpack.serialization", "schema.fbs")
 
 
-def fresh_reader() -> object:
+def fresh_reader() -> types.ModuleType:
     """``generated_reader`` as a new process calls it (its per-process cache bypassed)."""
     return flatc.generated_reader.__wrapped__(*SCHEMA)
 
@@ -22,7 +23,7 @@ def cached_files(root: Path) -> list[Path]:
     return sorted((root / "export-guards").glob("schema_*.py"))
 
 
-def tables(module: object) -> set[str]:
+def tables(module: types.ModuleType) -> set[str]:
     return {name for name, value in vars(module).items() if isinstance(value, type)}
 
 
@@ -74,7 +75,8 @@ def test_a_damaged_cached_program_reader_is_compiled_again(cache: Path) -> None:
     kept.write_bytes(whole[:-4] + b"\0\0\0\0")
     space: dict[str, object] = {}
     exec(program_table._compiled(source), space)  # noqa: S102
-    assert space["answer"]() == 42 and kept.read_bytes() == whole  # compiled again, kept whole again
+    answer = space["answer"]
+    assert callable(answer) and answer() == 42 and kept.read_bytes() == whole  # compiled again, kept whole again
 
 
 def test_a_table_is_read_through_its_cached_index_row_by_row(cache: Path) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_xnnpack_shapes import _zoo
 
 from export_guards.pte.reader import xnnpack
 from export_guards.pte.reader.file import PteFile
 from export_guards.pte.reader.flatc import DecodeError
 from export_guards.pte.reader.headers import XNNHeader
 from export_guards.pte.reader.xnnpack_graph import Unreadable, layout
+from test_xnnpack_shapes import _zoo
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def payloads() -> list[bytes]:
     return found
 
 
-def _generated(data: bytes, monkeypatch: pytest.MonkeyPatch) -> object:
+def _generated(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """``read_payload`` with the generated classes alone (or its error's text)."""
 
     def give_up(graph: object) -> None:
@@ -35,9 +35,9 @@ def _generated(data: bytes, monkeypatch: pytest.MonkeyPatch) -> object:
         return _read(data)
 
 
-def _read(data: bytes) -> object:
+def _read(data: bytes) -> list[object]:
     """The payload and its quantization, or the errors' texts."""
-    read = []
+    read: list[object] = []
     for reader in (xnnpack.read_payload, xnnpack.read_quantization):
         try:
             read.append(reader(data))
@@ -54,7 +54,7 @@ def _graph(data: bytes) -> bytes:
 def test_the_schema_is_laid_out_as_flatc_generates_it() -> None:
     schema = layout()
     assert schema is not None
-    assert {tag: member for tag, member in schema.unions["XNodeUnion"].items()} == xnnpack._node_tables()
+    assert dict(schema.unions["XNodeUnion"]) == xnnpack._node_tables()
     assert {v: k for k, v in schema.enums["XNNDatatype"].items()} == xnnpack._datatype_names()
     for _, table in schema.unions["XNodeUnion"].values():
         assert xnnpack._fast_fields(table) == (xnnpack._id_fields(table), *xnnpack._param_fields(table)), table
@@ -62,7 +62,7 @@ def test_the_schema_is_laid_out_as_flatc_generates_it() -> None:
 
 def test_an_export_reads_alike(payloads: list[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     for data in payloads:
-        values, constants, nodes, _ = xnnpack._read_fast(_graph(data))  # it reads them, no giving up
+        values, _constants, nodes, _ = xnnpack._read_fast(_graph(data))  # it reads them, no giving up
         assert values and nodes
         assert _read(data) == _generated(data, monkeypatch)
 
