@@ -19,39 +19,65 @@ from export_guards.compat import say_once_if_untested
 from export_guards.quiet import filter_known_noise
 
 if TYPE_CHECKING:  # each public name as its own re-export (X as X), which type checkers read
+    from export_guards import errors as errors
+    from export_guards import fold as fold
+    from export_guards import passes as passes
+    from export_guards import placement as placement
+    from export_guards import program as program
+    from export_guards import recipes as recipes
+    from export_guards import testing as testing
     from export_guards.analysis.delegation import delegation_summary as delegation_summary
     from export_guards.errors import (
         ConstantPlacementError as ConstantPlacementError,
+    )
+    from export_guards.errors import (
         Error as Error,
+    )
+    from export_guards.errors import (
         GuardError as GuardError,
+    )
+    from export_guards.errors import (
         LintError as LintError,
+    )
+    from export_guards.errors import (
         LoweringFailed as LoweringFailed,
+    )
+    from export_guards.errors import (
         ProgramRefused as ProgramRefused,
     )
     from export_guards.linter import lint as lint
     from export_guards.lowering import Lowering as Lowering
     from export_guards.passes.defaults import guard_passes as guard_passes
     from export_guards.passes.fold import fold_non_core_constants as fold_non_core_constants
-    from export_guards.passes.placement import emit_passes as emit_passes, guard_partitioners as guard_partitioners
+    from export_guards.passes.placement import emit_passes as emit_passes
+    from export_guards.passes.placement import guard_partitioners as guard_partitioners
     from export_guards.pipeline import (
         GuardedExport as GuardedExport,
+    )
+    from export_guards.pipeline import (
         export_with_guards as export_with_guards,
+    )
+    from export_guards.pipeline import (
         lower_with_guards as lower_with_guards,
     )
     from export_guards.pte.check import check_pte as check_pte
     from export_guards.recipes import guard_recipe as guard_recipe
     from export_guards.report import (
         Finding as Finding,
+    )
+    from export_guards.report import (
         Report as Report,
+    )
+    from export_guards.report import (
         Severity as Severity,
+    )
+    from export_guards.report import (
         SourceLocation as SourceLocation,
     )
-    from export_guards.ruleset import RULES as RULES, Rule as Rule
+    from export_guards.ruleset import RULES as RULES
+    from export_guards.ruleset import Rule as Rule
     from export_guards.settings import Settings as Settings
     from export_guards.targets import Exportable as Exportable
-
-    from export_guards import errors as errors, fold as fold, passes as passes, placement as placement, program as program
-    from export_guards import recipes as recipes, testing as testing
 
 _EXPORTS = {
     "ConstantPlacementError": "export_guards.errors",
@@ -128,7 +154,7 @@ _DEPRECATED_CODES = {
 """Bare code constants of 0.1, kept for old scripts: a code is its string (``"EG103"``), and its
 rule is ``RULES["EG103"]``."""
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - one list of exports: _EXPORTS
 
 filter_known_noise()
 say_once_if_untested()

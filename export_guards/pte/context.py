@@ -14,8 +14,8 @@ from export_guards.pte.inventory import RuntimeInventory
 from export_guards.pte.reader.dataflow import Access, method_accesses, path_accesses
 from export_guards.pte.reader.external import PtdFile
 from export_guards.pte.reader.file import Delegate, PteFile, Region
-from export_guards.pte.reader.paths import forward_paths
 from export_guards.pte.reader.flatc import DecodeError
+from export_guards.pte.reader.paths import forward_paths
 from export_guards.pte.reader.wheel import ExecutionPlan
 from export_guards.pte.reader.xnnpack import BACKEND_ID, XnnPayload, read_payload
 from export_guards.ruleset import RuleSet
@@ -129,7 +129,7 @@ class PteContext:
         entries = {
             key: (file, region)
             for key, (file, region) in self.named_data.items()
-            if is_content_key(key) and 0 <= region.start and region.end <= len(files[file])
+            if is_content_key(key) and region.start >= 0 and region.end <= len(files[file])
         }
         started = self.digests.hash((file, files[file], region.start, region.end) for file, region in entries.values())
         return dict(zip(entries, started))

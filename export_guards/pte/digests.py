@@ -39,7 +39,7 @@ class ContentDigests:
         threads where it is not under way already. Regions outside their file are not for
         hashing (EG503's)."""
         regions = list(regions)
-        if any(0 > start or end > len(data) or start > end for _, data, start, end in regions):
+        if any(start < 0 or end > len(data) or start > end for _, data, start, end in regions):
             raise ValueError("a region outside its file")
         pool: ThreadPoolExecutor | None = None
         for name, data, start, end in regions:

@@ -67,7 +67,7 @@ def probe(operators: Iterable[str] | None = None) -> dict[str, dict[str, object]
             programs = {name: found for name, calls in made.items() if name not in table and (found := next(calls, None)) is not None}
             if not programs:
                 break
-            based = [job for job in _variants(programs, Path(folder, str(attempt)), base_only=True)]
+            based = list(_variants(programs, Path(folder, str(attempt)), base_only=True))
             running = {name for (name, *_), outcome in zip(based, _run([path for *_, path in based])) if outcome == "ok"}
             jobs = list(_variants({n: p for n, p in programs.items() if n in running}, Path(folder, f"{attempt}-all")))
             for (name, dtype, key, _path), outcome in zip(jobs, _run([path for *_, path in jobs])):
@@ -111,7 +111,7 @@ def _one_op_programs(torch: Any, name: str) -> Iterator[tuple[Any, str]]:
                     warnings.simplefilter("ignore")
                     # on meta tensors: torch's shape and dtype checks, and no kernel that a made-up call could crash
                     functional(*_on_meta(torch, positional), **dict(zip(keywords, _on_meta(torch, list(keywords.values())))))
-            except Exception:  # noqa: BLE001 - torch refuses this made-up call: the next one
+            except Exception:  # noqa: BLE001, S112 - torch refuses this made-up call: the next one
                 continue
             program = _lowered(torch, name, functional, positional, keywords)
             lowered += 1
@@ -349,7 +349,7 @@ def _child(jobs: list[dict[str, object]]) -> tuple[list[str], bool]:
     """The outcomes of ``jobs`` in one child, up to the one it died in, and whether it died."""
     child = subprocess.run(
         [sys.executable, "-m", "export_guards.workers.kernel_probe"],
-        input=json.dumps(jobs), capture_output=True, text=True, timeout=_PER_METHOD_SECONDS * len(jobs) + 60,
+        check=False, input=json.dumps(jobs), capture_output=True, text=True, timeout=_PER_METHOD_SECONDS * len(jobs) + 60,
     )
     lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
     outcomes = [line["outcome"] for line in lines if "outcome" in line]

@@ -30,7 +30,7 @@ class _DeferredNumpy:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # what the import system asks of a module in sys.modules
             raise AttributeError(name)
-        import numpy
+        import numpy  # noqa: ICN001 - the module whose import is deferred, by its own name
 
         return getattr(numpy, name)
 

@@ -79,7 +79,7 @@ class PtdFile:
                     sizes = tuple(layout.Sizes(k) for k in range(layout.SizesLength()))
                     layouts.setdefault(key, (layout.ScalarType(), sizes, tuple(layout.DimOrder(k) for k in range(layout.DimOrderLength()))))
             return found, layouts
-        except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
+        except Exception as error:  # noqa: BLE001 - a damaged flatbuffer fails in the reader in many ways
             self.problems.append(f"its flatbuffer cannot be read: {type(error).__name__}: {error}")
             return [], {}
 

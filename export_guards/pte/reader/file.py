@@ -108,7 +108,7 @@ class SubsegmentTable:
         offsets = list(self.table.offsets)
         if self.segment is None:
             return [None] * len(offsets)
-        ends = offsets[1:] + [self.segment.size]
+        ends = [*offsets[1:], self.segment.size]
         return [end - start if 0 <= start <= end <= self.segment.size else None for start, end in zip(offsets, ends)]
 
     def buffer(self, index: int) -> Region | None:
@@ -185,7 +185,7 @@ class PteFile:
                 "the program flatbuffer expands without bound (its tables are referenced over and over): "
                 "parsing it did not finish in time"
             )
-        except Exception as error:  # a malformed flatbuffer fails in many ways; each is a finding
+        except Exception as error:  # noqa: BLE001 - a malformed flatbuffer fails in many ways; each is a finding
             self.problems.append(f"the program flatbuffer cannot be parsed: {describe_error(error)}")
         return None
 
@@ -202,7 +202,7 @@ class PteFile:
         return self.segments[index] if 0 <= index < len(self.segments) else None
 
     def in_file(self, region: Region) -> bool:
-        return 0 <= region.start and region.size >= 0 and region.end <= self.size
+        return region.start >= 0 and region.size >= 0 and region.end <= self.size
 
     def read(self, region: Region) -> bytes:
         """The region's bytes (only ever called on regions inside the file)."""

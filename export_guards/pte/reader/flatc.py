@@ -120,6 +120,6 @@ def _cached(name: str, path: Path) -> types.ModuleType | None:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception:  # a damaged bytecode file, or whatever else: generated again
+    except Exception:  # noqa: BLE001 - a damaged bytecode file, or whatever else: generated again
         return None
     return module

@@ -7,7 +7,14 @@ from __future__ import annotations
 import math
 
 from export_guards.pte.reader.dataflow import Access, arena_slot
-from export_guards.pte.reader.operators import DISJOINT_POOLS, ELEMENTWISE, INNER_REDUCTIONS, RIGHT_MATRIX, SCALAR_HOISTING, SELF_COPIED_FIRST
+from export_guards.pte.reader.operators import (
+    DISJOINT_POOLS,
+    ELEMENTWISE,
+    INNER_REDUCTIONS,
+    RIGHT_MATRIX,
+    SCALAR_HOISTING,
+    SELF_COPIED_FIRST,
+)
 from export_guards.pte.reader.tensors import element_bytes
 from export_guards.pte.reader.wheel import Bool, DelegateCall, ExecutionPlan, Int, IntList, KernelCall, Tensor
 
@@ -33,9 +40,13 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
     for read, written in pairs:
         r, w = plan.values[read].val, plan.values[written].val
         starts = arena_slot(plan, read)[1], arena_slot(plan, written)[1]  # type: ignore[index]
-        if operator in ELEMENTWISE:
-            if list(r.sizes) == list(w.sizes) and list(r.dim_order) == list(w.dim_order) and _writes_behind(r, w, *starts):
-                return True
+        if (
+            operator in ELEMENTWISE
+            and list(r.sizes) == list(w.sizes)
+            and list(r.dim_order) == list(w.dim_order)
+            and _writes_behind(r, w, *starts)
+        ):
+            return True
         if operator in INNER_REDUCTIONS and call.args[0] == read and _reduces_inner_dims(r, w) and _writes_behind(r, w, *starts):
             return True
         if operator in DISJOINT_POOLS and call.args[0] == read and _pools_behind(plan, call, DISJOINT_POOLS[operator], r, w, *starts):

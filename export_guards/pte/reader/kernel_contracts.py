@@ -26,7 +26,7 @@ from export_guards.pte.reader.wheel import (
     TensorList,
 )
 
-__all__ = ["OUT_SHAPES", "ONE_DIM_ORDER", "RANKS", "CallArguments", "Refused", "refusal"]
+__all__ = ["ONE_DIM_ORDER", "OUT_SHAPES", "RANKS", "CallArguments", "Refused", "refusal"]
 
 # An out that ExecuTorch's kernel resizes to a shape of its own, not the one torch computes: a
 # static tensor of any other shape fails the resize (``InvalidArgument``).

@@ -19,7 +19,17 @@ from export_guards.pte.reader import version_tables
 from export_guards.pte.reader.schemas import operator_schema
 from export_guards.pte.reader.tensors import dtype_name
 from export_guards.pte.reader.version_tables import Versions
-from export_guards.pte.reader.wheel import Bool, Double, ExecutionPlan, Int, KernelCall, Null, OptionalTensorList, Tensor, TensorList
+from export_guards.pte.reader.wheel import (
+    Bool,
+    Double,
+    ExecutionPlan,
+    Int,
+    KernelCall,
+    Null,
+    OptionalTensorList,
+    Tensor,
+    TensorList,
+)
 
 __all__ = ["SHIPPED", "KernelDtypes", "cached_path", "installed_versions", "kernel_dtypes", "signature", "write_table"]
 

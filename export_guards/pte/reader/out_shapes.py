@@ -88,7 +88,7 @@ def _same(source: str, *outs: str) -> Rule:
 
     def rule(call: CallArguments) -> Shapes | str | None:
         sizes = _sizes(call, source)
-        return {out: sizes for out in outs} if sizes is not None else None
+        return dict.fromkeys(outs, sizes) if sizes is not None else None
 
     return rule
 
@@ -208,7 +208,7 @@ def _sliced(call: CallArguments) -> Shapes | str | None:
     if start is None or end is None:
         return None
     start, end = (min(max(n + sizes[dim] if n < 0 else n, 0), sizes[dim]) for n in (start, end))
-    return {"out": sizes[:dim] + (max(0, -(-(end - start) // step)),) + sizes[dim + 1 :]}
+    return {"out": (*sizes[:dim], max(0, -(-(end - start) // step)), *sizes[dim + 1:])}
 
 
 def _squeezed(call: CallArguments) -> Shapes | None:
@@ -290,7 +290,7 @@ def _joined(call: CallArguments) -> Shapes | str | None:
     if isinstance(dim, str):
         return dim
     dim = dim[0]
-    return {"out": shapes[0][:dim] + (sum(s[dim] for s in shapes),) + shapes[0][dim + 1 :]}
+    return {"out": (*shapes[0][:dim], sum(s[dim] for s in shapes), *shapes[0][dim + 1:])}
 
 
 def _embedded(call: CallArguments) -> Shapes | None:
@@ -347,7 +347,7 @@ def _unsqueezed(call: CallArguments) -> Shapes | str | None:
     dim = _dims([given], len(sizes) + 1, "dim", f"the out of unsqueezing self {list(sizes)}")
     if isinstance(dim, str):
         return dim
-    return {"out": sizes[: dim[0]] + (1,) + sizes[dim[0] :]}
+    return {"out": (*sizes[:dim[0]], 1, *sizes[dim[0]:])}
 
 
 def _copied(call: CallArguments) -> Shapes | str | None:
@@ -374,7 +374,7 @@ def _split(call: CallArguments) -> Shapes | str | None:
     outs = call.value("out")
     if isinstance(outs, TensorList) and len(outs.items) != len(split):
         return f"split_sizes {split} make {len(split)} tensors, and out lists {len(outs.items)}"
-    return {f"out[{k}]": sizes[:dim] + (n,) + sizes[dim + 1 :] for k, n in enumerate(split)}
+    return {f"out[{k}]": (*sizes[:dim], n, *sizes[dim + 1:]) for k, n in enumerate(split)}
 
 
 _UNARY = (

@@ -35,7 +35,15 @@ from dataclasses import is_dataclass
 from typing import Any, Union, get_args, get_origin
 
 from export_guards.pte.reader.version_tables import cache_folder
-from export_guards.pte.reader.wheel import Program, ProgramT, ProgramTable, coerce_bytes, dataclass_field_map, dataclass_type_hints, patch_generated_flatbuffer_aliases
+from export_guards.pte.reader.wheel import (
+    Program,
+    ProgramT,
+    ProgramTable,
+    coerce_bytes,
+    dataclass_field_map,
+    dataclass_type_hints,
+    patch_generated_flatbuffer_aliases,
+)
 
 __all__ = ["parse_program", "read_program"]
 
@@ -49,7 +57,7 @@ def parse_program(data: bytes) -> Program:
     if reader is not None:
         try:
             return reader(data)
-        except Exception:  # noqa: S110  (damaged: ExecuTorch's unpacking below says how, as before)
+        except Exception:  # noqa: S110, BLE001 - damaged: ExecuTorch's unpacking below says how, as before
             pass
     patch_generated_flatbuffer_aliases()
     return _converter(Program)(ProgramT.InitFromPackedBuf(data))
@@ -216,7 +224,7 @@ def _probe(table: type, accessor: str, present: bool, *args: int) -> tuple[list[
     instance._tab = recorder
     try:
         returned = getattr(table, accessor)(instance, *args)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - a damaged flatbuffer fails the reader in many ways
         raise _Unknown(f"{table.__name__}.{accessor}: {error}") from None
     return recorder.log, returned
 
@@ -262,7 +270,7 @@ class _Compiler:
         """The reader's source: every field the generated ``_UnPack`` reads, then the dataclass."""
         unpacked = _unpacked_fields(table)
         hints = dataclass_type_hints(cls)
-        wanted = dict((source, name) for name, source in dataclass_field_map(cls))
+        wanted = {source: name for name, source in dataclass_field_map(cls)}
         if not set(wanted) <= set(unpacked):
             raise _Unknown(f"{cls.__name__} has fields that {table.__name__} lacks")
         unions = {f"{source}Type" for source in unpacked if _is_union(table, source)}
@@ -358,8 +366,7 @@ class _Compiler:
         wanted = _without_none(hint) if optional else hint
         if not is_dataclass(wanted) or (wanted is not hint and wanted.__name__ != table.__name__):
             raise _Unknown(f"a table {table.__name__} typed {hint}")  # ExecuTorch's conversion is by name
-        name = self._name(table, wanted)
-        return name
+        return self._name(table, wanted)
 
     def _convert(self, hint: Any, out: str, stored: str) -> list[str]:
         """The line that converts a leaf as ExecuTorch's conversion does (none where the value
@@ -388,7 +395,7 @@ def _compiled(source: str) -> types.CodeType:
     try:
         kept = path.read_bytes()
         if hashlib.sha256(kept[32:]).digest() == kept[:32]:
-            return marshal.loads(kept[32:])
+            return marshal.loads(kept[32:])  # noqa: S302 - our own cache file, its sha256 checked, as Python's bytecode cache is
     except (OSError, ValueError, EOFError, TypeError):
         pass  # none kept, or damaged: compiled again
     code = compile(source, "<export_guards program readers>", "exec")

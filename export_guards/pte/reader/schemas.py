@@ -10,6 +10,7 @@ is, only for a program with kernel calls."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Mapping
@@ -93,10 +94,8 @@ def _table_once() -> Mapping[str, list]:
     from export_guards.pte.reader.schema_registry import live_table  # torch: seconds, once per version
 
     rows = live_table()
-    try:
+    with contextlib.suppress(OSError):  # a read-only cache: this process keeps the table, the next one builds it again
         write_table(_cached(versions), versions, rows)
-    except OSError:
-        pass  # a read-only cache: this process keeps the table, the next one builds it again
     return rows
 
 

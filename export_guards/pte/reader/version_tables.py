@@ -94,7 +94,7 @@ def _index(path: Path, key: str) -> tuple[object, dict[str, str]] | None:
     try:
         data = kept.read_bytes()
         if hashlib.sha256(data[32:]).digest() == data[:32]:
-            versions, texts = marshal.loads(data[32:])
+            versions, texts = marshal.loads(data[32:])  # noqa: S302 - our own cache file, its sha256 checked, as Python's bytecode cache is
             if isinstance(texts, dict):
                 return versions, texts
     except (OSError, ValueError, EOFError, TypeError):

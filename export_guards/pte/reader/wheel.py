@@ -206,12 +206,20 @@ _load()
 # Found in sys.modules (loaded above), or imported the ordinary way.
 from executorch.exir._serialize._flatbuffer_program import (  # noqa: E402
     _coerce_bytes as coerce_bytes,
+)
+from executorch.exir._serialize._flatbuffer_program import (  # noqa: E402
     _dataclass_field_map as dataclass_field_map,
+)
+from executorch.exir._serialize._flatbuffer_program import (  # noqa: E402
     _dataclass_type_hints as dataclass_type_hints,
+)
+from executorch.exir._serialize._flatbuffer_program import (  # noqa: E402
     _patch_generated_flatbuffer_aliases as patch_generated_flatbuffer_aliases,
 )
 from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (  # noqa: E402
     Program as ProgramTable,
+)
+from executorch.exir._serialize.generated.executorch_flatbuffer.Program import (  # noqa: E402
     ProgramT,
 )
 from executorch.exir.schema import (  # noqa: E402

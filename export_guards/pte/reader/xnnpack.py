@@ -217,7 +217,7 @@ def read_quantization(data: bytes) -> dict[int, XnnQuantization]:
                 if kind not in kinds or table is None:
                     continue
                 found[quantized.TensorValue().IdOut()] = _quantization(schema, root, kinds[kind], table)
-    except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
+    except Exception as error:  # noqa: BLE001 - a damaged flatbuffer fails in the reader in many ways
         raise DecodeError(f"its graph's quantization cannot be read: {type(error).__name__}: {error}") from None
     return found
 
@@ -343,7 +343,7 @@ def read_payload(data: bytes) -> XnnPayload:
         return XnnPayload(constants, *constant_data, len(data), _convs(nodes, constants), values, nodes, root.NumExterns(), header_length)
     except DecodeError:
         raise
-    except Exception as error:  # a damaged flatbuffer fails in the reader in many ways
+    except Exception as error:  # noqa: BLE001 - a damaged flatbuffer fails in the reader in many ways
         raise DecodeError(f"its graph cannot be read{stated}: {type(error).__name__}: {error}") from None
 
 
@@ -549,8 +549,8 @@ def _node_tables() -> dict[int, tuple[str, str | None]]:
     text = read_resource("executorch.backends.xnnpack.serialization", "schema.fbs").decode()
     body = re.search(r"union\s+XNodeUnion\s*\{(.*?)\}", text, re.DOTALL)
     members = {}
-    for line in (body.group(1) if body else "").split(","):
-        line = re.sub(r"//.*", "", line).strip()
+    for member in (body.group(1) if body else "").split(","):
+        line = re.sub(r"//.*", "", member).strip()
         if line:
             name, _, table = (part.strip() for part in line.partition(":"))
             members[name] = table or name

@@ -130,7 +130,7 @@ class Table:
     (``struct.error``, or :class:`Unreadable` for one before it), as the generated classes'
     reads raise there; the vtable is read whole, once."""
 
-    __slots__ = ("buf", "pos", "fields", "slots")
+    __slots__ = ("buf", "fields", "pos", "slots")
 
     def __init__(self, buf: Any, pos: int, fields: dict[str, Field]) -> None:
         self.buf, self.pos, self.fields = buf, pos, fields

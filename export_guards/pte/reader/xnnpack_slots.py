@@ -15,7 +15,14 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from export_guards.pte.reader.xnnpack import ELEMENT_BYTES, EXTERNAL_INPUT, EXTERNAL_OUTPUT, INVALID_ID, XnnPayload, XnnValue
+from export_guards.pte.reader.xnnpack import (
+    ELEMENT_BYTES,
+    EXTERNAL_INPUT,
+    EXTERNAL_OUTPUT,
+    INVALID_ID,
+    XnnPayload,
+    XnnValue,
+)
 
 __all__ = ["SharedSlot", "shared_slots"]
 

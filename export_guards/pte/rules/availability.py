@@ -11,7 +11,6 @@ from export_guards.pte.reader.operators import spelled
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 
-
 KERNEL_LIBRARIES: dict[str, tuple[str, str]] = {
     "quantized_decomposed": (
         "ExecuTorch's quantized kernel library",

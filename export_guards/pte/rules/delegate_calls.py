@@ -190,7 +190,7 @@ def _layout_fix(bound: list[XnnValue], tensors: dict[int, tuple[int, Tensor]]) -
     contiguous, as with one channel)."""
     for value in bound:
         if value.flags & EXTERNAL_INPUT and value.value_id in tensors:
-            index, tensor = tensors[value.value_id]
+            _index, tensor = tensors[value.value_id]
             physical = _physical(tensor)
             if physical is not None and physical != tuple(value.dims) and sorted(physical) == sorted(value.dims):
                 return (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+
 from export_guards.pte.context import PteContext
 from export_guards.pte.reader.operators import spelled
 from export_guards.pte.reader.schemas import Argument, operator_schema

@@ -10,7 +10,13 @@ from export_guards.pte.context import PteContext
 from export_guards.pte.reader.file import FILE_IDENTIFIER, MIN_ALIGNMENT, PteFile, Region
 from export_guards.pte.reader.headers import ExtendedHeader
 from export_guards.pte.reader.tensors import describe_tensor, tensor_nbytes
-from export_guards.pte.reader.wheel import AllocationDetails, ExecutionPlan, Tensor, TensorDataLocation, TensorShapeDynamism
+from export_guards.pte.reader.wheel import (
+    AllocationDetails,
+    ExecutionPlan,
+    Tensor,
+    TensorDataLocation,
+    TensorShapeDynamism,
+)
 from export_guards.report import Severity
 from export_guards.ruleset import Hit, rule
 

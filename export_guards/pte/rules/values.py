@@ -5,7 +5,6 @@ at once in the same arena bytes, on every path through a method's control flow (
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterator, Sequence
 
 from export_guards.analysis.dim_orders import is_channels_last, is_contiguous
