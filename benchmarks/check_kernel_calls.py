@@ -53,13 +53,16 @@ EXAMPLES: dict[str, tuple[str, str | None, dict[str, object]]] = {
     "decoder.pte": ("decoder.py:model", None, {}),
     "decoder_int8.pte": ("decoder.py:model", "xnnpack_pt2e_int8_static_per_channel", {}),
 }
-LARGE: dict[str, tuple[str, str | None, dict[str, object]]] = {"transformer_85m.pte": ("transformer.py:model", None, {"width": 2688, "heads": 8})}
+LARGE: dict[str, tuple[str, str | None, dict[str, object]]] = {
+    "transformer_85m.pte": ("transformer.py:model", None, {"width": 2688, "heads": 8})
+}
 """One transformer block of 87M parameters (a program of some 350 MB): the memory of a check."""
 
 
 def export_examples(folder: Path, examples: dict[str, tuple[str, str | None, dict[str, object]]]) -> None:
     """The example programs, exported with the guards, written to ``folder``."""
     import export_guards  # noqa: F401  (first: its known-noise filters, before the libraries load)
+
     # isort: split
     from export_guards.pipeline import export_target
     from export_guards.settings import Settings
@@ -91,12 +94,16 @@ def kernel_calls(path: Path) -> int:
     from export_guards.pte.reader.wheel import KernelCall
 
     plans = PteFile(path.read_bytes()).program.execution_plan  # type: ignore[union-attr]
-    return sum(isinstance(i.instr_args, KernelCall) for plan in plans for chain in plan.chains for i in chain.instructions)
+    return sum(
+        isinstance(i.instr_args, KernelCall) for plan in plans for chain in plan.chains for i in chain.instructions
+    )
 
 
 def timed(command: list[str], cwd: Path) -> tuple[float, int]:
     """Wall seconds and peak RSS (KiB) of ``command`` in a fresh process; exit 0 or 1 (findings)."""
-    launched = subprocess.run([sys.executable, "-c", LAUNCHER, *command], cwd=cwd, capture_output=True, text=True, check=True)
+    launched = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, *command], cwd=cwd, capture_output=True, text=True, check=True
+    )
     seconds, peak, code, error = json.loads(launched.stdout)
     if code not in (0, 1):
         raise SystemExit(f"{' '.join(command)} exited {code}: {error}")
@@ -106,7 +113,11 @@ def timed(command: list[str], cwd: Path) -> tuple[float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--large", action="store_true", help="also the 87M-parameter transformer block (exporting it takes minutes and GBs)")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="also the 87M-parameter transformer block (exporting it takes minutes and GBs)",
+    )
     args = parser.parse_args()
     examples = {**EXAMPLES, **(LARGE if args.large else {})}
     check = [sys.executable, "-m", "export_guards", "check", "--quiet"]
@@ -119,22 +130,31 @@ def main() -> int:
         failed = False
         for name in examples:
             path = examples_folder / name
-            loaded = subprocess.run([sys.executable, "-c", HEAVY, "check", str(path)], capture_output=True, text=True, check=False, cwd=work)
+            loaded = subprocess.run(
+                [sys.executable, "-c", HEAVY, "check", str(path)], capture_output=True, text=True, check=False, cwd=work
+            )
             heavy = json.loads(loaded.stderr.strip().splitlines()[-1].replace("'", '"'))
             calls = kernel_calls(path)
             print(f"{name}: {path.stat().st_size:,} bytes, {calls} kernel calls; the check loads "
                   f"{', '.join(heavy[:3]) + (' ...' if len(heavy) > 3 else '') if heavy else 'neither torch nor executorch.exir'}")  # fmt: skip
             failed |= bool(heavy) or (calls == 0 and name in EXAMPLES)
-        table: dict[str, tuple[list[str], float | None]] = {"python -c pass (floor)": ([sys.executable, "-c", "pass"], None)}
+        table: dict[str, tuple[list[str], float | None]] = {
+            "python -c pass (floor)": ([sys.executable, "-c", "pass"], None)
+        }
         for name in examples:
-            table[f"check {name}"] = ([*check, str(examples_folder / name)], PROGRAM_TARGET_S if name in EXAMPLES else None)
+            table[f"check {name}"] = (
+                [*check, str(examples_folder / name)],
+                PROGRAM_TARGET_S if name in EXAMPLES else None,
+            )
             table[f"check --replay {name} (loads torch)"] = ([*check, "--replay", str(examples_folder / name)], None)
         table[f"check --jobs 2 of {FOLDER_SIZE} programs"] = ([*check, "--jobs", "2", str(folder)], FOLDER_TARGET_S)
         samples: dict[str, list[tuple[float, int]]] = {name: [] for name in table}
         for _ in range(args.rounds):
             for name, (command, _target) in table.items():
                 samples[name].append(timed(command, work))
-    print(f"median wall time and peak RSS of {args.rounds} runs each, interleaved (fresh interpreters), on {os.cpu_count()} cores")
+    print(
+        f"median wall time and peak RSS of {args.rounds} runs each, interleaved (fresh interpreters), on {os.cpu_count()} cores"
+    )
     for name, (_command, target) in table.items():
         median = statistics.median(s for s, _ in samples[name])
         memory = statistics.median(m for _, m in samples[name]) / 1024
@@ -142,8 +162,13 @@ def main() -> int:
         failed |= verdict.startswith("  OVER")
         print(f"  {name:<58} {median * 1000:7.0f} ms {memory:6.0f} MiB{verdict}")
     for name in LARGE if args.large else ():
-        peaks = [statistics.median(m for _, m in samples[f"check {flag}{name}{tail}"]) for flag, tail in (("", ""), ("--replay ", " (loads torch)"))]
-        print(f"  {name}: the check's peak RSS {'within' if peaks[0] <= peaks[1] else 'OVER'} the replay's ({peaks[0] / 1024:.0f} against {peaks[1] / 1024:.0f} MiB)")
+        peaks = [
+            statistics.median(m for _, m in samples[f"check {flag}{name}{tail}"])
+            for flag, tail in (("", ""), ("--replay ", " (loads torch)"))
+        ]
+        print(
+            f"  {name}: the check's peak RSS {'within' if peaks[0] <= peaks[1] else 'OVER'} the replay's ({peaks[0] / 1024:.0f} against {peaks[1] / 1024:.0f} MiB)"
+        )
         failed |= peaks[0] > peaks[1]
     return 1 if failed else 0
 

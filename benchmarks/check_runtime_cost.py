@@ -98,7 +98,9 @@ def main() -> int:
                     times[index].append(timed(commands[index]))
             ratios[name] = statistics.median(b / a for a, b in zip(*times, strict=True))
             runtime, check = (statistics.median(t) for t in times)
-            print(f"{name}: import executorch.runtime, load, run: median {runtime:.2f} s; export-guards check --runtime: {check:.2f} s; median paired ratio {ratios[name]:.2f}")
+            print(
+                f"{name}: import executorch.runtime, load, run: median {runtime:.2f} s; export-guards check --runtime: {check:.2f} s; median paired ratio {ratios[name]:.2f}"
+            )
     met = all(ratio <= TARGET_RATIO for ratio in ratios.values())
     print(f"worst ratio {max(ratios.values()):.2f} (target <= {TARGET_RATIO}): {'met' if met else 'NOT met'}")
     return 0 if met else 1

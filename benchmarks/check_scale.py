@@ -38,7 +38,10 @@ from pathlib import Path
 
 SHARED = ("/tmp/shared/decoder100m_8da4w.pte", "/tmp/shared/decoder100m_fp32.pte")  # noqa: S108 - where /tmp/shared/build.py writes them
 BASELINE = {"hash": None, "check": "hash", "diff": "hash", "bare": None, "runtime": "bare"}
-SECONDS = {"decoder100m_8da4w.pte": 0.3, "decoder100m_fp32.pte": 0.6}  # check's and diff's wall targets, by program (issue 64)
+SECONDS = {
+    "decoder100m_8da4w.pte": 0.3,
+    "decoder100m_fp32.pte": 0.6,
+}  # check's and diff's wall targets, by program (issue 64)
 RATIO = {"runtime": 1.1}  # check --runtime / the bare script
 
 _HASH = "import hashlib, mmap, sys\nwith open(sys.argv[1], 'rb') as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:\n    hashlib.sha256(m).hexdigest()\n"
@@ -59,7 +62,11 @@ def command(way: str, program: str) -> list[str]:
         return [*python, "-c", _HASH, program]
     if way == "bare":
         return [*python, "-c", _BARE, program]
-    arguments = {"check": ["check", program], "diff": ["diff", program, program], "runtime": ["check", "--runtime", program]}[way]
+    arguments = {
+        "check": ["check", program],
+        "diff": ["diff", program, program],
+        "runtime": ["check", "--runtime", program],
+    }[way]
     return [*python, "-m", "export_guards", *arguments]
 
 
@@ -110,19 +117,29 @@ class Row:
             return min(self.ratio("wall") or 0, self.ratio("cpu") or 0) > RATIO[self.way]
         seconds = SECONDS.get(Path(self.program).name)
         # the better of wall and CPU, as for the ratios: on a loaded machine the wall waits for a core
-        return bool(seconds) and self.way in ("check", "diff") and min(self.median("wall_s"), self.median("cpu_s")) > seconds  # type: ignore[operator]
+        return (
+            seconds is not None
+            and self.way in ("check", "diff")
+            and min(self.median("wall_s"), self.median("cpu_s")) > seconds
+        )
 
 
 def pairs(program: str, ways: list[str], count: int) -> list[Row]:
     """``count`` rounds of every way in fresh processes, the order reversed round by round."""
     rows = {way: Row(program, way) for way in ways}
-    measured("check" if "check" in ways else ways[0], program)  # untimed: the file in the page cache, the bytecode compiled
+    measured(
+        "check" if "check" in ways else ways[0], program
+    )  # untimed: the file in the page cache, the bytecode compiled
     for round_ in range(count):
         runs = {}
         for way in ways if round_ % 2 == 0 else ways[::-1]:
             runs[way] = run = measured(way, program)
             rows[way].runs.append(run)
-            print(f"{Path(program).name} {way} round {round_ + 1}: {run.wall_s:.2f} s, {run.cpu_s:.2f} s CPU, {run.peak_mib:,.0f} MiB", file=sys.stderr, flush=True)
+            print(
+                f"{Path(program).name} {way} round {round_ + 1}: {run.wall_s:.2f} s, {run.cpu_s:.2f} s CPU, {run.peak_mib:,.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
         for way, row in rows.items():
             if (baseline := BASELINE[way]) is not None and baseline in runs:
                 a, b = runs[way], runs[baseline]
@@ -150,14 +167,26 @@ def table(rows: list[Row], count: int) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("programs", nargs="*", default=list(SHARED), help="the .pte files (default: the two 100M decoders of /tmp/shared)")
-    parser.add_argument("--ways", default="check,diff,runtime", help="comma-separated, of: check, diff, runtime; each brings its baseline (default all)")
+    parser.add_argument(
+        "programs",
+        nargs="*",
+        default=list(SHARED),
+        help="the .pte files (default: the two 100M decoders of /tmp/shared)",
+    )
+    parser.add_argument(
+        "--ways",
+        default="check,diff,runtime",
+        help="comma-separated, of: check, diff, runtime; each brings its baseline (default all)",
+    )
     parser.add_argument("--pairs", type=int, default=3, help="pairs per way (default 3)")
     parser.add_argument("--quick", action="store_true", help="1 pair: a smoke test of the benchmark")
     args = parser.parse_args()
     missing = [p for p in args.programs if not os.path.isfile(p)]
     if missing:
-        print(f"no such program: {', '.join(missing)}; the default ones are written by `.venv/bin/python /tmp/shared/build.py` (minutes, GBs)", file=sys.stderr)
+        print(
+            f"no such program: {', '.join(missing)}; the default ones are written by `.venv/bin/python /tmp/shared/build.py` (minutes, GBs)",
+            file=sys.stderr,
+        )
         return 2
     asked = args.ways.split(",")
     ways = [way for way in BASELINE if way in asked or any(BASELINE.get(other) == way for other in asked)]

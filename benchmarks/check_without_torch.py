@@ -39,6 +39,7 @@ print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or
 def delegated_program(path: Path) -> None:
     """A conv and linear net, every op delegated to XNNPACK, written to ``path``."""
     import export_guards  # noqa: F401  (first: its known-noise filters, before the libraries load)
+
     # isort: split
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -57,7 +58,9 @@ def delegated_program(path: Path) -> None:
     from export_guards.pte.reader.wheel import KernelCall
 
     plans = PteFile(path.read_bytes()).program.execution_plan  # type: ignore[union-attr]
-    kernels = [i for plan in plans for chain in plan.chains for i in chain.instructions if isinstance(i.instr_args, KernelCall)]
+    kernels = [
+        i for plan in plans for chain in plan.chains for i in chain.instructions if isinstance(i.instr_args, KernelCall)
+    ]
     if kernels:
         raise SystemExit(f"the program has {len(kernels)} kernel calls: not a program that XNNPACK runs whole")
 
@@ -69,12 +72,24 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         program = Path(folder) / "model.pte"
         delegated_program(program)
-        loaded = subprocess.run([sys.executable, "-c", HEAVY, "check", str(program)], capture_output=True, text=True, check=False, cwd=folder)
+        loaded = subprocess.run(
+            [sys.executable, "-c", HEAVY, "check", str(program)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=folder,
+        )
         heavy = json.loads(loaded.stderr.strip().splitlines()[-1].replace("'", '"'))
         table = {
             "python -c pass (floor)": [sys.executable, "-c", "pass"],
             "import the schema modules (wheel.py)": [sys.executable, "-c", "import export_guards.pte.reader.wheel"],
-            f"check {program.name} ({program.stat().st_size:,} bytes)": [sys.executable, "-m", "export_guards", "check", str(program)],
+            f"check {program.name} ({program.stat().st_size:,} bytes)": [
+                sys.executable,
+                "-m",
+                "export_guards",
+                "check",
+                str(program),
+            ],
         }
         times: dict[str, list[float]] = {name: [] for name in table}
         for _ in range(args.rounds):
@@ -85,7 +100,9 @@ def main() -> int:
                 if done.returncode != 0:
                     raise SystemExit(f"{name} exited {done.returncode}: {done.stderr[-500:]}")
     print(f"median wall time of {args.rounds} runs each, interleaved (fresh interpreters)")
-    print(f"  the check loads: {', '.join(heavy[:3]) + (' ...' if len(heavy) > 3 else '') if heavy else 'neither torch nor executorch.exir'}")
+    print(
+        f"  the check loads: {', '.join(heavy[:3]) + (' ...' if len(heavy) > 3 else '') if heavy else 'neither torch nor executorch.exir'}"
+    )
     failed = bool(heavy)
     for name, samples in times.items():
         median = statistics.median(samples)

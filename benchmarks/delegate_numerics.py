@@ -77,13 +77,22 @@ def main() -> int:
     if args.case:
         print(json.dumps(_case(args.case)))
         return 0
-    print(f"{'case':40} {'stock':>12} {'portable':>12} {'guarded':>12}   (largest difference / eager's largest value)   known-wrong entry matched")
+    print(
+        f"{'case':40} {'stock':>12} {'portable':>12} {'guarded':>12}   (largest difference / eager's largest value)   known-wrong entry matched"
+    )
     for name in CASES:
         done = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        row = json.loads(lines[-1]) if lines else dict.fromkeys(("stock", "portable", "guarded"), f"died ({done.returncode})")
+        row = (
+            json.loads(lines[-1])
+            if lines
+            else dict.fromkeys(("stock", "portable", "guarded"), f"died ({done.returncode})")
+        )
         cells = [row[w] for w in ("stock", "portable", "guarded")]
-        shown = [f"{c:12.2e}{' WRONG' if c > TOLERANCE else '      '}" if isinstance(c, float) else f"{str(c)[:40]:>18}" for c in cells]
+        shown = [
+            f"{c:12.2e}{' WRONG' if c > TOLERANCE else '      '}" if isinstance(c, float) else f"{str(c)[:40]:>18}"
+            for c in cells
+        ]
         print(f"{name:40} {' '.join(shown)}   {', '.join(row.get('known') or ()) or '-'}", flush=True)
     return 0
 

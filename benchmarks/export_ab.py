@@ -90,7 +90,12 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="eg-export-ab-") as scratch:
         baseline = Path(scratch, "baseline")
-        subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(baseline), args.baseline],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         try:
             paired: dict[str, list[float]] = {}
             for round_ in range(args.rounds):
@@ -100,9 +105,14 @@ def main() -> int:
                     paired.setdefault(name, []).append(seconds[ROOT][name] / seconds[baseline][name])
                 total = sum(seconds[ROOT].values()) / sum(seconds[baseline].values())
                 paired.setdefault("all models", []).append(total)
-                print(f"round {round_ + 1}: baseline {sum(seconds[baseline].values()):.2f} s, this tree {sum(seconds[ROOT].values()):.2f} s: x{total:.3f}", flush=True)
+                print(
+                    f"round {round_ + 1}: baseline {sum(seconds[baseline].values()):.2f} s, this tree {sum(seconds[ROOT].values()):.2f} s: x{total:.3f}",
+                    flush=True,
+                )
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, check=False, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, check=False, capture_output=True
+            )
     for name, ratios in paired.items():
         print(f"{name}: median of paired ratios x{statistics.median(ratios):.3f}")
     median = statistics.median(paired["all models"])

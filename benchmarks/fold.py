@@ -97,7 +97,9 @@ def main() -> int:
             for name, pte in (("folded", folded_pte), ("twin", twin_pte))
         }
         fast = latency(methods, inputs, args.runs)
-        slow = latency({"unfolded": runtime.load_program(unfolded_pte).load_method("forward")}, inputs, args.unfolded_runs)
+        slow = latency(
+            {"unfolded": runtime.load_program(unfolded_pte).load_method("forward")}, inputs, args.unfolded_runs
+        )
         ours, theirs = fold_time(program, rounds=5)
         cpp_convs = eg.delegation_summary(
             to_edge_transform_and_lower(constant_prop_pass(copy.deepcopy(program)), partitioner=[XnnpackPartitioner()])

@@ -87,7 +87,12 @@ class Vocoder(nn.Module):
         super().__init__()
         wn = nn.utils.parametrizations.weight_norm
         self.pre = wn(nn.Conv1d(80, 128, 7, padding=3))
-        self.up = nn.ModuleList([wn(nn.ConvTranspose1d(128, 64, 16, stride=8, padding=4)), wn(nn.ConvTranspose1d(64, 32, 4, stride=2, padding=1))])
+        self.up = nn.ModuleList(
+            [
+                wn(nn.ConvTranspose1d(128, 64, 16, stride=8, padding=4)),
+                wn(nn.ConvTranspose1d(64, 32, 4, stride=2, padding=1)),
+            ]
+        )
         self.res = nn.ModuleList([wn(nn.Conv1d(64, 64, 3, padding=1)), wn(nn.Conv1d(32, 32, 3, padding=1))])
         self.post = wn(nn.Conv1d(32, 1, 7, padding=3))
 
@@ -106,7 +111,10 @@ def seeded(factory: Callable[[], nn.Module]) -> nn.Module:
 
 MEL = (torch.randn(1, 80, 64, generator=torch.Generator().manual_seed(0)),)
 MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
-    **{f"decoder ({api})": (lambda api=api: decoder.model(api)) for api in ("spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed")},
+    **{
+        f"decoder ({api})": (lambda api=api: decoder.model(api))
+        for api in ("spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed")
+    },
     "segmentation (224 px)": lambda: (segmentation.segmentation_model(224), (segmentation.example_input(224),)),
     "vocoder (weight norm)": lambda: (seeded(Vocoder), MEL),
     "vocoder (weight norm, PT2E int8, quantized in the graph)": lambda: (pt2e_in_graph(seeded(Vocoder), MEL), MEL),
@@ -176,13 +184,17 @@ def median_ratio(a: list[float], b: list[float]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="interleaved timed forwards per program (default 100)")
-    parser.add_argument("--stock-runs", type=int, default=3, help="timed forwards of the slow stock program (default 3)")
+    parser.add_argument(
+        "--stock-runs", type=int, default=3, help="timed forwards of the slow stock program (default 3)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="lowerings per way, for the pass time (default 3)")
     parser.add_argument("--only", help="run only the models whose name contains this")
     args = parser.parse_args()
     runtime = Runtime.get()
     met = True
-    print("| model | way | convs + matmuls delegated | .pte bytes | latency / peer (median of pairs) | pass time | targets met |")
+    print(
+        "| model | way | convs + matmuls delegated | .pte bytes | latency / peer (median of pairs) | pass time | targets met |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, make in MODELS.items():
         if args.only and args.only not in label:
@@ -199,12 +211,18 @@ def main() -> int:
             results[way] = (pte, counted, min(seconds))
         broken = {way: why for way in WAYS if (why := does_not_run(results[way][0]))}
         runnable = [way for way in WAYS if way not in broken]
-        methods = {way: runtime.load_program(results[way][0]).load_method("forward") for way in runnable if way != "stock"}
+        methods = {
+            way: runtime.load_program(results[way][0]).load_method("forward") for way in runnable if way != "stock"
+        }
         times = paired_latency(methods, list(inputs), args.runs)
         if "stock" in runnable:
             # Stock recomputes the weights on portable kernels (100x slower and more): timed
             # apart, a few runs, paired with the baseline's median.
-            stock = paired_latency({"stock": runtime.load_program(results["stock"][0]).load_method("forward")}, list(inputs), args.stock_runs)
+            stock = paired_latency(
+                {"stock": runtime.load_program(results["stock"][0]).load_method("forward")},
+                list(inputs),
+                args.stock_runs,
+            )
             times["stock"] = stock["stock"]
         # The latency baseline is the peer's program, or the guarded one where the peer's does not run.
         baseline = "peer" if "peer" in runnable else "guard"
@@ -214,7 +232,11 @@ def main() -> int:
             if way in broken:
                 latency = f"does not run: {broken[way]}"
             else:
-                ratio = median_ratio(times[way], times[baseline]) if way != "stock" else statistics.median(times["stock"]) / statistics.median(times[baseline])
+                ratio = (
+                    median_ratio(times[way], times[baseline])
+                    if way != "stock"
+                    else statistics.median(times["stock"]) / statistics.median(times[baseline])
+                )
                 latency = f"{ratio:.3f} ({statistics.median(times[way]) * 1e3:.2f} ms)"
             verdict = "-"
             if way == "guard":
@@ -224,11 +246,18 @@ def main() -> int:
                     len(pte) <= len(peer_pte),
                     spent <= peer_time,
                 ]
-                verdict = "yes" if all(checks) else "NO: " + ", ".join(
-                    name for name, ok in zip(("delegation", "latency", "bytes", "pass time"), checks) if not ok
+                verdict = (
+                    "yes"
+                    if all(checks)
+                    else "NO: "
+                    + ", ".join(
+                        name for name, ok in zip(("delegation", "latency", "bytes", "pass time"), checks) if not ok
+                    )
                 )
                 met = met and all(checks)
-            print(f"| {label} | {way} | {counted[0]} / {counted[1]} | {len(pte):,} | {latency} | {spent * 1e3:.0f} ms | {verdict} |")
+            print(
+                f"| {label} | {way} | {counted[0]} / {counted[1]} | {len(pte):,} | {latency} | {spent * 1e3:.0f} ms | {verdict} |"
+            )
         sys.stdout.flush()
     return 0 if met else 1
 

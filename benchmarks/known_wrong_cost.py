@@ -36,7 +36,13 @@ import llm
 
 def conv_net() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
-    layers = [torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU()]
+    layers = [
+        torch.nn.Conv2d(3, 16, 3),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3),
+        torch.nn.ReLU(),
+    ]
     return torch.nn.Sequential(*layers).eval(), (torch.randn(1, 3, 32, 32),)
 
 
@@ -51,7 +57,11 @@ def timed(passes: GuardPasses, model: torch.nn.Module, inputs: tuple[torch.Tenso
     program = torch.export.export(model, inputs)
     gc.collect()
     start = time.perf_counter()
-    pte = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    pte = (
+        to_edge_transform_and_lower(program, transform_passes=passes, partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     return time.perf_counter() - start, pte
 
 
@@ -73,7 +83,10 @@ def main() -> int:
             pairs.append(seconds["B"] / seconds["A"])
             same = same and bytes_["A"] == bytes_["B"]
         ratios += pairs
-        print(f"{name:14} B/A median x{statistics.median(pairs):.3f} (pairs {min(pairs):.3f}-{max(pairs):.3f}); same bytes: {same}", flush=True)
+        print(
+            f"{name:14} B/A median x{statistics.median(pairs):.3f} (pairs {min(pairs):.3f}-{max(pairs):.3f}); same bytes: {same}",
+            flush=True,
+        )
     print(f"all models: median of paired ratios x{statistics.median(ratios):.3f} (target at most 1.02)")
     return 0
 

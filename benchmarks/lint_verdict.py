@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="paired rounds (default 5)")
-    parser.add_argument("--size", type=int, default=400, help="the segmentation model's input size (default 400, the demo's)")
+    parser.add_argument(
+        "--size", type=int, default=400, help="the segmentation model's input size (default 400, the demo's)"
+    )
     args = parser.parse_args()
 
     import segmentation
@@ -70,8 +72,12 @@ def main() -> int:
             )
     ratio = statistics.median(over_emitting)
     print(f"\nsegmentation ({args.size}), {args.rounds} paired rounds:")
-    print(f"  lint with the written program's check / lint --pte before: x{ratio:.3f} (median of paired ratios; target <= 1.1)")
-    print(f"  lint with the written program's check / lint without --pte before: x{statistics.median(over_exporting):.3f}")
+    print(
+        f"  lint with the written program's check / lint --pte before: x{ratio:.3f} (median of paired ratios; target <= 1.1)"
+    )
+    print(
+        f"  lint with the written program's check / lint without --pte before: x{statistics.median(over_exporting):.3f}"
+    )
     met = ratio <= 1.1
     print("target met" if met else "target NOT met")
     return 0 if met else 1

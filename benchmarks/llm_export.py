@@ -41,7 +41,9 @@ def guarded(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
     return eg.lower_with_guards(torch.export.export(model, inputs)).to_pte()
 
 
-def timed(export: Callable[..., bytes], model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[float, bytes]:
+def timed(
+    export: Callable[..., bytes], model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> tuple[float, bytes]:
     gc.collect()
     start = time.perf_counter()
     pte = export(model, inputs)
@@ -51,7 +53,9 @@ def timed(export: Callable[..., bytes], model: torch.nn.Module, inputs: tuple[to
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5, help="stock / guarded pairs (default 5)")
-    parser.add_argument("--variant", default="8da4w", choices=llm.VARIANTS, help="the decoder's variant (default 8da4w)")
+    parser.add_argument(
+        "--variant", default="8da4w", choices=llm.VARIANTS, help="the decoder's variant (default 8da4w)"
+    )
     args = parser.parse_args()
     model, inputs = llm.model(args.variant)
     timed(stock, model, inputs)  # warm-up: first-call imports and caches, for both
@@ -64,7 +68,10 @@ def main() -> int:
             seconds[way.__name__], pte = timed(way, model, inputs)
             sizes[way.__name__] = len(pte)
         ratios.append(seconds["guarded"] / seconds["stock"])
-        print(f"pair {pair + 1}: stock {seconds['stock']:.2f} s, guarded {seconds['guarded']:.2f} s, ratio {ratios[-1]:.3f}", flush=True)
+        print(
+            f"pair {pair + 1}: stock {seconds['stock']:.2f} s, guarded {seconds['guarded']:.2f} s, ratio {ratios[-1]:.3f}",
+            flush=True,
+        )
     ratio = statistics.median(ratios)
     print(f"\n| decoder ({args.variant}) | measured | target |\n|---|---|---|")
     print(f"| guarded / stock export time (median of {args.pairs} paired ratios) | {ratio:.3f} | <= 1.05 |")

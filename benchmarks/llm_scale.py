@@ -128,7 +128,9 @@ def guarded(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], shapes: Sh
 def passes(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], shapes: Shapes) -> int:
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
     edge = to_edge_transform_and_lower(
-        torch.export.export(model, inputs, dynamic_shapes=shapes), transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+        torch.export.export(model, inputs, dynamic_shapes=shapes),
+        transform_passes=eg.guard_passes(partitioner=partitioner),
+        partitioner=partitioner,
     )
     return len(eg.program.store_once(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))))
 
@@ -144,8 +146,19 @@ def lint(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], shapes: Shape
         return written.stat().st_size
 
 
-WAYS: dict[str, Callable[..., int]] = {"stock": stock, "guarded": guarded, "passes": passes, "stock+runs": stock_runs, "lint": lint}
-_IMPORTS = {"guarded": "export_guards.pipeline", "passes": "export_guards.pipeline", "stock+runs": "export_guards.verify.runs", "lint": "export_guards.cli"}
+WAYS: dict[str, Callable[..., int]] = {
+    "stock": stock,
+    "guarded": guarded,
+    "passes": passes,
+    "stock+runs": stock_runs,
+    "lint": lint,
+}
+_IMPORTS = {
+    "guarded": "export_guards.pipeline",
+    "passes": "export_guards.pipeline",
+    "stock+runs": "export_guards.verify.runs",
+    "lint": "export_guards.cli",
+}
 
 
 @dataclass(frozen=True)
@@ -232,7 +245,10 @@ class Row:
         if self.way not in TARGETS:
             return False
         time_target, memory_target = TARGETS[self.way]
-        return min(self.ratio("wall") or 0, self.ratio("cpu") or 0) > time_target or (self.ratio("peak") or 0) > memory_target
+        return (
+            min(self.ratio("wall") or 0, self.ratio("cpu") or 0) > time_target
+            or (self.ratio("peak") or 0) > memory_target
+        )
 
 
 def pairs(size: str, parameters: int, variant: str, ways: list[str], count: int, state: Path) -> list[Row]:
@@ -245,7 +261,11 @@ def pairs(size: str, parameters: int, variant: str, ways: list[str], count: int,
             runs[way] = measured(way, size, variant, state)
             rows[way].runs.append(runs[way])
             run = runs[way]
-            print(f"{size} {variant} {way} round {round_ + 1}: {run.wall_s:.1f} s, {run.cpu_s:.1f} s CPU, {run.peak_mib:,.0f} MiB", file=sys.stderr, flush=True)
+            print(
+                f"{size} {variant} {way} round {round_ + 1}: {run.wall_s:.1f} s, {run.cpu_s:.1f} s CPU, {run.peak_mib:,.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
         for way, row in rows.items():
             if (baseline := BASELINE[way]) is not None:
                 a, b = runs[way], runs[baseline]
@@ -272,21 +292,47 @@ def table(rows: list[Row], count: int) -> str:
             f"| {f'<= {targets[1]}' if targets[1] else ''} | {row.runs[-1].pte_bytes:,} |"
         )
     sizes = list(dict.fromkeys(row.size for row in rows))
-    lines += ["", "CPU / peak ratio by size:", "", f"| way | variant | {' | '.join(sizes)} |", f"|---|---|{'---|' * len(sizes)}"]
+    lines += [
+        "",
+        "CPU / peak ratio by size:",
+        "",
+        f"| way | variant | {' | '.join(sizes)} |",
+        f"|---|---|{'---|' * len(sizes)}",
+    ]
     for way, variant in dict.fromkeys((row.way, row.variant) for row in rows if BASELINE[row.way]):
-        cells = {row.size: f"{row.ratio('cpu'):.3f} / {row.ratio('peak'):.3f}" for row in rows if (row.way, row.variant) == (way, variant)}
+        cells = {
+            row.size: f"{row.ratio('cpu'):.3f} / {row.ratio('peak'):.3f}"
+            for row in rows
+            if (row.way, row.variant) == (way, variant)
+        }
         lines.append(f"| {way} | {variant} | {' | '.join(cells.get(size, '') for size in sizes)} |")
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="small,40m,100m", help=f"comma-separated, of: {', '.join(SIZES)} (default small,40m,100m)")
-    parser.add_argument("--variant", help="comma-separated, of: fp32, 8da4w, int8wo, pt2e (default fp32,8da4w; 8da4w alone at 1b)")
-    parser.add_argument("--ways", default="guarded,passes,lint", help="comma-separated, of: guarded, passes, lint; each brings its baseline (default all)")
+    parser.add_argument(
+        "--size", default="small,40m,100m", help=f"comma-separated, of: {', '.join(SIZES)} (default small,40m,100m)"
+    )
+    parser.add_argument(
+        "--variant", help="comma-separated, of: fp32, 8da4w, int8wo, pt2e (default fp32,8da4w; 8da4w alone at 1b)"
+    )
+    parser.add_argument(
+        "--ways",
+        default="guarded,passes,lint",
+        help="comma-separated, of: guarded, passes, lint; each brings its baseline (default all)",
+    )
     parser.add_argument("--pairs", type=int, default=3, help="pairs per way (default 3)")
-    parser.add_argument("--quick", action="store_true", help="the small size, fp32 unless --variant says, 1 pair: a smoke test of the benchmark")
-    parser.add_argument("--static", action="store_true", help="export at the example's length alone (default: a dynamic length, up to the cache's)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the small size, fp32 unless --variant says, 1 pair: a smoke test of the benchmark",
+    )
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="export at the example's length alone (default: a dynamic length, up to the cache's)",
+    )
     parser.add_argument("--child", nargs=4, metavar=("WAY", "SIZE", "VARIANT", "STATE"), help=argparse.SUPPRESS)
     parser.add_argument("--build", nargs=2, metavar=("SIZE", "STATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -168,9 +168,8 @@ def memory(megabytes: int, repeats: int = 3) -> dict[str, float]:
         "cpu_peak_mb": cpu["peak_rss_mb"],
         "copy_peak_mb": copied["peak_rss_mb"],
         "allowed_mb": allowed,
-        "extra_over_cpu_plus_device_in_largest": (
-            copied["peak_rss_mb"] - cpu["peak_rss_mb"] - copied["device_mb"]
-        ) / copied["largest_mb"],
+        "extra_over_cpu_plus_device_in_largest": (copied["peak_rss_mb"] - cpu["peak_rss_mb"] - copied["device_mb"])
+        / copied["largest_mb"],
     }
 
 

@@ -61,6 +61,7 @@ def seed_programs(kind: str, folder: Path) -> dict[str, tuple[bytes, tuple[Path,
         for name in ("two methods, xnnpack", "conv net, portable", "bool and int64 inputs", "kv cache, xnnpack"):
             programs[name] = (valid[name], ())
         return programs
+
     class CatSplit(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -86,7 +87,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=int, default=420, help="mutants in all (default 420)")
     parser.add_argument("--seed", type=int, default=0, help="the mutation seed (default 0)")
-    parser.add_argument("--programs", choices=("default", "other"), default="default", help="which valid programs to mutate")
+    parser.add_argument(
+        "--programs", choices=("default", "other"), default="default", help="which valid programs to mutate"
+    )
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a run counts as a hang")
     parser.add_argument("--keep", type=Path, help="write the mutants that the check and the runtime disagree on here")
     args = parser.parse_args()
@@ -155,7 +158,8 @@ def main() -> int:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 (args.keep / f"{verdict.replace(' ', '-')}-{made}.pte").write_bytes(mutant)
                 (args.keep / f"{verdict.replace(' ', '-')}-{made}.txt").write_text(
-                    f"{kind} of {name}: {outcome} {result.get('why', '')}\n" + "\n".join(f"{f.code} {f.message}" for f in report)
+                    f"{kind} of {name}: {outcome} {result.get('why', '')}\n"
+                    + "\n".join(f"{f.code} {f.message}" for f in report)
                 )
     runner.close()
 
@@ -174,7 +178,9 @@ def main() -> int:
     before, after = total["clean runtime error, EG501-EG513 only"], total["clean runtime error"]
     share = after / total["mutants"] if total["mutants"] else 0.0
     print(f"\ncheck time per file: median {statistics.median(check_ms):.1f} ms, max {max(check_ms):.1f} ms")
-    print(f"checker-clean runtime errors: {after} of {total['mutants']} mutants ({share:.1%}; {before} with EG501-EG513 only)")
+    print(
+        f"checker-clean runtime errors: {after} of {total['mutants']} mutants ({share:.1%}; {before} with EG501-EG513 only)"
+    )
     met = total["clean crash or hang"] == 0 and total["false alarm"] == 0 and share <= 0.02
     print("targets met" if met else "targets NOT met")
     return 0 if met else 1

@@ -88,7 +88,9 @@ def small_programs_met(scratch: Path, runs: int) -> bool:
             times.append((time.perf_counter() - start) * 1e3)
         worst, worst_first = max(worst, statistics.median(times)), max(worst_first, first)
         print(f"{name:<36} {len(data):>9,} {first:>9.1f} {statistics.median(times):>10.1f}", flush=True)
-    print(f"programs under 1 MB: slowest median {worst:.1f} ms (target < {TARGET_SMALL_MS:.0f} ms); slowest first check {worst_first:.1f} ms")
+    print(
+        f"programs under 1 MB: slowest median {worst:.1f} ms (target < {TARGET_SMALL_MS:.0f} ms); slowest first check {worst_first:.1f} ms"
+    )
     return worst < TARGET_SMALL_MS
 
 
@@ -109,13 +111,18 @@ def main() -> int:
                 mb = size / 1e6
                 per_mb[label] = seconds / mb
                 met &= mb / seconds >= TARGET_MB_S
-                print(f"{backend:<9} {label:>7} {size:>14,} {seconds:>9.4f} {mb / seconds:>9.0f} {1e3 * seconds / mb:>8.3f}", flush=True)
+                print(
+                    f"{backend:<9} {label:>7} {size:>14,} {seconds:>9.4f} {mb / seconds:>9.0f} {1e3 * seconds / mb:>8.3f}",
+                    flush=True,
+                )
                 path.unlink()
             linearity = per_mb["1 GB"] / per_mb["100 MB"]
             met &= linearity <= TARGET_LINEARITY
             print(f"{backend}: time per MB at 1 GB / at 100 MB = {linearity:.2f} (target <= {TARGET_LINEARITY})")
         met &= small_programs_met(Path(scratch), args.runs)
-    print(f"targets: >= {TARGET_MB_S:.0f} MB/s at every size, linear, < {TARGET_SMALL_MS:.0f} ms under 1 MB: {'met' if met else 'NOT MET'}")
+    print(
+        f"targets: >= {TARGET_MB_S:.0f} MB/s at every size, linear, < {TARGET_SMALL_MS:.0f} ms under 1 MB: {'met' if met else 'NOT MET'}"
+    )
     return 0 if met else 1
 
 

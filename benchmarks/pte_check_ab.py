@@ -63,16 +63,26 @@ def main() -> int:
         folder.mkdir()
         for n, data in enumerate(valid_programs().values()):
             (folder / f"{n}.pte").write_bytes(data)
-        subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(baseline), args.baseline],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         try:
             ratios = []
             for round_ in range(args.rounds):
                 order = (baseline, ROOT) if round_ % 2 == 0 else (ROOT, baseline)
                 seconds = {tree: per_file_seconds(tree, folder) for tree in order}
                 ratios.append(seconds[ROOT] / seconds[baseline])
-                print(f"round {round_ + 1}: baseline {1e3 * seconds[baseline]:.2f} ms, this tree {1e3 * seconds[ROOT]:.2f} ms per file: x{ratios[-1]:.2f}", flush=True)
+                print(
+                    f"round {round_ + 1}: baseline {1e3 * seconds[baseline]:.2f} ms, this tree {1e3 * seconds[ROOT]:.2f} ms per file: x{ratios[-1]:.2f}",
+                    flush=True,
+                )
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, check=False, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, check=False, capture_output=True
+            )
     median = statistics.median(ratios)
     print(f"median of paired ratios: x{median:.2f} (target <= {TARGET})")
     return 0 if median <= TARGET else 1

@@ -308,7 +308,9 @@ def matrix_flow(flow: str, factory: Callable[[], tuple[Any, tuple[Any, ...]]]) -
             edge = to_edge_transform_and_lower(exported(factory), transform_passes=passes, partitioner=parts)
             pte = edge.to_executorch(emit()).buffer
         elif flow == "guard_passes × test device backend":
-            parts = eg.guard_partitioners([HostCopyPartitioner()], device_backends=(*eg.DEVICE_BACKENDS, BACKEND_ID), emitter="copy")
+            parts = eg.guard_partitioners(
+                [HostCopyPartitioner()], device_backends=(*eg.DEVICE_BACKENDS, BACKEND_ID), emitter="copy"
+            )
             passes = recorded_transform_passes(eg.guard_passes(partitioner=parts), found)
             edge = to_edge_transform_and_lower(exported(factory, "trapdev"), transform_passes=passes, partitioner=parts)
             pte = runnable(edge).to_executorch(emit("copy")).buffer
@@ -340,7 +342,10 @@ def matrix_cases() -> Iterator[tuple[str, Case]]:
         for flow in MATRIX_FLOWS:
             yield f"matrix | {name} | {flow}", lambda flow=flow, factory=factory: matrix_flow(flow, factory)
         for recipe in recipes:
-            yield f"matrix | {name} | recipe {recipe}", lambda recipe=recipe, factory=factory: matrix_recipe(recipe, factory)
+            yield (
+                f"matrix | {name} | recipe {recipe}",
+                lambda recipe=recipe, factory=factory: matrix_recipe(recipe, factory),
+            )
 
 
 # --- 2. export_with_guards / lower_with_guards -----------------------------------------------
@@ -376,7 +381,13 @@ def example(root: Path, target: str, arguments: dict[str, Any], settings: dict[s
     config = eg.Settings().updated(settings) if settings else None
     made = load_target(str(root / target), arguments)  # export_target's own two steps, the model kept to run eager
     result = export_in_steps(
-        made.model, made.inputs, config=config, source=target_file(str(root / target)), dynamic_shapes=made.dynamic_shapes, strict=made.strict, lowering=made.lowering
+        made.model,
+        made.inputs,
+        config=config,
+        source=target_file(str(root / target)),
+        dynamic_shapes=made.dynamic_shapes,
+        strict=made.strict,
+        lowering=made.lowering,
     )
     return guarded(result, check=True, run=(made.model, made.inputs))
 
@@ -434,11 +445,13 @@ def placement(factory: Callable[[], tuple[Any, tuple[Any, ...]]], how: str) -> O
 def device_cases() -> Iterator[tuple[str, Case]]:
     for name, factory in all_rows().items():
         for policy in ("error", "copy"):
-            yield f"recipe | {name} | trapdev | guard_recipe xnnpack_fp32 + recipe_report | placement={policy}", (
-                lambda f=factory, p=policy: recipe_session(f, p)
+            yield (
+                f"recipe | {name} | trapdev | guard_recipe xnnpack_fp32 + recipe_report | placement={policy}",
+                (lambda f=factory, p=policy: recipe_session(f, p)),
             )
-            yield f"recipe | {name} | trapdev | export_with_recipe xnnpack_fp32 | placement={policy}", (
-                lambda f=factory, p=policy: recipe_export(f, p)
+            yield (
+                f"recipe | {name} | trapdev | export_with_recipe xnnpack_fp32 | placement={policy}",
+                (lambda f=factory, p=policy: recipe_export(f, p)),
             )
         for how in ("check_constant_placement", "program error", "program copy", "edge error", "edge copy"):
             yield f"placement | {name} | trapdev | {how}", lambda f=factory, h=how: placement(f, h)
@@ -504,7 +517,10 @@ def record(out: Path, only: str | None) -> int:
         began = time.perf_counter()
         cases[key] = run_case(case)
         seconds[key] = round(time.perf_counter() - began, 2)
-        shown = cases[key].get("error") or f"{len(cases[key].get('findings', []))} findings, {cases[key].get('pte_len', '-')} bytes"
+        shown = (
+            cases[key].get("error")
+            or f"{len(cases[key].get('findings', []))} findings, {cases[key].get('pte_len', '-')} bytes"
+        )
         print(f"{seconds[key]:6.1f}s  {key}: {shown}", file=sys.stderr, flush=True)
         _write(out, meta, cases, seconds, time.perf_counter() - started, complete=False)
     total = time.perf_counter() - started
@@ -513,7 +529,9 @@ def record(out: Path, only: str | None) -> int:
     return 0
 
 
-def _write(out: Path, meta: dict[str, Any], cases: dict[str, Outcome], seconds: dict[str, float], total: float, complete: bool) -> None:
+def _write(
+    out: Path, meta: dict[str, Any], cases: dict[str, Outcome], seconds: dict[str, float], total: float, complete: bool
+) -> None:
     # Timings are kept apart from the outcomes: they differ from run to run and are not compared.
     data = {"meta": {**meta, "complete": complete, "seconds": round(total, 1), "case_seconds": seconds}, "cases": cases}
     partial = out.with_name(out.name + ".partial")
@@ -525,7 +543,9 @@ def compare(a: Path, b: Path) -> int:
     left, right = (json.loads(p.read_text()) for p in (a, b))
     for path, data in ((a, left), (b, right)):
         meta = data.get("meta", {})
-        print(f"{path}: export_guards from {meta.get('export_guards')}, {meta.get('seconds')} s{'' if meta.get('complete') else ', INCOMPLETE'}")
+        print(
+            f"{path}: export_guards from {meta.get('export_guards')}, {meta.get('seconds')} s{'' if meta.get('complete') else ', INCOMPLETE'}"
+        )
     keys = list(left["cases"]) + [k for k in right["cases"] if k not in left["cases"]]
     differ = 0
     for key in keys:
@@ -560,7 +580,12 @@ def difference(x: Outcome | None, y: Outcome | None, limit: int = 30) -> list[st
             ]
         elif isinstance(u, list) and isinstance(v, list):
             diff = difflib.unified_diff(
-                [json.dumps(e, ensure_ascii=False) for e in u], [json.dumps(e, ensure_ascii=False) for e in v], "A", "B", lineterm="", n=0
+                [json.dumps(e, ensure_ascii=False) for e in u],
+                [json.dumps(e, ensure_ascii=False) for e in v],
+                "A",
+                "B",
+                lineterm="",
+                n=0,
             )
             lines += [f"{field}: {line}" for line in list(diff)[2:]]
         else:

@@ -34,7 +34,11 @@ def main() -> int:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")])))
         env[_FOLDER] = folder
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "eg_test_time", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "eg_test_time", "-q", "-p", "no:cacheprovider", *args],
+            cwd=ROOT,
+            env=env,
+        )
         wall = time.perf_counter() - start
         records = [json.loads(path.read_text()) for path in Path(folder).glob("*.json")]
     seconds: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -53,7 +57,9 @@ def main() -> int:
     for file, phases in sorted(seconds.items(), key=lambda item: -sum(item[1].values())):
         models = exports.get(file, collections.Counter())
         top = ", ".join(f"{name} x{n}" for name, n in models.most_common(3))
-        print(f"{file:<48} {phases['setup']:8.1f} {phases['call'] + phases['teardown']:8.1f} {sum(models.values()):8d}  {top}")
+        print(
+            f"{file:<48} {phases['setup']:8.1f} {phases['call'] + phases['teardown']:8.1f} {sum(models.values()):8d}  {top}"
+        )
     print("\nslowest setups (a shared fixture builds in the first test that asks for it):")
     for taken, test in sorted(setups, reverse=True)[:12]:
         print(f"  {taken:7.1f} s  {test}")
@@ -65,7 +71,12 @@ def main() -> int:
 
 
 # The plugin side, in each pytest process (xdist workers included).
-_record: dict[str, Any] = {"tests": 0, "seconds": collections.defaultdict(collections.Counter), "setups": [], "exports": collections.defaultdict(collections.Counter)}
+_record: dict[str, Any] = {
+    "tests": 0,
+    "seconds": collections.defaultdict(collections.Counter),
+    "setups": [],
+    "exports": collections.defaultdict(collections.Counter),
+}
 _current = ["(collection)"]
 
 

@@ -97,7 +97,9 @@ CANDIDATES_FOR = ("intx8wo-channel", "intx4wo-group32")
 
 def linears(dim: int, hidden: int) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(dim, hidden), nn.Linear(hidden, dim), nn.Linear(dim, hidden), nn.Linear(hidden, dim)).eval()
+    return nn.Sequential(
+        nn.Linear(dim, hidden), nn.Linear(hidden, dim), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+    ).eval()
 
 
 def quantized(model: nn.Module, config: str) -> nn.Module:
@@ -120,7 +122,10 @@ def folded(model: nn.Module) -> nn.Module:
 
 def _names_linear(source: object) -> bool:
     """Whether an ``nn_module_stack`` entry's module (its dotted class name) is a linear."""
-    return source in {f"{s.__module__}.{s.__qualname__}" for s in LINEAR_SOURCES if isinstance(s, type)} or source in LINEAR_SOURCES
+    return (
+        source in {f"{s.__module__}.{s.__qualname__}" for s in LINEAR_SOURCES if isinstance(s, type)}
+        or source in LINEAR_SOURCES
+    )
 
 
 class _NoLinearSource(ExportedProgramPassBase):
@@ -129,7 +134,13 @@ class _NoLinearSource(ExportedProgramPassBase):
 
     def call(self, exported_program: torch.export.ExportedProgram) -> ExportedProgramPassResult:
         for node in exported_program.graph.nodes:
-            if node.op == "call_function" and aten_name(node.target) in ("mm", "addmm", "t_copy", "permute_copy", "view_copy"):
+            if node.op == "call_function" and aten_name(node.target) in (
+                "mm",
+                "addmm",
+                "t_copy",
+                "permute_copy",
+                "view_copy",
+            ):
                 node.meta.pop("source_fn_stack", None)
                 modules = dict(node.meta.get("nn_module_stack") or {})
                 while modules and _names_linear(next(reversed(modules.values()))[1]):
@@ -157,7 +168,9 @@ def _qc8w_partitioner() -> XnnpackPartitioner:
                 return True, []
             return super()._get_output_deps(node, ep, precision)
 
-    return XnnpackPartitioner(configs=[FloatActivationLinear if c is LinearConfig else c for c in ALL_PARTITIONER_CONFIGS])
+    return XnnpackPartitioner(
+        configs=[FloatActivationLinear if c is LinearConfig else c for c in ALL_PARTITIONER_CONFIGS]
+    )
 
 
 def without_bias(model: nn.Module) -> nn.Module:
@@ -180,7 +193,9 @@ def guarded(program: torch.export.ExportedProgram) -> bytes:
 def dynamic_weight(program: torch.export.ExportedProgram) -> bytes:
     passes = [*eg.guard_passes(), _NoLinearSource()]
     partitioners = [XnnpackPartitioner(), XnnpackPartitioner(force_non_static_weights_for_f32_linear=True)]
-    return to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners).to_executorch().buffer
+    return (
+        to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioners).to_executorch().buffer
+    )
 
 
 def programs(dim: int, hidden: int, tokens: int, candidates: bool) -> dict[str, tuple[nn.Module, bytes]]:

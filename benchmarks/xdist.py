@@ -120,7 +120,7 @@ def test_audio_conv1d(check_export):
 '''
 
 # --unlimited: undo the plugin's per-worker thread limit, back to torch's default (every core).
-UNLIMITED_CONFTEST = '''
+UNLIMITED_CONFTEST = """
 import os
 
 import pytest
@@ -132,7 +132,7 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-'''
+"""
 
 
 def run(project: Path, extra: list[str], env: dict[str, str]) -> tuple[float, float]:

@@ -66,7 +66,9 @@ class Clock:
         return _Step()
 
 
-def latencies(ptes: list[bytes], inputs: list[torch.Tensor], runs: int) -> tuple[list[float], float, list[list[object]]]:
+def latencies(
+    ptes: list[bytes], inputs: list[torch.Tensor], runs: int
+) -> tuple[list[float], float, list[list[object]]]:
     """Like for like: each program loaded in ``executorch.runtime`` and run once to warm up,
     then ``runs`` timed runs of each, interleaved (A, B, A, B, ...) so that machine noise hits
     both alike. Returns each program's median seconds per forward, the median of the paired
@@ -96,7 +98,11 @@ def _eager_seconds(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
 
 def _where(finding: eg.Finding) -> str:
     """``examples/segmentation.py:84 (up.0.conv (Conv2d))``: the line, and the module that ran it."""
-    where = f"{_shown(Path(finding.location.file))}:{finding.location.line}" if finding.location else f"<method {finding.method}>"
+    where = (
+        f"{_shown(Path(finding.location.file))}:{finding.location.line}"
+        if finding.location
+        else f"<method {finding.method}>"
+    )
     return f"{where} ({finding.module})" if finding.module else where
 
 
@@ -190,11 +196,19 @@ def main() -> int:
         eager_latency_s=eager_seconds,
         variants=[
             variant(
-                "without export-guards", plain, plain_pte, plain_seconds, plain_error,
+                "without export-guards",
+                plain,
+                plain_pte,
+                plain_seconds,
+                plain_error,
                 f"spectral_norm convs left on portable kernels; {measured}",
             ),
             variant(
-                "with export-guards", guarded.edge, guarded_pte, guarded_seconds, comparison.max_abs,
+                "with export-guards",
+                guarded.edge,
+                guarded_pte,
+                guarded_seconds,
+                comparison.max_abs,
                 f"weights folded, every conv on XNNPACK; {measured}",
             ),
         ],

@@ -77,8 +77,18 @@ def _place(where: str, names: str) -> str:
 
 
 def render_markdown(result: DemoResult) -> str:
-    lines = [f"# export-guards demo: {result.model}", "", f"**{result.headline}**", "", f"Input {result.input_shape}.", ""]
-    lines += ["| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager | note |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# export-guards demo: {result.model}",
+        "",
+        f"**{result.headline}**",
+        "",
+        f"Input {result.input_shape}.",
+        "",
+    ]
+    lines += [
+        "| export | convs on XNNPACK | compute ops delegated | .pte | latency (executorch.runtime) | max abs error vs eager | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for v in result.variants:
         lines.append(
             f"| {v.name} | {v.convs_delegated}/{v.convs_total} | {v.compute_delegated}/{v.compute_total} | "
@@ -135,7 +145,10 @@ def render_html(result: DemoResult) -> str:
     )
     delegation = _bars(
         "Convolutions on XNNPACK (higher is better)",
-        [(v.name, v.convs_delegated / max(v.convs_total, 1), f"{v.convs_delegated} of {v.convs_total}") for v in result.variants],
+        [
+            (v.name, v.convs_delegated / max(v.convs_total, 1), f"{v.convs_delegated} of {v.convs_total}")
+            for v in result.variants
+        ],
         maximum=1.0,
     )
     lint = "".join(
@@ -187,8 +200,10 @@ def _bars(title: str, bars: Sequence[tuple[str, float, str]], maximum: float | N
     """A horizontal bar chart as inline SVG."""
     top = maximum or max((value for _, value, _ in bars), default=1.0) or 1.0
     height, label_width, bar_width = 26, 190, 220
-    parts = [f'<svg width="{label_width + bar_width + 90}" height="{height * len(bars) + 34}" role="img" aria-label="{html.escape(title)}">',
-             f'<text x="0" y="16" font-weight="bold" font-size="14">{html.escape(title)}</text>']
+    parts = [
+        f'<svg width="{label_width + bar_width + 90}" height="{height * len(bars) + 34}" role="img" aria-label="{html.escape(title)}">',
+        f'<text x="0" y="16" font-weight="bold" font-size="14">{html.escape(title)}</text>',
+    ]
     for i, (name, value, text) in enumerate(bars):
         y = 28 + i * height
         width = max(1.0, bar_width * value / top)

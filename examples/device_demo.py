@@ -62,9 +62,7 @@ def main() -> int:
 
     heading("2. The same export with the guard passes")
     try:
-        to_edge_transform_and_lower(
-            program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
-        )
+        to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()])
     except eg.ConstantPlacementError as error:
         print(error)
 

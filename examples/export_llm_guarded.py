@@ -27,7 +27,15 @@ import torch
 
 from export_guards.quiet import buffer_warning_answered, libraries_quiet, runtime_chatter_dropped
 
-PARAMS = {"dim": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 256, "multiple_of": 32, "norm_eps": 1e-5}
+PARAMS = {
+    "dim": 128,
+    "n_layers": 2,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "vocab_size": 256,
+    "multiple_of": 32,
+    "norm_eps": 1e-5,
+}
 
 
 def llm_config(config_file: str, folder: Path, name: str, embedding_quantize: bool = True):
@@ -75,7 +83,9 @@ def guarded(config) -> bytes:
     if config.backend.xnnpack.extended_ops:
         partitioners.append(get_xnnpack_partitioner(dynamic_quant_only_partitioner=False))
     partitioners = eg.guard_partitioners(partitioners)
-    builder = builder.to_edge_transform_and_lower(partitioners, transform_passes=eg.guard_passes(partitioner=partitioners))
+    builder = builder.to_edge_transform_and_lower(
+        partitioners, transform_passes=eg.guard_passes(partitioner=partitioners)
+    )
     return builder.to_executorch(passes=[*eg.emit_passes()]).export_program.buffer
 
 
@@ -85,7 +95,9 @@ def decode(pte: bytes, steps: int = 6) -> list[torch.Tensor]:
 
     program = Runtime.get().load_program(pte)
     method = program.load_method("forward")
-    return [method.execute([torch.tensor([[(37 * p) % PARAMS["vocab_size"]]]), torch.tensor([p])])[0] for p in range(steps)]
+    return [
+        method.execute([torch.tensor([[(37 * p) % PARAMS["vocab_size"]]]), torch.tensor([p])])[0] for p in range(steps)
+    ]
 
 
 def main(argv: list[str]) -> None:
@@ -105,7 +117,9 @@ def main(argv: list[str]) -> None:
     if embedding_quantize:
         return
     for step, (theirs, ours) in enumerate(steps):
-        print(f"step {step}: same token {torch.equal(ours.argmax(-1), theirs.argmax(-1))}, max logit difference {(ours - theirs).abs().max().item():.2g}")
+        print(
+            f"step {step}: same token {torch.equal(ours.argmax(-1), theirs.argmax(-1))}, max logit difference {(ours - theirs).abs().max().item():.2g}"
+        )
 
 
 if __name__ == "__main__":

@@ -97,7 +97,9 @@ class Attention(nn.Module):
         self.register_buffer("v_cache", torch.zeros(cache))
         self.v_cache: torch.Tensor
 
-    def forward(self, x: torch.Tensor, input_pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, input_pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         batch, length, _ = x.shape
         q = self.wq(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -122,7 +124,9 @@ class Block(nn.Module):
         self.w2 = nn.Linear(config.hidden, config.dim, bias=False)
         self.w3 = nn.Linear(config.dim, config.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, input_pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, input_pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), input_pos, cos, sin, mask)
         h = self.ffn_norm(x)
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
@@ -234,7 +238,9 @@ def dynamic_length() -> dict[str, dict[int, torch.export.Dim]]:
     return {"tokens": {1: length}, "input_pos": {0: length}}
 
 
-def prefill(variant: str = "fp32") -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, dict[int, torch.export.Dim]]]:
+def prefill(
+    variant: str = "fp32",
+) -> tuple[nn.Module, tuple[torch.Tensor, ...], dict[str, dict[int, torch.export.Dim]]]:
     """Factory: the decoder, a 4-token prefill and a dynamic length, so that one program runs
     the prefill and then each single-token decode step (``steps()``)."""
     return decoder(variant), tokens(4), dynamic_length()

@@ -51,7 +51,9 @@ class Backbone(nn.Module):
     """A ViT/16: patch embedding, class token, position embeddings, blocks; returns the patch
     tokens of the layers in ``taps`` as feature maps."""
 
-    def __init__(self, dim: int = 192, depth: int = 4, heads: int = 3, taps: tuple[int, ...] = (1, 2, 3, 4), grid: int = 25) -> None:
+    def __init__(
+        self, dim: int = 192, depth: int = 4, heads: int = 3, taps: tuple[int, ...] = (1, 2, 3, 4), grid: int = 25
+    ) -> None:
         super().__init__()
         self.patch_embed = nn.Conv2d(3, dim, PATCH, stride=PATCH)
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)

@@ -13,7 +13,9 @@ import device_constants
 import segmentation
 
 
-@pytest.mark.parametrize("api", ["plain", "spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed"])
+@pytest.mark.parametrize(
+    "api", ["plain", "spectral_norm", "parametrizations.spectral_norm", "parametrizations.weight_norm", "mixed"]
+)
 def test_decoder_runs_on_xnnpack_and_matches_eager(api, check_export, assert_delegated):
     model, inputs = decoder.model(api)
     # GroupNorm and GELU in XNNPACK differ from eager by about 2e-5 on this decoder.

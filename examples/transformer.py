@@ -38,15 +38,21 @@ class TransformerBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.positions
         batch, length, width = x.shape
-        q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        )
         q, k, v = (t.reshape(batch * self.heads, length, width // self.heads) for t in (q, k, v))
         weights = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(width // self.heads), dim=-1)
-        attended = torch.bmm(weights, v).reshape(batch, self.heads, length, -1).transpose(1, 2).reshape(batch, length, width)
+        attended = (
+            torch.bmm(weights, v).reshape(batch, self.heads, length, -1).transpose(1, 2).reshape(batch, length, width)
+        )
         x = x + self.proj(attended)
         return x + self.mlp(self.norm2(x))
 
 
-def model(width: int = 32, heads: int = 4, length: int = 16, batch: int = 2) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+def model(
+    width: int = 32, heads: int = 4, length: int = 16, batch: int = 2
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Factory: the block with deterministic weights, in eval mode, and its example input."""
     torch.manual_seed(0)
     block = TransformerBlock(width, heads, length).eval()

@@ -117,14 +117,44 @@ _MOVED = {
     **dict.fromkeys(["GradModeWriteError", "KnownWrongDelegationError", "SharedMemoryError"], "errors"),
     **dict.fromkeys(["FoldConstantsPass", "fold_constants", "fold_parametrizations"], "fold"),
     **dict.fromkeys(
-        ["ControlFlowOutputsPass", "GuardGraphPassResult", "GuardPassResult", "GuardPasses", "KnownWrongDelegationPass", "LintPass", "keep_initial_values"], "passes"
+        [
+            "ControlFlowOutputsPass",
+            "GuardGraphPassResult",
+            "GuardPassResult",
+            "GuardPasses",
+            "KnownWrongDelegationPass",
+            "LintPass",
+            "keep_initial_values",
+        ],
+        "passes",
     ),
     **dict.fromkeys(
-        ["DEVICE_BACKENDS", "ConstantPlacementPass", "EmitPlacementPass", "GuardedPartitioner", "PlacementPolicy", "check_constant_placement", "guard_constant_placement"],
+        [
+            "DEVICE_BACKENDS",
+            "ConstantPlacementPass",
+            "EmitPlacementPass",
+            "GuardedPartitioner",
+            "PlacementPolicy",
+            "check_constant_placement",
+            "guard_constant_placement",
+        ],
         "placement",
     ),
     **dict.fromkeys(
-        ["DelegationSummary", "ExportFailed", "RuntimeInventory", "SharedCopy", "Tolerance", "check_program", "check_reproducible", "compare_pte", "diff_pte", "run_program", "shared_copies", "store_once"],
+        [
+            "DelegationSummary",
+            "ExportFailed",
+            "RuntimeInventory",
+            "SharedCopy",
+            "Tolerance",
+            "check_program",
+            "check_reproducible",
+            "compare_pte",
+            "diff_pte",
+            "run_program",
+            "shared_copies",
+            "store_once",
+        ],
         "program",
     ),
     **dict.fromkeys(["recipe_named", "recipe_names", "recipe_report"], "recipes"),
@@ -175,11 +205,19 @@ def _deprecated(name: str) -> Any:
     """An old name, with a warning that says how to spell it now (not cached: it warns each time)."""
     if name in _DEPRECATED_CODES:
         code = _DEPRECATED_CODES[name]
-        warnings.warn(f"export_guards.{name} is deprecated: use the code {code!r} (its rule: export_guards.RULES[{code!r}])", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"export_guards.{name} is deprecated: use the code {code!r} (its rule: export_guards.RULES[{code!r}])",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return code
     if name in _MOVED:
         namespace = _MOVED[name]
-        warnings.warn(f"export_guards.{name} is deprecated: use export_guards.{namespace}.{name}", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"export_guards.{name} is deprecated: use export_guards.{namespace}.{name}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return getattr(importlib.import_module(f"export_guards.{namespace}"), name)
     if name in _RENAMED:
         module, attribute, spelling = _RENAMED[name]

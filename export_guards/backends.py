@@ -52,10 +52,27 @@ class BackendInfo:
 
 
 BACKEND_TABLE: tuple[BackendInfo, ...] = (
-    BackendInfo("xnnpack", "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner", ("XnnpackBackend",), partitioned_lint=True),
+    BackendInfo(
+        "xnnpack",
+        "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner",
+        ("XnnpackBackend",),
+        partitioned_lint=True,
+    ),
     BackendInfo("portable", None, ()),
-    BackendInfo("cuda", "executorch.backends.cuda.cuda_partitioner:CudaPartitioner", ("CudaBackend",), holds_device_memory=True, compile_specs=True),
-    BackendInfo(None, "executorch.backends.apple.metal.metal_partitioner:MetalPartitioner", ("MetalBackend",), holds_device_memory=True, compile_specs=True),
+    BackendInfo(
+        "cuda",
+        "executorch.backends.cuda.cuda_partitioner:CudaPartitioner",
+        ("CudaBackend",),
+        holds_device_memory=True,
+        compile_specs=True,
+    ),
+    BackendInfo(
+        None,
+        "executorch.backends.apple.metal.metal_partitioner:MetalPartitioner",
+        ("MetalBackend",),
+        holds_device_memory=True,
+        compile_specs=True,
+    ),
 )
 """Every backend the guards know; the settings offer those with a name."""
 

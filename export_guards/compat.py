@@ -28,7 +28,9 @@ __all__ = [
     "untested",
 ]
 
-TESTED: frozenset[tuple[str, str]] = frozenset({("1.5", "2.13"), ("1.4", "2.13"), ("1.5", "2.14"), ("1.4", "2.14"), ("1.5", "2.15")})
+TESTED: frozenset[tuple[str, str]] = frozenset(
+    {("1.5", "2.13"), ("1.4", "2.13"), ("1.5", "2.14"), ("1.4", "2.14"), ("1.5", "2.15")}
+)
 """The (executorch, torch) minor versions that the test suite has run on (docs/compatibility.md
 has the table: by CI, every change, or by hand, with the date)."""
 

@@ -178,8 +178,14 @@ def specialization_sites(error: BaseException) -> list[tuple[str, int, str]]:
     if env is None:
         return []
     slocs = [*getattr(env, "replacements_slocs", {}).values()]
-    slocs += [bound for ranged in getattr(env, "var_to_range_sloc", {}).values() for bound in (ranged.upper, ranged.lower)]
-    sites = [(f.filename, f.lineno or 1, f.name) for sloc in slocs if (f := getattr(sloc, "framework_loc", None)) is not None and hasattr(f, "filename")]
+    slocs += [
+        bound for ranged in getattr(env, "var_to_range_sloc", {}).values() for bound in (ranged.upper, ranged.lower)
+    ]
+    sites = [
+        (f.filename, f.lineno or 1, f.name)
+        for sloc in slocs
+        if (f := getattr(sloc, "framework_loc", None)) is not None and hasattr(f, "filename")
+    ]
     return list(dict.fromkeys(sites))
 
 
@@ -191,7 +197,9 @@ def name_pass(instance: object, name: str) -> None:
     Relies on ExecuTorch's pass manager naming a pass that is not a function by its class's
     ``__name__`` (``pass_manager._get_pass_name``), the only name its error message gives."""
     cls = getattr(type(instance), NAMED_FROM, type(instance))
-    instance.__class__ = type(name, (cls,), {NAMED_FROM: cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    instance.__class__ = type(
+        name, (cls,), {NAMED_FROM: cls, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    )
 
 
 def unname_pass(instance: object) -> None:

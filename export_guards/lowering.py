@@ -53,18 +53,26 @@ class Lowering:
         from executorch.exir.backend.partitioner import Partitioner
 
         if self.partitioners is not None:
-            if not isinstance(self.partitioners, (list, tuple)) or not all(isinstance(p, Partitioner) for p in self.partitioners):
+            if not isinstance(self.partitioners, (list, tuple)) or not all(
+                isinstance(p, Partitioner) for p in self.partitioners
+            ):
                 raise TypeError(
                     f"partitioners must be a list of ExecuTorch Partitioner instances, as to_edge_transform_and_lower takes for one "
                     f"method (such as [XnnpackPartitioner()]), not {_described(self.partitioners)}"
                 )
             object.__setattr__(self, "partitioners", tuple(self.partitioners))
         if self.compile_config is not None and not isinstance(self.compile_config, EdgeCompileConfig):
-            raise TypeError(f"compile_config must be an executorch.exir.EdgeCompileConfig, not {_described(self.compile_config)}")
+            raise TypeError(
+                f"compile_config must be an executorch.exir.EdgeCompileConfig, not {_described(self.compile_config)}"
+            )
         if self.backend_config is not None and not isinstance(self.backend_config, ExecutorchBackendConfig):
-            raise TypeError(f"backend_config must be an executorch.exir.ExecutorchBackendConfig, not {_described(self.backend_config)}")
+            raise TypeError(
+                f"backend_config must be an executorch.exir.ExecutorchBackendConfig, not {_described(self.backend_config)}"
+            )
         if self.quantize is not None and not callable(self.quantize):
-            raise TypeError(f"quantize must be a callable, quantize(model, inputs) -> model, not {_described(self.quantize)}")
+            raise TypeError(
+                f"quantize must be a callable, quantize(model, inputs) -> model, not {_described(self.quantize)}"
+            )
 
     @property
     def chosen(self) -> bool:
@@ -94,7 +102,11 @@ class Lowering:
         if not isinstance(made, torch.nn.Module):
             raise NotAModule(
                 f"the quantize step must return the quantized nn.Module; it returned {_described(made)}"
-                + (" (torchao's quantize_ changes the model in place and returns None: return the model after it)" if made is None else "")
+                + (
+                    " (torchao's quantize_ changes the model in place and returns None: return the model after it)"
+                    if made is None
+                    else ""
+                )
             )
         return made
 

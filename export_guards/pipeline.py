@@ -61,10 +61,20 @@ from export_guards.ruleset import RuleSet, describe_error
 from export_guards.settings import Backend, PlacementPolicy, Settings, with_keywords
 from export_guards.targets import hint_for, load_target, quantized, step, step_report, target_file
 
-__all__ = ["Backend", "GuardedExport", "export_in_steps", "export_target", "export_with_guards", "export_with_recipe", "lower_with_guards"]
+__all__ = [
+    "Backend",
+    "GuardedExport",
+    "export_in_steps",
+    "export_target",
+    "export_with_guards",
+    "export_with_recipe",
+    "lower_with_guards",
+]
 
 
-EachStep = Callable[[str], AbstractContextManager[object]]  # wraps each step, given what it does (the command times them)
+EachStep = Callable[
+    [str], AbstractContextManager[object]
+]  # wraps each step, given what it does (the command times them)
 
 
 @final
@@ -112,7 +122,9 @@ class GuardedExport:
                 values alive at once share planned bytes, which the guards could not separate (EG518).
         """
         if self.edge is None:  # only the placement guard stops an export before lowering
-            raise ConstantPlacementError("the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report)
+            raise ConstantPlacementError(
+                "the export stopped before lowering:\n" + str(Report.of(self.report.errors)), self.report
+            )
         if self.pte is None:
             try:
                 with buffer_warning_answered():
@@ -179,7 +191,9 @@ def _written_at(program: ExportedProgram, fqn: str) -> SourceLocation | None:
     for node in program.graph.nodes:
         if node.op == "placeholder" and names.get(node.name) == fqn:
             copied = [u.args[1] for u in node.users if u.target is torch.ops.aten.copy_.default]
-            return next((site for value in copied if isinstance(value, torch.fx.Node) and (site := node_location(value))), None)
+            return next(
+                (site for value in copied if isinstance(value, torch.fx.Node) and (site := node_location(value))), None
+            )
     return None
 
 
@@ -208,7 +222,9 @@ def refuse_misrun(pte: bytes, edge: EdgeProgramManager) -> None:
         said = "; ".join(f"{f.code} {f.message}" + (f" ({f.location})" if f.location else "") for f in errors[:3])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
         raise ProgramRefused(
-            f"the written program is one the runtime refuses or computes wrong: {said}{more}. Fix: {errors[0].fix}", Report.of(errors), pte
+            f"the written program is one the runtime refuses or computes wrong: {said}{more}. Fix: {errors[0].fix}",
+            Report.of(errors),
+            pte,
         )
 
 
@@ -224,13 +240,17 @@ def refuse_shared_memory(pte: bytes, calls: Sequence[torch.fx.Node] = ()) -> Non
         raise _shared_memory_error(pte, errors, calls, Report.of(errors))
 
 
-def _shared_memory_error(pte: bytes, shared: Sequence[Finding], calls: Sequence[torch.fx.Node], report: Report) -> SharedMemoryError:
+def _shared_memory_error(
+    pte: bytes, shared: Sequence[Finding], calls: Sequence[torch.fx.Node], report: Report
+) -> SharedMemoryError:
     """The error for ``shared`` (EG518's findings), on the lines of ``calls``; ``report``: every
     error of the program."""
     lines = sorted({str(site) for site in map(node_location, calls) if site is not None})
     where = f" (the model's torch.cond calls: {', '.join(lines)})" if lines else ""
     return SharedMemoryError(
-        "the program would compute wrong values: " + "; ".join(f.message for f in shared) + where
+        "the program would compute wrong values: "
+        + "; ".join(f.message for f in shared)
+        + where
         + ". The guards copy each torch.cond result that outlives its branch (emit_passes()); copy the one "
         "named here in the model, right after its torch.cond (.clone()), and report the case to export-guards",
         report,
@@ -264,13 +284,23 @@ def export_with_guards(
         lowering.refuse_recipe(config.recipe)
         settings = with_keywords(config, "export_with_guards", placement=placement, fold=fold)
         model = lowering.quantized(model, tuple(example_inputs))
-        return export_with_recipe(model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
+        return export_with_recipe(
+            model, example_inputs, config.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict
+        )
     settings = with_keywords(config, "export_with_guards", backend=backend, placement=placement, fold=fold)
-    program = _torch_export(lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict)
+    program = _torch_export(
+        lowering.quantized(model, tuple(example_inputs)), tuple(example_inputs), dynamic_shapes, strict
+    )
     return lower_with_guards(program, config=settings, lowering=lowering.after_quantize)
 
 
-def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, config: Settings | None = None, each_step: EachStep | None = None) -> GuardedExport:
+def export_target(
+    target: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    config: Settings | None = None,
+    each_step: EachStep | None = None,
+) -> GuardedExport:
     """The guarded export of a model named ``path/to/file.py:factory`` (or
     ``package.module:factory``), called with ``arguments``, one step at a time
     (:func:`export_in_steps`), each inside ``each_step(what it does)`` when given.
@@ -283,7 +313,14 @@ def export_target(target: str, arguments: Mapping[str, Any] | None = None, *, co
     with (each_step or _as_is)("building the model"):
         made = load_target(target, arguments)
     return export_in_steps(
-        made.model, made.inputs, config=config, source=target_file(target), each_step=each_step, dynamic_shapes=made.dynamic_shapes, strict=made.strict, lowering=made.lowering
+        made.model,
+        made.inputs,
+        config=config,
+        source=target_file(target),
+        each_step=each_step,
+        dynamic_shapes=made.dynamic_shapes,
+        strict=made.strict,
+        lowering=made.lowering,
     )
 
 
@@ -315,12 +352,21 @@ def export_in_steps(
             model = quantized(lowering, model, inputs, source)
         lowering = lowering.after_quantize
     if settings.recipe is not None:
-        with timed(f"exporting, linting and lowering with the recipe {settings.recipe}"), step(f"exporting with the recipe {settings.recipe}", source):
+        with (
+            timed(f"exporting, linting and lowering with the recipe {settings.recipe}"),
+            step(f"exporting with the recipe {settings.recipe}", source),
+        ):
             lowering.refuse_recipe(settings.recipe)
-            return export_with_recipe(model, inputs, settings.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict)
+            return export_with_recipe(
+                model, inputs, settings.recipe, config=settings, dynamic_shapes=dynamic_shapes, strict=strict
+            )
     with timed("torch.export"), step("torch.export", source):
         program = _torch_export(model, inputs, dynamic_shapes, strict)
-    named = settings.backend if lowering.partitioners is None else ", ".join(type(p).__name__ for p in lowering.partitioners) or "portable"
+    named = (
+        settings.backend
+        if lowering.partitioners is None
+        else ", ".join(type(p).__name__ for p in lowering.partitioners) or "portable"
+    )
     with timed(f"linting and lowering ({named})"), step(f"lowering ({named})", source):
         return lower_with_guards(program, config=settings, lowering=lowering)
 
@@ -329,7 +375,9 @@ def _as_is(doing: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
 
-def _torch_export(model: torch.nn.Module, inputs: tuple[object, ...], dynamic_shapes: Any, strict: bool | None) -> ExportedProgram:
+def _torch_export(
+    model: torch.nn.Module, inputs: tuple[object, ...], dynamic_shapes: Any, strict: bool | None
+) -> ExportedProgram:
     """``torch.export.export`` as the user's own code calls it: torch's default ``strict``
     unless one is given."""
     if strict is None:
@@ -375,21 +423,31 @@ def export_with_recipe(
         ledger.put(None, "fold parametrizations", folded)
     # The session reads a dict as shapes per method: torch.export's dict (by argument) is the forward's.
     shapes = None if dynamic_shapes is None else {"forward": dynamic_shapes}
-    session = ExportSession(model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded, dynamic_shapes=shapes)
+    session = ExportSession(
+        model=model, example_inputs=[tuple(example_inputs)], export_recipe=guarded, dynamic_shapes=shapes
+    )
     try:
         with buffer_warning_answered():
             session.export()
     except Exception as error:
-        stopped = cause_of_type(error, ConstantPlacementError)  # ExecuTorch re-raises a transform pass's error as a plain Exception caused by it
-        if stopped is not None:  # a host reader would have read a constant it cannot: stopped, as lower_with_guards stops
+        stopped = cause_of_type(
+            error, ConstantPlacementError
+        )  # ExecuTorch re-raises a transform pass's error as a plain Exception caused by it
+        if (
+            stopped is not None
+        ):  # a host reader would have read a constant it cannot: stopped, as lower_with_guards stops
             linted_session(guarded, session, settings, lowered=False).stop(stopped.report)
             return GuardedExport(session.get_exported_program(), None, ledger.report(settings))
         if isinstance(error, GuardError):
             raise
-        found = linted_session(guarded, session, settings, lowered=False).report(settings)  # keep what the lint found: it often says why
+        found = linted_session(guarded, session, settings, lowered=False).report(
+            settings
+        )  # keep what the lint found: it often says why
         raise LoweringFailed(f"the recipe's export failed: {describe_error(error)}", found) from error
     report = recipe_report(session, settings)
-    return GuardedExport(session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer())
+    return GuardedExport(
+        session.get_exported_program(), session.get_edge_program_manager(), report, session.get_pte_buffer()
+    )
 
 
 def lower_with_guards(
@@ -447,7 +505,9 @@ def lower_with_guards(
     except Exception as error:  # keep what the lint found: it often says why, in the user's terms
         cause, location, hint = describe_error(error), location_named_in(program.graph, str(error)), hint_for(error)
         failed = step_report("to_edge_transform_and_lower", cause, location, hint)  # the hint as the lint gives it
-        raise LoweringFailed(f"to_edge_transform_and_lower failed: {cause}", ledger.report(settings) + failed, location, hint) from error
+        raise LoweringFailed(
+            f"to_edge_transform_and_lower failed: {cause}", ledger.report(settings) + failed, location, hint
+        ) from error
     if chosen.partitioned_lint:
         progress.now("linting the partitioned program")
         ledger.put_lint("partitioned", edge, lint(edge, settings, stage="partitioned", reasons={"forward": reasons}))
@@ -481,7 +541,9 @@ def _folded_and_linted(program: ExportedProgram, settings: Settings, ledger: Led
         program, fold_plan = folded, fold_plan if folded is program else None
         ledger.put(None, "fold before to_edge", early)
     progress.now("linting the program")
-    ledger.put_lint("program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None))
+    ledger.put_lint(
+        "program", program, lint_guarded(program, settings, fold_plans={"forward": fold_plan} if fold_plan else None)
+    )
     return program
 
 
@@ -492,13 +554,22 @@ def _lowered(
     report recorded in ``ledger``, as are the torch.cond results that ``to_pte`` will copy: EG406)
     and the guarded partitioners; and the partitioners' reason for each node they left out."""
     fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
-    passes = GuardPasses(ledger.recorded(None, [*fold_pass, QuantizedEmbeddingPass(), KnownWrongDelegationPass(chosen.backend_ids)]))
+    passes = GuardPasses(
+        ledger.recorded(None, [*fold_pass, QuantizedEmbeddingPass(), KnownWrongDelegationPass(chosen.backend_ids)])
+    )
     with capture_partitioner_reasons() as reasons:
         edge = to_edge_transform_and_lower(
-            program, transform_passes=passes, partitioner=guard_partitioners(list(chosen.partitioners)), compile_config=lowering.compile_config
+            program,
+            transform_passes=passes,
+            partitioner=guard_partitioners(list(chosen.partitioners)),
+            compile_config=lowering.compile_config,
         )
     for method in edge.methods:  # what to_pte's emit_passes() will mend, said where the lint is read
-        ledger.put(method, "control flow outputs", copied_results_report(outliving_results(edge.exported_program(method).graph_module)))
+        ledger.put(
+            method,
+            "control flow outputs",
+            copied_results_report(outliving_results(edge.exported_program(method).graph_module)),
+        )
     return edge, reasons
 
 
@@ -521,4 +592,9 @@ def _backend_of(name: str, lowering: Lowering) -> _Backend:
     specs = [getattr(p, "delegation_spec", None) for p in lowering.partitioners]
     ids = tuple(dict.fromkeys(str(spec.backend_id) for spec in specs if spec is not None))
     said = ids if all(spec is not None for spec in specs) else None
-    return _Backend(lowering.partitioners, said, any(i in device_backend_ids() for i in ids), any(partitioned_lint_applies(i) for i in ids))
+    return _Backend(
+        lowering.partitioners,
+        said,
+        any(i in device_backend_ids() for i in ids),
+        any(partitioned_lint_applies(i) for i in ids),
+    )

@@ -49,7 +49,17 @@ from export_guards.quiet import libraries_quiet
 from export_guards.report import Report
 from export_guards.settings import RECIPES, PlacementPolicy, Settings, with_keywords
 
-__all__ = ["guard_recipe", "ledger_of", "linted_session", "quantizes_modules", "recipe_named", "recipe_names", "recipe_report", "recipe_type", "session_programs"]
+__all__ = [
+    "guard_recipe",
+    "ledger_of",
+    "linted_session",
+    "quantizes_modules",
+    "recipe_named",
+    "recipe_names",
+    "recipe_report",
+    "recipe_type",
+    "session_programs",
+]
 
 # The backends whose recipe providers register themselves when their ``recipes`` package is
 # imported, by the prefix of their recipe names, with the oldest supported ExecuTorch that has
@@ -113,7 +123,10 @@ def guard_recipe(
         check_policy(placement)
     settings = with_keywords(config, "guard_recipe", fold=fold, fold_max_growth=max_growth, placement=placement)
     ledger = Ledger()
-    early = [*([_CopyToHost(ledger)] if settings.placement == "copy" else []), *([_FoldNonCore(ledger, settings.fold_max_growth)] if settings.fold else [])]
+    early = [
+        *([_CopyToHost(ledger)] if settings.placement == "copy" else []),
+        *([_FoldNonCore(ledger, settings.fold_max_growth)] if settings.fold else []),
+    ]
     lowering = _guarded_lowering(recipe.lowering_recipe or LoweringRecipe(), ledger, settings, device_backends)
     written = recipe.executorch_backend_config or ExecutorchBackendConfig()
     return dataclasses.replace(
@@ -130,9 +143,13 @@ def _guarded_lowering(
 ) -> LoweringRecipe:
     """A copy of ``lowering`` whose partitioners are guarded and whose edge transform passes
     start with the guards, which record in ``ledger``."""
-    partitioners = guard_partitioners(lowering.partitioners, device_backends=device_backends) if lowering.partitioners else None
+    partitioners = (
+        guard_partitioners(lowering.partitioners, device_backends=device_backends) if lowering.partitioners else None
+    )
     guards = _RecipeGuards(ledger, settings, partitioners)
-    return dataclasses.replace(lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])])
+    return dataclasses.replace(
+        lowering, partitioners=partitioners, edge_transform_passes=[guards, *(lowering.edge_transform_passes or [])]
+    )
 
 
 def _guarded_quantization(
@@ -287,7 +304,10 @@ class _RecipeGuards:
         if stops:
             raise placement_error(stops)
         # the copy policy's copy was made before to_edge (_CopyToHost): here, what is left stops
-        return self.ledger.recorded(method, guard_passes(config=self.settings.updated({"placement": "error"}, "guard_recipe"), partitioner=own or None))
+        return self.ledger.recorded(
+            method,
+            guard_passes(config=self.settings.updated({"placement": "error"}, "guard_recipe"), partitioner=own or None),
+        )
 
     @property
     def partitioned_lint(self) -> bool:
@@ -310,7 +330,9 @@ def _sparing_reparametrized(quantization: QuantizationRecipe | None) -> Quantiza
     """``quantization`` with each torchao config's filter skipping reparametrized modules."""
     if quantization is None or not quantization.ao_quantization_configs:
         return quantization
-    configs = [dataclasses.replace(c, filter_fn=_SkipReparametrized(c.filter_fn)) for c in quantization.ao_quantization_configs]
+    configs = [
+        dataclasses.replace(c, filter_fn=_SkipReparametrized(c.filter_fn)) for c in quantization.ao_quantization_configs
+    ]
     return dataclasses.replace(quantization, ao_quantization_configs=configs)
 
 

@@ -18,7 +18,20 @@ from export_guards.report import Severity
 from export_guards.ruleset.catalog import CATALOG, DEFAULT_OFF, RETIRED
 from export_guards.ruleset.registry import known_rules, project_prefixes
 
-__all__ = ["BACKENDS", "DEFAULT_MAX_GROWTH", "DEVICE_MEMORY_BACKENDS", "EXTENDING", "PLACEMENT_POLICIES", "RECIPES", "Backend", "PlacementPolicy", "Settings", "did_you_mean", "find_config", "with_keywords"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_MAX_GROWTH",
+    "DEVICE_MEMORY_BACKENDS",
+    "EXTENDING",
+    "PLACEMENT_POLICIES",
+    "RECIPES",
+    "Backend",
+    "PlacementPolicy",
+    "Settings",
+    "did_you_mean",
+    "find_config",
+    "with_keywords",
+]
 
 Backend = Literal["xnnpack", "portable", "cuda"]
 """``"xnnpack"`` lowers with ``XnnpackPartitioner``; ``"portable"`` delegates nothing;
@@ -26,7 +39,9 @@ Backend = Literal["xnnpack", "portable", "cuda"]
 which holds device constants on purpose."""
 BACKENDS: tuple[str, ...] = tuple(info.name for info in BACKEND_TABLE if info.name)
 """The backends a setting may name, from the one table (``backends.BACKEND_TABLE``)."""
-DEVICE_MEMORY_BACKENDS: tuple[str, ...] = tuple(info.name for info in BACKEND_TABLE if info.name and info.holds_device_memory)
+DEVICE_MEMORY_BACKENDS: tuple[str, ...] = tuple(
+    info.name for info in BACKEND_TABLE if info.name and info.holds_device_memory
+)
 """The backends whose partitioner reads device constants from the device itself."""
 
 PlacementPolicy = Literal["error", "copy"]
@@ -121,8 +136,14 @@ class Settings:
             "backend": _choice(self.backend, "backend", BACKENDS),
             "placement": _choice(self.placement, "placement", PLACEMENT_POLICIES),
         }
-        if isinstance(self.fold_max_growth, bool) or not isinstance(self.fold_max_growth, (int, float)) or not self.fold_max_growth >= 1:
-            raise ValueError(f"fold-max-growth must be a number of times the program's size, at least 1, not {self.fold_max_growth!r}")
+        if (
+            isinstance(self.fold_max_growth, bool)
+            or not isinstance(self.fold_max_growth, (int, float))
+            or not self.fold_max_growth >= 1
+        ):
+            raise ValueError(
+                f"fold-max-growth must be a number of times the program's size, at least 1, not {self.fold_max_growth!r}"
+            )
         for switch in ("fold", "show_info"):
             if not isinstance(getattr(self, switch), bool):
                 raise ValueError(f"{switch.replace('_', '-')} must be true or false, not {getattr(self, switch)!r}")
@@ -138,7 +159,9 @@ class Settings:
                 "a check that selects nothing would always pass"
             )
 
-    def updated(self, options: Mapping[str, Any], where: str = "[tool.export-guards]", *, keywords: Iterable[str] | None = None) -> Settings:
+    def updated(
+        self, options: Mapping[str, Any], where: str = "[tool.export-guards]", *, keywords: Iterable[str] | None = None
+    ) -> Settings:
         """These settings with ``options`` applied (keys as in ``pyproject.toml``; ``fail-level``
         and ``fail_level`` alike), each value checked. ``extend-select`` / ``extend-ignore`` add
         to the select / ignore that applies (this one's, or one ``options`` gives). A ``backend``
@@ -155,12 +178,20 @@ class Settings:
         unknown = sorted(k for k in options if str(k).replace("-", "_") not in known)
         if unknown:
             accepted = sorted(k.replace("_", "-") for k in known) if keywords is None else sorted(known | set(keywords))
-            close = [f"{key} (did you mean {match[0]}?)" if (match := difflib.get_close_matches(str(key), accepted, n=1)) else key for key in unknown]
+            close = [
+                f"{key} (did you mean {match[0]}?)"
+                if (match := difflib.get_close_matches(str(key), accepted, n=1))
+                else key
+                for key in unknown
+            ]
             raise ValueError(f"unknown setting(s) {', '.join(close)} in {where}; accepted: {', '.join(accepted)}")
         changes = {key.replace("-", "_"): value for key, value in options.items()}
         for extending, extended in EXTENDING.items():
             if extending in changes:
-                changes[extended] = (*_codes(changes.get(extended, getattr(self, extended)), extended), *_codes(changes.pop(extending), extending.replace("_", "-")))
+                changes[extended] = (
+                    *_codes(changes.get(extended, getattr(self, extended)), extended),
+                    *_codes(changes.pop(extending), extending.replace("_", "-")),
+                )
         if "backend" in changes and "recipe" not in changes:  # a backend given here wins over an inherited recipe
             changes["recipe"] = None
         try:
@@ -233,8 +264,16 @@ def with_keywords(config: Settings | None, caller: str, **given: object) -> Sett
     """
     given = {k: v for k, v in given.items() if v is not None}
     if given:
-        spelled = f"Settings({', '.join(f'{k}={v!r}' for k, v in given.items())})" if config is None else f"config.updated({given!r})"
-        warnings.warn(f"export_guards: {caller}({', '.join(f'{k}=' for k in given)}) is deprecated: pass config={spelled}", DeprecationWarning, stacklevel=3)
+        spelled = (
+            f"Settings({', '.join(f'{k}={v!r}' for k, v in given.items())})"
+            if config is None
+            else f"config.updated({given!r})"
+        )
+        warnings.warn(
+            f"export_guards: {caller}({', '.join(f'{k}=' for k in given)}) is deprecated: pass config={spelled}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     return (Settings() if config is None else config).updated(given, caller)
 
 
@@ -283,7 +322,7 @@ def _codes(value: object, key: str) -> tuple[str, ...]:
     if isinstance(value, str):  # one code, as a marker or a TOML string may give it
         value = [value]
     if not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{key} must be a list of rule codes or prefixes such as \"EG2\", not {value!r}")
+        raise ValueError(f'{key} must be a list of rule codes or prefixes such as "EG2", not {value!r}')
     codes = tuple(v.strip().upper() for v in value)
     for code in codes:  # a typo must not turn a rule off, nor select nothing
         if code in RETIRED:
@@ -296,7 +335,9 @@ def _codes(value: object, key: str) -> tuple[str, ...]:
 def _names_a_code(prefix: str) -> bool:
     """Whether ``prefix`` is a known code or the start of one (project rules load only for a
     prefix that is not export-guards' own)."""
-    return any(known.startswith(prefix) for known in CATALOG) or any(known.startswith(prefix) for known in known_rules())
+    return any(known.startswith(prefix) for known in CATALOG) or any(
+        known.startswith(prefix) for known in known_rules()
+    )
 
 
 def did_you_mean(code: str) -> str:
@@ -313,7 +354,7 @@ def _severities(value: object) -> dict[str, Severity]:
     if not isinstance(value, Mapping):
         raise ValueError(
             "severity must be a table of rule code to severity, such as "
-            f"[tool.export-guards.severity] EG304 = \"error\"; not {value!r}"
+            f'[tool.export-guards.severity] EG304 = "error"; not {value!r}'
         )
     severities = {}
     for code, level in value.items():

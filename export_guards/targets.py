@@ -27,7 +27,19 @@ from export_guards.ruleset import CATALOG, Hit, finding, first_line
 if TYPE_CHECKING:
     from export_guards.lowering import Lowering
 
-__all__ = ["Exportable", "StepFailed", "TargetError", "check_target", "hint_for", "load_target", "parse_arguments", "quantized", "step", "step_report", "target_file"]
+__all__ = [
+    "Exportable",
+    "StepFailed",
+    "TargetError",
+    "check_target",
+    "hint_for",
+    "load_target",
+    "parse_arguments",
+    "quantized",
+    "step",
+    "step_report",
+    "target_file",
+]
 
 
 class Exportable(NamedTuple):
@@ -88,7 +100,9 @@ class StepFailed(Error):
             shapes), when the cause is one (``HINTS``).
     """
 
-    def __init__(self, step: str, detail: str, cause: str = "", location: SourceLocation | None = None, hint: str | None = None) -> None:
+    def __init__(
+        self, step: str, detail: str, cause: str = "", location: SourceLocation | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(f"{step} failed: {detail}")
         self.step = step
         self.detail = detail
@@ -213,7 +227,11 @@ def _module_source(module_part: str) -> Path | None:
 def _functions(tree: ast.Module) -> list[str]:
     """The public functions a module defines at its top level, in file order: the factories a
     target may name."""
-    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")]
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
+    ]
 
 
 def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
@@ -291,25 +309,47 @@ def _call_factory(factory: Any, target: str, path: Path | None, arguments: dict[
         raise StepFailed("building the model", f"{target} must return {_RETURNS}; it returned {got}")
     made = Exportable(*produced)
     if not isinstance(made.model, torch.nn.Module):
-        raise StepFailed("building the model", f"{target} must return {_RETURNS}, an nn.Module first; got a {type(made.model).__name__}")
+        raise StepFailed(
+            "building the model",
+            f"{target} must return {_RETURNS}, an nn.Module first; got a {type(made.model).__name__}",
+        )
     if made.dynamic_shapes is not None and not isinstance(made.dynamic_shapes, (dict, tuple, list)):
         raise StepFailed(
-            "building the model", f"{target} must return {_RETURNS}; its dynamic_shapes is a {type(made.dynamic_shapes).__name__}, not a dict, tuple or list"
+            "building the model",
+            f"{target} must return {_RETURNS}; its dynamic_shapes is a {type(made.dynamic_shapes).__name__}, not a dict, tuple or list",
         )
     if made.strict not in (None, True, False):
-        raise StepFailed("building the model", f"{target} must return {_RETURNS}; its strict is a {type(made.strict).__name__}, not True or False")
+        raise StepFailed(
+            "building the model",
+            f"{target} must return {_RETURNS}; its strict is a {type(made.strict).__name__}, not True or False",
+        )
     try:
         made.lowering  # noqa: B018 - checked here, where the factory is named
     except TypeError as error:
         raise StepFailed("building the model", f"{target} must return {_RETURNS}; its {error}") from None
     inputs = made.inputs
-    made = made._replace(inputs=inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,))
+    made = made._replace(
+        inputs=inputs if isinstance(inputs, tuple) else tuple(inputs) if isinstance(inputs, list) else (inputs,)
+    )
     if made.quantize is not None:  # on the model built for this export: no copy; done, so not run again
-        made = made._replace(model=quantized(made.lowering, made.model, made.inputs, path, copied=False, call="the factory's quantize()"), quantize=None)
+        made = made._replace(
+            model=quantized(
+                made.lowering, made.model, made.inputs, path, copied=False, call="the factory's quantize()"
+            ),
+            quantize=None,
+        )
     return made
 
 
-def quantized(lowering: Lowering, model: Any, inputs: tuple[Any, ...], path: Path | None = None, *, copied: bool = True, call: str = "quantize()") -> Any:
+def quantized(
+    lowering: Lowering,
+    model: Any,
+    inputs: tuple[Any, ...],
+    path: Path | None = None,
+    *,
+    copied: bool = True,
+    call: str = "quantize()",
+) -> Any:
     """``lowering.quantized(model, inputs)`` (on a copy unless not ``copied``) as a step of the
     user's job, "quantizing the model": what the user's step raises is a ``StepFailed`` on its
     line (:func:`step`); a step that returns no model, one that says so in a line.
@@ -353,14 +393,22 @@ def step(step: str, path: Path | None = None, call: str = "") -> Iterator[None]:
         location = getattr(error, "location", None)  # where the user's code made what failed
         frame = _user_frame(error, path)
         in_model_file = frame is not None and path is not None and Path(frame.filename).resolve() == path.resolve()
-        if frame is not None and (in_model_file or not isinstance(location, SourceLocation)) and (in_model_file or _is_users(frame)):
+        if (
+            frame is not None
+            and (in_model_file or not isinstance(location, SourceLocation))
+            and (in_model_file or _is_users(frame))
+        ):
             location = SourceLocation(frame.filename, frame.lineno or 1, (frame.line or "").strip())
         if isinstance(location, SourceLocation):
             where = f"\n  at {location}: {location.code}"
         else:
             location = None
             # torch's own line says nothing where torch said why
-            where = f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame and not explained else ""
+            where = (
+                f"\n  at {frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+                if frame and not explained
+                else ""
+            )
         hint = hint_for(error)
         said = f"\n  hint: {hint}" if hint else ""
         raise StepFailed(step, raised + where + said + _found_before(error), cause, location, hint) from error
@@ -385,13 +433,17 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         # Before the generic device mismatch: moving meta tensors to a device gives no values.
         ("devices, cpu and meta", "devices, meta and cpu", "on the meta device", "Cannot copy out of meta tensor"),
-        "a weight on the meta device: the model was built without its values (under `torch.device(\"meta\")` "
+        'a weight on the meta device: the model was built without its values (under `torch.device("meta")` '
         "or by an `init_empty_weights`-style loader). Load the weights before export: "
-        "`model.load_state_dict(state_dict, assign=True)`, or `model.to_empty(device=\"cpu\")` then "
+        '`model.load_state_dict(state_dict, assign=True)`, or `model.to_empty(device="cpu")` then '
         "`model.load_state_dict(state_dict)`.",
     ),
     (
-        ("FakeTensorDeviceMismatch", "Unhandled FakeTensor Device Propagation", "Expected all tensors to be on the same device"),
+        (
+            "FakeTensorDeviceMismatch",
+            "Unhandled FakeTensor Device Propagation",
+            "Expected all tensors to be on the same device",
+        ),
         "tensors on different devices meet here: move the model and every example input to one "
         "device before torch.export (`model.to(device)`, `x.to(device)`), and create tensors in "
         "forward on the input's device (`torch.zeros(n, device=x.device)`).",
@@ -408,7 +460,7 @@ HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "a size with no upper bound: ExecuTorch plans each tensor's memory for its largest size, and a "
         "size read from a tensor (`.item()`, `nonzero`) or a dynamic dimension without a max has none. "
         "Bound it where it is made: `torch._check(n <= N)` after the `.item()` (with `torch._check(n >= 0)`), "
-        "or `Dim(\"name\", max=N)` in dynamic_shapes.",
+        'or `Dim("name", max=N)` in dynamic_shapes.',
     ),
     (
         ("expected compiled_fn to be GraphModule",),
@@ -515,7 +567,7 @@ def _specialized_hint(text: str) -> str | None:
             f"an example input of size {fixed[0][1]} on {names}, a dimension marked dynamic: torch.export makes "
             "every size 0 or 1 of the example a constant, whatever the code does. Give example inputs of size 2 "
             f"or more there; the Dim's min can stay 1, with the max that ExecuTorch plans memory for "
-            f"(`Dim(\"{fixed[0][0]}\", min=1, max=...)`)."
+            f'(`Dim("{fixed[0][0]}", min=1, max=...)`).'
         )
     said = ", ".join(f"{name} = {value}" for name, value in fixed)
     return (
@@ -539,7 +591,11 @@ def _specialization_site(error: BaseException, path: Path | None) -> traceback.F
 def _unwrapped(error: BaseException) -> BaseException:
     """``error``, or the error it wraps when its message only repeats its cause's (export-guards'
     ``LoweringFailed: to_edge_transform_and_lower failed: SpecViolationError: ...``): the cause once."""
-    while error.__cause__ is not None and first_line(error.__cause__) and first_line(error.__cause__)[:150] in first_line(error):
+    while (
+        error.__cause__ is not None
+        and first_line(error.__cause__)
+        and first_line(error.__cause__)[:150] in first_line(error)
+    ):
         error = error.__cause__
     return error
 

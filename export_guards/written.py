@@ -19,7 +19,11 @@ __all__ = ["WHAT", "OutputKind", "is_kind", "write_atomically"]
 OutputKind = Literal["program", "report", "inputs"]
 """What a written file is: an ExecuTorch program, an export-guards report, or a program's inputs
 (a list that ``torch.save`` wrote, for ``check --runtime --inputs``)."""
-WHAT = {"program": "an ExecuTorch program", "report": "an export-guards report", "inputs": "a file of inputs saved with torch.save"}
+WHAT = {
+    "program": "an ExecuTorch program",
+    "report": "an export-guards report",
+    "inputs": "a file of inputs saved with torch.save",
+}
 """Each kind, as a message names it."""
 _LARGEST_REPORT = 64 << 20  # a larger file is not read whole to decide whether it is a report
 

@@ -90,7 +90,9 @@ def every_emitted_code_is_registered_and_documented() -> Iterator[set[str]]:
     rules_page = (TESTS.parent / "docs" / "rules.md").read_text()
     unregistered = sorted(c for c in emitted - set(CATALOG) if c.startswith("EG"))
     undocumented = sorted(c for c in emitted & set(CATALOG) if f"## {c} {CATALOG[c].name}\n" not in rules_page)
-    assert not unregistered and not undocumented, f"emitted but not registered: {unregistered}; not documented: {undocumented}"
+    assert not unregistered and not undocumented, (
+        f"emitted but not registered: {unregistered}; not documented: {undocumented}"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -122,9 +124,7 @@ def run_script(script: str, *args: str, timeout: float = 600) -> subprocess.Comp
 def last_json(completed: subprocess.CompletedProcess[str]) -> dict[str, object]:
     """The JSON line a scenario printed last; fails with its stderr when there is none."""
     lines = completed.stdout.strip().splitlines()
-    assert completed.returncode == 0 and lines, (
-        f"scenario exited {completed.returncode}:\n{completed.stderr[-4000:]}"
-    )
+    assert completed.returncode == 0 and lines, f"scenario exited {completed.returncode}:\n{completed.stderr[-4000:]}"
     return json.loads(lines[-1])
 
 
@@ -168,11 +168,15 @@ def architecture_programs(tmp_path_factory: pytest.TempPathFactory) -> Mapping[s
 
 
 @pytest.fixture(scope="session")
-def valid_program_bytes(tmp_path_factory: pytest.TempPathFactory, architecture_programs: Mapping[str, bytes]) -> Mapping[str, bytes]:
+def valid_program_bytes(
+    tmp_path_factory: pytest.TempPathFactory, architecture_programs: Mapping[str, bytes]
+) -> Mapping[str, bytes]:
     """``pte_models.valid_programs()``, once a run, sharing the architectures."""
     from pte_models import valid_programs
 
-    return MappingProxyType(built_once(tmp_path_factory, "valid-programs", lambda: valid_programs(architecture_programs)))
+    return MappingProxyType(
+        built_once(tmp_path_factory, "valid-programs", lambda: valid_programs(architecture_programs))
+    )
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,9 @@ class Ran:
 
 
 @pytest.fixture
-def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Callable[..., Ran]:
+def cli(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Callable[..., Ran]:
     """Run ``export-guards ARGS`` in this process, from ``cwd`` (default tests/): for what the
     process does not matter to. Signals, start-up without torch and the console script itself
     are tested in subprocesses.

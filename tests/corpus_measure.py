@@ -71,7 +71,11 @@ def _print_findings(title: str, report: eg.Report) -> None:
         print(f"    - {lines[0]}")
         for line in lines[1:]:
             print(f"      {line}")
-        extra = [f"{k}={v}" for k, v in (("constant", finding.constant), ("module", finding.module), ("node", finding.node)) if v]
+        extra = [
+            f"{k}={v}"
+            for k, v in (("constant", finding.constant), ("module", finding.module), ("node", finding.node))
+            if v
+        ]
         if extra:
             print(f"      [{', '.join(extra)}]")
     samples: dict[str, eg.Finding] = {}
@@ -81,13 +85,21 @@ def _print_findings(title: str, report: eg.Report) -> None:
         if finding.code in _PER_WEIGHT or finding.code == "EG402":
             samples.setdefault(finding.code, finding)
         else:
-            print(f"    - info {finding.code}: {finding.message}" + (f" [constant={finding.constant}]" if finding.constant else ""))
+            print(
+                f"    - info {finding.code}: {finding.message}"
+                + (f" [constant={finding.constant}]" if finding.constant else "")
+            )
     for code, finding in sorted(samples.items()):
-        print(f"    info sample {code}: {finding.message}" + (f" [constant={finding.constant}]" if finding.constant else ""))
+        print(
+            f"    info sample {code}: {finding.message}"
+            + (f" [constant={finding.constant}]" if finding.constant else "")
+        )
     folds = report.with_code("EG201")
     if folds:
         reused = sum("an identical result, stored once" in f.message for f in folds)
-        print(f"    EG201: {len(folds)} folds into {len({f.constant for f in folds})} parameters ({reused} reuse an identical result)")
+        print(
+            f"    EG201: {len(folds)} folds into {len({f.constant for f in folds})} parameters ({reused} reuse an identical result)"
+        )
     repeated = Counter((f.code, f.constant or f.node or f.message) for f in report if f.code != "EG201")
     for (code, what), n in sorted(repeated.items()):
         if n > 1:
@@ -105,7 +117,11 @@ def _constant_bytes(model: torch.nn.Module) -> int:
 
 def _constant_names(program: torch.export.ExportedProgram) -> set[str]:
     sig = program.graph_signature
-    return set(sig.inputs_to_parameters.values()) | set(sig.inputs_to_buffers.values()) | set(sig.inputs_to_lifted_tensor_constants.values())
+    return (
+        set(sig.inputs_to_parameters.values())
+        | set(sig.inputs_to_buffers.values())
+        | set(sig.inputs_to_lifted_tensor_constants.values())
+    )
 
 
 def measure(name: str) -> bool:
@@ -241,7 +257,9 @@ def main() -> int:
     if args.isolate:
         for name in names:
             try:
-                child = subprocess.run([sys.executable, __file__, name], timeout=args.timeout, stdout=subprocess.PIPE, text=True)
+                child = subprocess.run(
+                    [sys.executable, __file__, name], timeout=args.timeout, stdout=subprocess.PIPE, text=True
+                )
             except subprocess.TimeoutExpired as e:
                 print(e.stdout or "", end="")
                 print(f"  CHILD TIMED OUT after {args.timeout:g} s")
@@ -264,7 +282,10 @@ def main() -> int:
                 print("    " + traceback.format_exc().replace("\n", "\n    "))
                 failed.append(name)
             sys.stdout.flush()
-    print(f"=== summary: {len(names) - len(failed)} of {len(names)} OK" + (f"; problems: {', '.join(failed)}" if failed else ""))
+    print(
+        f"=== summary: {len(names) - len(failed)} of {len(names)} OK"
+        + (f"; problems: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

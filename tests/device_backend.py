@@ -40,7 +40,9 @@ class HostCopyPartitioner(Partitioner):
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         result = self.xnnpack.partition(exported_program)
-        return PartitionResult(result.tagged_exported_program, dict.fromkeys(result.partition_tags, self.delegation_spec))
+        return PartitionResult(
+            result.tagged_exported_program, dict.fromkeys(result.partition_tags, self.delegation_spec)
+        )
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
         return self.xnnpack.ops_to_not_decompose(ep)

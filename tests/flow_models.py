@@ -133,7 +133,13 @@ class ScaledStdConv2d(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = F.batch_norm(
-            self.weight.reshape(1, self.out_channels, -1), None, None, weight=(self.gain * self.scale).view(-1), training=True, momentum=0.0, eps=self.eps
+            self.weight.reshape(1, self.out_channels, -1),
+            None,
+            None,
+            weight=(self.gain * self.scale).view(-1),
+            training=True,
+            momentum=0.0,
+            eps=self.eps,
         ).reshape_as(self.weight)
         return F.conv2d(x, weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
@@ -198,7 +204,9 @@ def _quantized_conv() -> tuple[nn.Module, Inputs]:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     torch.manual_seed(0)
-    float_model = _settled(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)))
+    float_model = _settled(
+        nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    )
     inputs = _image()
     captured = torch.export.export(float_model, inputs).module()
     prepared = prepare_pt2e(captured, XNNPACKQuantizer().set_global(get_symmetric_quantization_config()))
@@ -222,7 +230,9 @@ ROWS: dict[str, Callable[[], tuple[nn.Module, Inputs]]] = {
     "conv + batch norm": _seeded(ConvBatchNorm, _image()),
     "depthwise-separable": _seeded(DepthwiseSeparable, _image(4)),
     "transposed conv": _seeded(TransposedConv, _image(4, 4)),
-    "attention + KV buffer": _seeded(CachedAttention, (torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(1)),)),
+    "attention + KV buffer": _seeded(
+        CachedAttention, (torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(1)),)
+    ),
     "LSTM + GRU": _seeded(Recurrent, _sequence()),
     "embedding + tied head": _seeded(TiedEmbedding, (torch.tensor([[1, 5, 9, 2]]),)),
     "layer + group norm": _seeded(Norms, _image()),

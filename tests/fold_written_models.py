@@ -107,11 +107,15 @@ class Gemma2Like(nn.Module):
     """Gemma 2's shape: sliding-window and global layers alternating, logits soft-capped as
     ``tanh(x / cap) * cap`` with the cap a tensor, the tied embedding scaled by sqrt(dim)."""
 
-    def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 2, head_dim: int = 16, layers: int = 2, window: int = 4) -> None:
+    def __init__(
+        self, vocab: int = 64, dim: int = 32, heads: int = 2, head_dim: int = 16, layers: int = 2, window: int = 4
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.dim, self.final_cap = dim, 30.0
-        self.layers = nn.ModuleList([Block(dim, heads, head_dim, window if i % 2 == 0 else None, 50.0) for i in range(layers)])
+        self.layers = nn.ModuleList(
+            [Block(dim, heads, head_dim, window if i % 2 == 0 else None, 50.0) for i in range(layers)]
+        )
         self.norm = GemmaRMSNorm(dim)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -84,7 +84,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def _apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _apply_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     cos, sin = cos[:, None], sin[:, None]  # over heads
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
@@ -209,7 +211,9 @@ class ResNet(nn.Module):
     and shallower, with torchvision's initialisation (kaiming convs, BN weight 1 / bias 0) and a
     zero-initialised classifier bias."""
 
-    def __init__(self, layers: tuple[int, ...] = (2, 2, 2), widths: tuple[int, ...] = (16, 32, 64), classes: int = 100) -> None:
+    def __init__(
+        self, layers: tuple[int, ...] = (2, 2, 2), widths: tuple[int, ...] = (16, 32, 64), classes: int = 100
+    ) -> None:
         super().__init__()
         self.inplanes = widths[0]
         self.conv1 = nn.Conv2d(3, self.inplanes, 7, stride=2, padding=3, bias=False)
@@ -232,7 +236,9 @@ class ResNet(nn.Module):
     def _make_layer(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes:
-            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes))
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes)
+            )
         layers = [BasicBlock(self.inplanes, planes, stride, downsample)]
         self.inplanes = planes
         layers += [BasicBlock(planes, planes) for _ in range(1, blocks)]
@@ -369,7 +375,9 @@ class Wav2Vec2EncoderLayer(nn.Module):
 
 
 class Wav2Vec2Model(nn.Module):
-    def __init__(self, conv_dim: int = 64, hidden: int = 96, heads: int = 4, layers: int = 2, intermediate: int = 192) -> None:
+    def __init__(
+        self, conv_dim: int = 64, hidden: int = 96, heads: int = 4, layers: int = 2, intermediate: int = 192
+    ) -> None:
         super().__init__()
         self.feature_extractor = Wav2Vec2FeatureEncoder(conv_dim, (10, 3, 3, 3, 2), (5, 2, 2, 2, 2))
         self.feature_projection = Wav2Vec2FeatureProjection(conv_dim, hidden)
@@ -467,7 +475,9 @@ class HiFiGANGenerator(nn.Module):
         self.conv_pre = wrap(nn.Conv1d(mels, initial_channels, 7, padding=3))
         ups = []
         for i, (u, k) in enumerate(zip(upsample_rates, upsample_kernels)):
-            up = nn.ConvTranspose1d(initial_channels // 2**i, initial_channels // 2 ** (i + 1), k, stride=u, padding=(k - u) // 2)
+            up = nn.ConvTranspose1d(
+                initial_channels // 2**i, initial_channels // 2 ** (i + 1), k, stride=u, padding=(k - u) // 2
+            )
             _init_weights(up)
             ups.append(wrap(up))
         self.ups = nn.ModuleList(ups)
@@ -546,7 +556,9 @@ class PositionalEncoding(nn.Module):
 
 
 class SequenceClassifier(nn.Module):
-    def __init__(self, features: int = 40, d_model: int = 64, heads: int = 4, layers: int = 3, classes: int = 10) -> None:
+    def __init__(
+        self, features: int = 40, d_model: int = 64, heads: int = 4, layers: int = 3, classes: int = 10
+    ) -> None:
         super().__init__()
         self.input_proj = nn.Linear(features, d_model)
         self.pos_encoder = PositionalEncoding(d_model)
@@ -703,7 +715,10 @@ class SqueezeExcitation(nn.Module):
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+    ]
     if act:
         layers.append(nn.ReLU6(inplace=True))
     return nn.Sequential(*layers)
@@ -734,7 +749,14 @@ class MobileNet(nn.Module):
     def __init__(self, classes: int = 100) -> None:
         super().__init__()
         # (expand, out channels, stride, squeeze-excitation)
-        settings = [(1, 16, 1, False), (4, 24, 2, False), (3, 24, 1, False), (3, 40, 2, True), (3, 40, 1, True), (6, 80, 2, True)]
+        settings = [
+            (1, 16, 1, False),
+            (4, 24, 2, False),
+            (3, 24, 1, False),
+            (3, 40, 2, True),
+            (3, 40, 1, True),
+            (6, 80, 2, True),
+        ]
         layers: list[nn.Module] = [_conv_bn(3, 16, 3, stride=2)]
         cin = 16
         for expand, cout, stride, se in settings:
@@ -782,7 +804,9 @@ def mobilenet_like() -> tuple[nn.Module, Inputs]:
 
 class ConvGNAct(nn.Sequential):
     def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1) -> None:
-        super().__init__(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.GroupNorm(8, cout), nn.SiLU())
+        super().__init__(
+            nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.GroupNorm(8, cout), nn.SiLU()
+        )
 
 
 class UpBlock(nn.Module):
@@ -867,7 +891,9 @@ class ResidualUnit(nn.Module):
     def __init__(self, dim: int, dilation: int) -> None:
         super().__init__()
         pad = ((7 - 1) * dilation) // 2
-        self.block = nn.Sequential(Snake1d(dim), _wn_conv1d(dim, dim, 7, dilation=dilation, padding=pad), Snake1d(dim), _wn_conv1d(dim, dim, 1))
+        self.block = nn.Sequential(
+            Snake1d(dim), _wn_conv1d(dim, dim, 7, dilation=dilation, padding=pad), Snake1d(dim), _wn_conv1d(dim, dim, 1)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.block(x)
@@ -929,7 +955,9 @@ class ViTBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.self_attention = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(4 * dim, dim), nn.Dropout(0.0))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(4 * dim, dim), nn.Dropout(0.0)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.norm1(x)
@@ -938,7 +966,9 @@ class ViTBlock(nn.Module):
 
 
 class VisionTransformer(nn.Module):
-    def __init__(self, image: int = 64, patch: int = 8, dim: int = 96, depth: int = 3, heads: int = 3, classes: int = 100) -> None:
+    def __init__(
+        self, image: int = 64, patch: int = 8, dim: int = 96, depth: int = 3, heads: int = 3, classes: int = 100
+    ) -> None:
         super().__init__()
         self.conv_proj = nn.Conv2d(3, dim, patch, stride=patch)
         self.class_token = nn.Parameter(torch.zeros(1, 1, dim))

@@ -157,7 +157,9 @@ def valid_programs(lowered_architectures: Mapping[str, bytes] | None = None) -> 
     programs["two methods, xnnpack"] = to_edge_transform_and_lower(methods, partitioner=xnnpack).to_executorch().buffer
     batch = torch.export.Dim("batch", min=1, max=16)
     dynamic = torch.export.export(linear, (torch.randn(2, 4),), dynamic_shapes={"input": {0: batch}})
-    programs["dynamic batch, xnnpack"] = to_edge_transform_and_lower(dynamic, partitioner=xnnpack).to_executorch().buffer
+    programs["dynamic batch, xnnpack"] = (
+        to_edge_transform_and_lower(dynamic, partitioner=xnnpack).to_executorch().buffer
+    )
     gated = torch.export.export(Gated(), (torch.randn(2, 3), torch.tensor([[True, False, True]] * 2), torch.arange(3)))
     programs["bool and int64 inputs"] = to_edge_transform_and_lower(gated).to_executorch().buffer
     model, inputs = example()
@@ -170,7 +172,9 @@ def valid_programs(lowered_architectures: Mapping[str, bytes] | None = None) -> 
     state = torch.export.export(InitializedState(), (torch.randn(2, 4),))
     config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["position", "scale"])])
     programs["initialised state"] = to_edge_transform_and_lower(state).to_executorch(config).buffer
-    programs["one cond"] = to_edge_transform_and_lower(torch.export.export(OneCond(), COND_INPUTS)).to_executorch().buffer
+    programs["one cond"] = (
+        to_edge_transform_and_lower(torch.export.export(OneCond(), COND_INPUTS)).to_executorch().buffer
+    )
     guarded = to_edge_transform_and_lower(torch.export.export(TwoConds(), COND_INPUTS))
     programs["two conds, guarded"] = guarded.to_executorch(ExecutorchBackendConfig(passes=emit_passes())).buffer
     programs.update(architectures() if lowered_architectures is None else lowered_architectures)
@@ -212,7 +216,12 @@ def control_flow_programs() -> dict[str, bytes]:
     from export_guards import emit_passes
 
     programs = {}
-    for name, model in (("two conds", TwoConds()), ("cond result read later", CondResultReadLater()), ("one cond", OneCond())):
+    for name, model in (
+        ("two conds", TwoConds()),
+        ("cond result read later", CondResultReadLater()),
+        ("one cond", OneCond()),
+    ):
+
         def lowered() -> object:  # to_executorch may rewrite the edge program it is given: one each
             return to_edge_transform_and_lower(torch.export.export(model, COND_INPUTS))  # noqa: B023 - called in this iteration
 

@@ -64,7 +64,9 @@ def edit_xnnpack_payload(payload: bytes, edit: Callable[[dict], None]) -> bytes:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         schema = folder / XNN_SCHEMA
-        schema.write_bytes(importlib.resources.files("executorch.backends.xnnpack.serialization").joinpath(XNN_SCHEMA).read_bytes())
+        schema.write_bytes(
+            importlib.resources.files("executorch.backends.xnnpack.serialization").joinpath(XNN_SCHEMA).read_bytes()
+        )
         (folder / "graph.bin").write_bytes(graph)
         _flatc_decompile(scratch, str(schema), str(folder / "graph.bin"), ["--raw-binary"])
         # flatc writes non-finite floats (a clamp's bounds) bare: quote them, as it reads them back
@@ -88,7 +90,13 @@ Mutator = Callable[[bytes, random.Random], "bytes | None"]
 
 
 def _calls(program: Program) -> list[DelegateCall]:
-    return [i.instr_args for p in program.execution_plan for c in p.chains for i in c.instructions if isinstance(i.instr_args, DelegateCall)]
+    return [
+        i.instr_args
+        for p in program.execution_plan
+        for c in p.chains
+        for i in c.instructions
+        if isinstance(i.instr_args, DelegateCall)
+    ]
 
 
 def _tensor_indices(plan: ExecutionPlan) -> list[int]:
@@ -96,7 +104,11 @@ def _tensor_indices(plan: ExecutionPlan) -> list[int]:
 
 
 def _planned(plan: ExecutionPlan) -> list[int]:
-    return [i for i in _tensor_indices(plan) if plan.values[i].val.allocation_info is not None and plan.values[i].val.data_buffer_idx == 0]
+    return [
+        i
+        for i in _tensor_indices(plan)
+        if plan.values[i].val.allocation_info is not None and plan.values[i].val.data_buffer_idx == 0
+    ]
 
 
 def _edit_or_none(data: bytes, edit: Callable[[Program], bool]) -> bytes | None:
@@ -113,7 +125,9 @@ def call_arguments(data: bytes, rng: random.Random) -> bytes | None:
         if not calls:
             return False
         call = rng.choice(calls)
-        plan = next(p for p in program.execution_plan if any(i.instr_args is call for c in p.chains for i in c.instructions))
+        plan = next(
+            p for p in program.execution_plan if any(i.instr_args is call for c in p.chains for i in c.instructions)
+        )
         what = rng.random()
         if what < 0.4 and call.args:
             call.args.pop(rng.randrange(len(call.args)))
@@ -283,9 +297,13 @@ def header_fields(data: bytes, rng: random.Random) -> bytes | None:
         return bytes(mutated)
     if data[8:12] != b"eh00":
         return None
-    offset, size = rng.choice([(12, 4), (16, 8), (24, 8), (32, 8)])  # length, program size, segment base, segment data size
+    offset, size = rng.choice(
+        [(12, 4), (16, 8), (24, 8), (32, 8)]
+    )  # length, program size, segment base, segment data size
     value = int.from_bytes(data[offset : offset + size], "little")
-    mutated[offset : offset + size] = ((value + rng.choice([-128, -16, -8, -1, 1, 8, 16, 64])) % 2 ** (8 * size)).to_bytes(size, "little")
+    mutated[offset : offset + size] = (
+        (value + rng.choice([-128, -16, -8, -1, 1, 8, 16, 64])) % 2 ** (8 * size)
+    ).to_bytes(size, "little")
     return bytes(mutated)
 
 
@@ -308,7 +326,11 @@ def kernel_arguments(data: bytes, rng: random.Random) -> bytes | None:
         if integers and (rng.random() < 0.5 or not tensors):
             value = plan.values[rng.choice(integers)].val
             if isinstance(value, IntList):
-                items = [plan.values[i].val for i in value.items if 0 <= i < len(plan.values) and isinstance(plan.values[i].val, Int)]
+                items = [
+                    plan.values[i].val
+                    for i in value.items
+                    if 0 <= i < len(plan.values) and isinstance(plan.values[i].val, Int)
+                ]
                 if not items:
                     return False
                 value = rng.choice(items)
@@ -363,7 +385,9 @@ def runtime_names(data: bytes, rng: random.Random) -> bytes | None:
         if plan.delegates and (rng.random() < 0.4 or not plan.operators):
             delegate = rng.choice(plan.delegates)
             other = rng.choice(sorted(set(KNOWN_BACKEND_IDS) - {delegate.id}))
-            delegate.id = rng.choice(["", delegate.id.lower(), f"{delegate.id}V2", f"{delegate.id}_experimental", other])
+            delegate.id = rng.choice(
+                ["", delegate.id.lower(), f"{delegate.id}V2", f"{delegate.id}_experimental", other]
+            )
         elif plan.operators:
             operator = rng.choice(plan.operators)
             if rng.random() < 0.5:
@@ -379,6 +403,7 @@ def runtime_names(data: bytes, rng: random.Random) -> bytes | None:
 
 # Running programs in a child process, on fixed inputs, to compare a mutant's outputs with the
 # original's: a crash or hang there is an outcome, never the caller's death.
+
 
 def program_inputs(data: bytes) -> dict[str, list[object]]:
     """Deterministic inputs for each method of a (valid) program, from its own values."""
@@ -432,7 +457,9 @@ def worker() -> int:
             for name, given in [(n, run[n]) for run in runs for n in sorted(run)]:
                 for output in program.load_method(name).execute(given):
                     if isinstance(output, torch.Tensor):
-                        digest.update(str((output.dtype, tuple(output.shape))).encode() + output.contiguous().numpy().tobytes())
+                        digest.update(
+                            str((output.dtype, tuple(output.shape))).encode() + output.contiguous().numpy().tobytes()
+                        )
                     else:
                         digest.update(repr(output).encode())
             print(json.dumps({"outcome": "ok", "digest": digest.hexdigest()}), flush=True)
@@ -476,7 +503,9 @@ class Runner:
     def run(self, pte: Path, data: Path | None, inputs: Path) -> dict[str, str]:
         if self.child is None or self.child.poll() is not None:
             self._start()
-        self.child.stdin.write(json.dumps({"pte": str(pte), "data": str(data) if data else None, "inputs": str(inputs)}) + "\n")
+        self.child.stdin.write(
+            json.dumps({"pte": str(pte), "data": str(data) if data else None, "inputs": str(inputs)}) + "\n"
+        )
         self.child.stdin.flush()
         selector = selectors.DefaultSelector()
         selector.register(self.child.stdout, selectors.EVENT_READ)
@@ -495,7 +524,6 @@ class Runner:
     def close(self) -> None:
         if self.child is not None:
             self.child.kill()
-
 
 
 STRUCTURE_MUTATORS: dict[str, Mutator] = {

@@ -68,9 +68,15 @@ def _torchao_config(name: str) -> object:
         "intx8wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(32)),
         "intx4wo-group32": lambda: IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerGroup(32)),
         "intx4wo-channel": lambda: IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerAxis(0)),
-        "8da4w-group32": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=INT4, weight_granularity=PerGroup(32)),
-        "8da4w-channel": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=INT4, weight_granularity=PerAxis(0)),
-        "8da8w-channel": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)),
+        "8da4w-group32": lambda: Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=INT4, weight_granularity=PerGroup(32)
+        ),
+        "8da4w-channel": lambda: Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=INT4, weight_granularity=PerAxis(0)
+        ),
+        "8da8w-channel": lambda: Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+        ),
         "int8dq": Int8DynamicActivationInt8WeightConfig,
     }
     return configs[name]()
@@ -106,7 +112,9 @@ def pt2e(*, per_channel: bool, dynamic: bool, conv: bool = False) -> Case:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         model, inputs = convs() if conv else linears()
-        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic))
+        quantizer = XNNPACKQuantizer().set_global(
+            get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic)
+        )
         prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
         prepared(*inputs)
         return convert_pt2e(prepared), inputs
@@ -149,5 +157,7 @@ class Seen(ExportedProgramPassBase):
 def as_partitioned(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
     """The edge program that XNNPACK's partitioner is handed for ``model``."""
     seen = Seen()
-    to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=[seen], partitioner=[XnnpackPartitioner()])
+    to_edge_transform_and_lower(
+        torch.export.export(model, inputs), transform_passes=[seen], partitioner=[XnnpackPartitioner()]
+    )
     return seen.program

@@ -20,7 +20,9 @@ import export_guards as eg
 
 def package_modules() -> list[str]:
     """Every module of the package but the child-process entry points' ``__main__`` runs."""
-    return sorted(m.name for m in pkgutil.walk_packages(eg.__path__, "export_guards.") if m.name != "export_guards.__main__")
+    return sorted(
+        m.name for m in pkgutil.walk_packages(eg.__path__, "export_guards.") if m.name != "export_guards.__main__"
+    )
 
 
 def exception_classes() -> dict[str, type[BaseException]]:
@@ -30,7 +32,11 @@ def exception_classes() -> dict[str, type[BaseException]]:
     for name in package_modules():
         module = importlib.import_module(name)
         for value in vars(module).values():
-            if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__.startswith("export_guards"):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__.startswith("export_guards")
+            ):
                 found[f"{value.__module__}.{value.__qualname__}"] = value
     return found
 
@@ -44,7 +50,11 @@ def test_every_exception_class_of_the_package_derives_from_the_one_root() -> Non
     assert len(classes) >= 20  # the walk found them (the guards' errors, the torch-free ones, the command's)
     names = {cls.__name__ for cls in classes.values()}
     assert names >= PRIVATE | NOT_ERRORS  # what is left out still exists, and is left out by name
-    outside = sorted(path for path, cls in classes.items() if cls.__name__ not in PRIVATE | NOT_ERRORS and not issubclass(cls, eg.Error))
+    outside = sorted(
+        path
+        for path, cls in classes.items()
+        if cls.__name__ not in PRIVATE | NOT_ERRORS and not issubclass(cls, eg.Error)
+    )
     assert outside == [], f"errors not under export_guards.Error: {outside}"
     assert all(cls.__name__.startswith("_") for cls in classes.values() if cls.__name__ in PRIVATE)
 
@@ -59,7 +69,15 @@ def test_each_error_keeps_its_builtin_base_and_the_guards_are_executorchs_intern
     }
     for name, base in bases.items():
         assert issubclass(getattr(eg.errors, name), base), name
-    guards = ["GuardError", "ConstantPlacementError", "KnownWrongDelegationError", "LintError", "LoweringFailed", "ProgramRefused", "SharedMemoryError"]
+    guards = [
+        "GuardError",
+        "ConstantPlacementError",
+        "KnownWrongDelegationError",
+        "LintError",
+        "LoweringFailed",
+        "ProgramRefused",
+        "SharedMemoryError",
+    ]
     for name in guards:
         error = getattr(eg.errors, name)
         assert issubclass(error, InternalError) and issubclass(error, eg.Error), name
@@ -96,7 +114,10 @@ def test_the_top_level_is_small_and_each_namespace_is_a_real_module() -> None:
 
 def deprecated_names() -> list[tuple[str, str]]:
     moved = [(old, rf"use export_guards\.{space}\.{old}$") for old, space in eg._MOVED.items()]
-    renamed = [(old, "use " + spelling.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")) for old, (_, _, spelling) in eg._RENAMED.items()]
+    renamed = [
+        (old, "use " + spelling.replace("(", r"\(").replace(")", r"\)").replace(".", r"\."))
+        for old, (_, _, spelling) in eg._RENAMED.items()
+    ]
     return moved + renamed
 
 
@@ -124,14 +145,19 @@ def test_the_renamed_ones_are_what_their_new_spelling_is() -> None:
 
 
 def test_loose_keyword_options_warn_naming_the_settings_and_config_does_not() -> None:
-    with pytest.warns(DeprecationWarning, match=r"guard_passes\(placement=, fold_max_growth=\) is deprecated: pass config=Settings\(placement='copy', fold_max_growth=2\.0\)") as warned:
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"guard_passes\(placement=, fold_max_growth=\) is deprecated: pass config=Settings\(placement='copy', fold_max_growth=2\.0\)",
+    ) as warned:
         loose = eg.guard_passes(placement="copy", max_growth=2.0)
     assert warned[0].filename == __file__
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "export_guards", DeprecationWarning)
         one_way = eg.guard_passes(config=eg.Settings(placement="copy", fold_max_growth=2.0))
         eg.guard_recipe(eg.recipes.recipe_named("xnnpack_fp32"), config=eg.Settings(placement="copy"))
-    assert repr(loose) == repr(one_way) and [p.max_growth for p in loose if isinstance(p, eg.fold.FoldConstantsPass)] == [2.0]
+    assert repr(loose) == repr(one_way) and [
+        p.max_growth for p in loose if isinstance(p, eg.fold.FoldConstantsPass)
+    ] == [2.0]
     config = eg.Settings(fold=False)
     with pytest.warns(DeprecationWarning, match=r"pass config=config\.updated\(\{'placement': 'copy'\}\)"):
         eg.guard_recipe(eg.recipes.recipe_named("xnnpack_fp32"), config=config, placement="copy")
@@ -144,7 +170,10 @@ def test_a_guarded_export_with_loose_keywords_warns_once_at_the_callers_line() -
         loose = eg.export_with_guards(model, (torch.randn(1, 4),), backend="portable")
     ours = [w for w in warned if str(w.message).startswith("export_guards")]
     assert [(w.filename, str(w.message)) for w in ours] == [
-        (__file__, "export_guards: export_with_guards(backend=) is deprecated: pass config=Settings(backend='portable')")
+        (
+            __file__,
+            "export_guards: export_with_guards(backend=) is deprecated: pass config=Settings(backend='portable')",
+        )
     ]
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "export_guards", DeprecationWarning)

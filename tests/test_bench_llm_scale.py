@@ -17,10 +17,18 @@ BENCHMARK = Path(__file__).parent.parent / "benchmarks" / "llm_scale.py"
 
 
 def test_quick_prints_a_row_per_way(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(BENCHMARK), "--quick"], capture_output=True, text=True, cwd=tmp_path, timeout=1500)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--quick"], capture_output=True, text=True, cwd=tmp_path, timeout=1500
+    )
     # 1: a target missed, which the small decoder may (its figures are not this test's)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     rows = re.findall(r"^\| small \| [\d,]+ \| fp32 \| (\S+) \| (\S*) ?\|", done.stdout, re.MULTILINE)
-    assert rows == [("stock", ""), ("guarded", "stock"), ("passes", "stock"), ("stock+runs", ""), ("lint", "stock+runs")], done.stdout
+    assert rows == [
+        ("stock", ""),
+        ("guarded", "stock"),
+        ("passes", "stock"),
+        ("stock+runs", ""),
+        ("lint", "stock+runs"),
+    ], done.stdout
     assert re.search(r"^\| lint \| fp32 \| \d\.\d{3} / \d\.\d{3} \|$", done.stdout, re.MULTILINE), done.stdout
     assert not list(tmp_path.iterdir()), "the benchmark leaves its files behind"

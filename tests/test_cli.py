@@ -29,7 +29,10 @@ def test_clean_model_exits_0_and_writes_the_pte(cli: Callable[..., Ran], tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.stat().st_size > 0 and out.read_bytes()[4:8] == b"ET12"
     assert "EG402 [info] 1 of 1 compute ops delegated (100%) to XnnpackBackend" in done.stdout
-    assert "EG310 [info] method 'forward' takes input: float32[1, 3, 8, 8] (contiguous); every dimension of input is fixed" in done.stdout
+    assert (
+        "EG310 [info] method 'forward' takes input: float32[1, 3, 8, 8] (contiguous); every dimension of input is fixed"
+        in done.stdout
+    )
     assert "Found 2 findings (2 infos)." in done.stdout
     assert "export-guards: exporting and linting" in done.stderr  # progress on stderr only
     assert "exporting" not in done.stdout
@@ -41,7 +44,9 @@ def test_findings_at_the_fail_level_exit_1_and_keep_the_pte_back(cli: Callable[.
     assert done.returncode == 1
     assert "EG301 [error] dropout 'dropout' runs in training mode" in done.stdout
     assert "module: 1 (Dropout)" in done.stdout
-    assert "\ntests/cli_models.py:" in "\n" + done.stdout and str(TESTS) not in done.stdout  # relative to the project root
+    assert (
+        "\ntests/cli_models.py:" in "\n" + done.stdout and str(TESTS) not in done.stdout
+    )  # relative to the project root
     assert "fix: Call model.eval() before torch.export." in done.stdout
     assert not out.exists()
     assert "not writing" in done.stderr
@@ -71,9 +76,25 @@ def test_json_format_is_stable_and_complete(cli: Callable[..., Ran]) -> None:
     assert {"EG212", "EG402"} <= set(by_code) and "EG210" not in by_code and "EG401" not in by_code
     foldable = by_code["EG212"]
     assert foldable["severity"] == "warning" and foldable["message"].startswith("'0.weight' is still reparametrized")
-    assert "--no-fold" in foldable["fix"] and "--no-fold" not in foldable["message"]  # the fix, once, not in the message
-    assert foldable["location"]["file"] == "tests/cli_models.py" and foldable["location"]["line"] > 0  # the factory, from the project root
-    assert set(foldable) == {"code", "severity", "message", "method", "node", "constant", "location", "fix", "module", "artifact", "region"}
+    assert (
+        "--no-fold" in foldable["fix"] and "--no-fold" not in foldable["message"]
+    )  # the fix, once, not in the message
+    assert (
+        foldable["location"]["file"] == "tests/cli_models.py" and foldable["location"]["line"] > 0
+    )  # the factory, from the project root
+    assert set(foldable) == {
+        "code",
+        "severity",
+        "message",
+        "method",
+        "node",
+        "constant",
+        "location",
+        "fix",
+        "module",
+        "artifact",
+        "region",
+    }
 
     folded = json.loads(cli("lint", f"{MODELS}:reparametrized", "--format", "json").stdout)
     folded_codes = {f["code"]: f for f in folded["findings"]}
@@ -107,11 +128,20 @@ def test_sarif_format_follows_2_1_0(cli: Callable[..., Ran]) -> None:
         (["lint", f"{MODELS}:not_a_pair"], "must return (model, example_inputs)"),
         (["lint", "no_such_package.module:f"], "cannot import 'no_such_package.module'"),
         (["explain", "EG999"], "no code 'EG999'"),
-        (["check", "x.pte", "--runtim"], "unrecognized arguments: --runtim (did you mean --runtime?)"),  # no abbreviations
+        (
+            ["check", "x.pte", "--runtim"],
+            "unrecognized arguments: --runtim (did you mean --runtime?)",
+        ),  # no abbreviations
         (["lint", f"{MODELS}:nope", "--selec", "EG"], "unrecognized arguments: --selec EG (did you mean --select EG?)"),
-        (["check", "x.pte", "--fail-levle=warning"], "unrecognized arguments: --fail-levle=warning (did you mean --fail-level=warning?)"),
+        (
+            ["check", "x.pte", "--fail-levle=warning"],
+            "unrecognized arguments: --fail-levle=warning (did you mean --fail-level=warning?)",
+        ),
         (["check", "x.pte", "--zzzz"], "unrecognized arguments: --zzzz\n"),  # nothing close: no guess
-        (["lint", f"{MODELS}:clean", f"{MODELS}:gated", "--pte", "x.pte"], "--pte writes one program: give one target with it"),
+        (
+            ["lint", f"{MODELS}:clean", f"{MODELS}:gated", "--pte", "x.pte"],
+            "--pte writes one program: give one target with it",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(cli: Callable[..., Ran], args: list[str], message: str) -> None:
@@ -122,10 +152,15 @@ def test_usage_errors_exit_2_with_one_clear_line(cli: Callable[..., Ran], args: 
     if "unrecognized" in message:  # a typo is answered in a usage line and the error, not every option
         assert len(done.stderr.strip().splitlines()) <= 3, done.stderr
     if "unrecognized" in message:  # the usage of the command given, not the top level's
-        assert done.stderr.startswith(f"usage: export-guards {args[0]} ") and f"export-guards {args[0]}: error:" in done.stderr
+        assert (
+            done.stderr.startswith(f"usage: export-guards {args[0]} ")
+            and f"export-guards {args[0]}: error:" in done.stderr
+        )
 
 
-def test_several_targets_one_after_another_each_its_report_and_one_exit_code(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_several_targets_one_after_another_each_its_report_and_one_exit_code(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     kept = tmp_path / "not" / "yet" / "model.pte"  # missing folders are made, as for --report-file
     assert cli("lint", f"{MODELS}:clean", "--pte", kept, "-q").returncode == 0 and kept.read_bytes()[4:8] == b"ET12"
     done = cli("lint", f"{MODELS}:clean", f"{MODELS}:raises", f"{MODELS}:training_mode", "-q")
@@ -138,7 +173,9 @@ def test_several_targets_one_after_another_each_its_report_and_one_exit_code(cli
     assert lines[-1] == "Checked 3 targets: 1 passed, 2 with problems (2 errors)."
     assert "building the model failed: raises() raised" in done.stderr  # said once, on stderr, as for one target
     machine = cli("lint", f"{MODELS}:clean", f"{MODELS}:training_mode", "-q", "--output-format", "json")
-    assert machine.returncode == 1 and [f["code"] for f in json.loads(machine.stdout)["findings"] if f["severity"] != "info"] == ["EG301"]
+    assert machine.returncode == 1 and [
+        f["code"] for f in json.loads(machine.stdout)["findings"] if f["severity"] != "info"
+    ] == ["EG301"]
 
 
 def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose(cli: Callable[..., Ran]) -> None:
@@ -147,7 +184,9 @@ def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose(cli: Calla
     assert "export-guards: torch.export failed:" in done.stderr and "run with -v" in done.stderr
     assert "cli_models.py:" in done.stderr and "if x.sum() > 0:" in done.stderr  # the user's line
     assert "Traceback" not in done.stderr
-    assert "def forward" not in done.stderr and "\r" not in done.stderr  # torch's partial graph: -v only; no live line off a terminal
+    assert (
+        "def forward" not in done.stderr and "\r" not in done.stderr
+    )  # torch's partial graph: -v only; no live line off a terminal
     verbose = cli("lint", f"{MODELS}:broken", "--verbose")
     assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
     assert "def forward" in verbose.stderr
@@ -157,17 +196,26 @@ def test_a_model_that_fails_to_export_exits_2_summarised_then_verbose(cli: Calla
     ("factory", "step", "cause", "line"),
     [
         ("broken", "torch.export", "if x.sum() > 0:", "if x.sum() > 0:"),
-        ("lowering_fails", "lowering (xnnpack)", "SpecViolationError: Operator torch._ops.aten.rand_like.default", "return x + torch.rand_like(x)"),
+        (
+            "lowering_fails",
+            "lowering (xnnpack)",
+            "SpecViolationError: Operator torch._ops.aten.rand_like.default",
+            "return x + torch.rand_like(x)",
+        ),
     ],
 )
-def test_a_failed_step_is_a_report_too(cli: Callable[..., Ran], tmp_path: Path, factory: str, step: str, cause: str, line: str) -> None:
+def test_a_failed_step_is_a_report_too(
+    cli: Callable[..., Ran], tmp_path: Path, factory: str, step: str, cause: str, line: str
+) -> None:
     done = cli("lint", f"{MODELS}:{factory}", "--format", "json")
     assert done.returncode == 2 and f"export-guards: {step} failed:" in done.stderr
     (finding,) = json.loads(done.stdout)["findings"]
     assert finding["code"] == "EG002" and finding["message"].startswith(f"{step} failed: ")
     assert cause in finding["message"] or cause in done.stderr
     source = MODELS.read_text().splitlines()
-    assert finding["location"]["file"] == "tests/cli_models.py" and line in source[finding["location"]["line"] - 1]  # the user's line, from the root
+    assert (
+        finding["location"]["file"] == "tests/cli_models.py" and line in source[finding["location"]["line"] - 1]
+    )  # the user's line, from the root
     sarif = cli("lint", f"{MODELS}:{factory}", "--format", "sarif", "--report-file", tmp_path / "r.sarif")
     assert sarif.returncode == 2 and sarif.stdout == ""
     assert [r["ruleId"] for r in json.loads((tmp_path / "r.sarif").read_text())["runs"][0]["results"]] == ["EG002"]
@@ -232,7 +280,9 @@ def test_a_baseline_gates_only_on_new_findings_from_any_working_folder(cli: Call
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     again = cli("check", known, "--isolated", "--baseline", baseline, "--format", "json", cwd=elsewhere)
-    assert again.returncode == 0 and json.loads(again.stdout)["findings"] == []  # the same findings, from another folder
+    assert (
+        again.returncode == 0 and json.loads(again.stdout)["findings"] == []
+    )  # the same findings, from another folder
     assert "2 finding(s) in the baseline" in again.stderr
     new = cli("check", other, "--isolated", "--baseline", baseline, "--format", "json", cwd=elsewhere)
     assert new.returncode == 1 and {f["code"] for f in json.loads(new.stdout)["findings"]} == {"EG514", "EG517"}
@@ -257,7 +307,9 @@ def noisy():
 
 
 @pytest.mark.runs_program
-def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     """Issue 36: no delegate takes sort, and executorch.runtime has no kernel for it. The lint
     checks the program it writes against that runtime, as `check --runtime` does: an error on
     the user's line, and no program kept; delegation is stated although nothing was delegated.
@@ -268,10 +320,18 @@ def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(cli
     findings = json.loads(done.stdout)["findings"]
     (missing,) = [f for f in findings if f["code"] == "EG521"]
     assert missing["severity"] == "error" and "aten::sort.values, for which executorch.runtime" in missing["message"]
-    assert missing["location"]["source"] == "return torch.sort(x)[0].cumsum(-1)" and missing["location"]["file"].endswith("cli_models.py")
+    assert missing["location"]["source"] == "return torch.sort(x)[0].cumsum(-1)" and missing["location"][
+        "file"
+    ].endswith("cli_models.py")
     (coverage,) = [f["message"] for f in findings if f["code"] == "EG402"]
-    assert coverage == "no conv / linear / matmul to delegate (no delegate); 2 other ops on the runtime's kernels: aten::cumsum x1, aten::sort x1 (EG403)"
-    assert sorted(f["message"].split("'")[1] for f in findings if f["code"] == "EG403") == ["aten_cumsum_default", "aten_sort_default"]
+    assert (
+        coverage
+        == "no conv / linear / matmul to delegate (no delegate); 2 other ops on the runtime's kernels: aten::cumsum x1, aten::sort x1 (EG403)"
+    )
+    assert sorted(f["message"].split("'")[1] for f in findings if f["code"] == "EG403") == [
+        "aten_cumsum_default",
+        "aten_sort_default",
+    ]
     assert all("XNNPACK has no support for this op" in f["message"] for f in findings if f["code"] == "EG403")
     kernels = tmp_path / "selected_operators.yaml"
     kernels.write_text("aten::sort.values: {}\naten::cumsum.out: {}\n")
@@ -297,24 +357,36 @@ def test_a_clean_lint_means_the_program_runs_and_matches_eager(cli: Callable[...
     # with the fix of its cause; the run's failure at the same instruction is the same problem.
     found = cli("lint", f"{MODELS}:negative_pad", "--format", "json", "--isolated")
     (refused,) = [f for f in json.loads(found.stdout)["findings"] if f["severity"] == "error"]
-    assert found.returncode == 1 and refused["code"] == "EG519" and "pad [1, -1, 0, 0] is negative (pad[1] = -1)" in refused["message"]
+    assert (
+        found.returncode == 1
+        and refused["code"] == "EG519"
+        and "pad [1, -1, 0, 0] is negative (pad[1] = -1)" in refused["message"]
+    )
     assert refused["location"]["source"] == "return self.pad(x) * 2" and "Crop with slicing" in refused["fix"]
     # The run proves it: without the contract, the runtime refuses the call when the program runs.
     done = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--format", "json", "--isolated", "--ignore", "EG519")
     assert done.returncode == 1 and not out.exists(), done.stderr[-2000:]
     (failed,) = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "EG511"]
-    assert "aten::constant_pad_nd.out" in failed["message"] and "Padding values must be non-negative, but got pad[1] = -1" in failed["message"]
+    assert (
+        "aten::constant_pad_nd.out" in failed["message"]
+        and "Padding values must be non-negative, but got pad[1] = -1" in failed["message"]
+    )
     assert failed["location"]["source"] == "return self.pad(x) * 2" and failed["module"] == "pad (ConstantPad2d)"
     skipped = cli("lint", f"{MODELS}:negative_pad", "--pte", out, "--no-run", "--isolated", "--ignore", "EG519")
     assert skipped.returncode == 0 and out.is_file() and "EG511" not in skipped.stdout
     differs = cli("lint", f"{MODELS}:export_only", "--format", "json", "--isolated")
     (mismatch,) = [f for f in json.loads(differs.stdout)["findings"] if f["code"] == "EG522"]
-    assert differs.returncode == 1 and "output [0] (float32[2, 3]) differs from eager by up to 1 at [" in mismatch["message"]
+    assert (
+        differs.returncode == 1
+        and "output [0] (float32[2, 3]) differs from eager by up to 1 at [" in mismatch["message"]
+    )
     clean = cli("lint", f"{MODELS}:clean", "--isolated")
     assert clean.returncode == 0 and "ran in executorch.runtime and matched eager" in clean.stdout, clean.stdout
 
 
-def test_noqa_suppresses_the_codes_it_names_on_its_line_and_counts_them(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_noqa_suppresses_the_codes_it_names_on_its_line_and_counts_them(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     model = tmp_path / "noisy.py"
     model.write_text(NOISY_MODEL)
     done = cli("lint", f"{model}:noisy", "--format", "json", "--isolated", "--extend-select", "EG003")
@@ -327,7 +399,10 @@ def test_noqa_suppresses_the_codes_it_names_on_its_line_and_counts_them(cli: Cal
     # Selected, EG003 reports the one comment that suppressed nothing: EG303 on line 10 (the lint
     # does not check EG501, and E501 on line 8 is another tool's code).
     (unused,) = [f for f in document["findings"] if f["code"] == "EG003"]
-    assert unused["location"]["line"] == 10 and unused["message"] == "# noqa: EG303 suppressed nothing: no EG303 finding points at this line"
+    assert (
+        unused["location"]["line"] == 10
+        and unused["message"] == "# noqa: EG303 suppressed nothing: no EG303 finding points at this line"
+    )
     counted = json.loads(cli("lint", f"{model}:noisy", "--statistics", "--format", "json", "--isolated").stdout)
     assert counted["suppressed"]["EG301"] == 1 and "EG304" in counted["suppressed"]
     assert "EG003" not in {row["code"] for row in counted["statistics"]}  # off by default
@@ -358,11 +433,22 @@ def test_a_typo_in_a_code_fails_loudly_instead_of_checking_nothing(cli: Callable
 
 def test_the_program_file_is_written_atomically_or_not_left_stale(cli: Callable[..., Ran], tmp_path: Path) -> None:
     out = tmp_path / "model.pte"
-    out.write_bytes(b"\0\0\0\0ET12 the previous export")  # a program: the stale-output rule removes only the tool's kind
+    out.write_bytes(
+        b"\0\0\0\0ET12 the previous export"
+    )  # a program: the stale-output rule removes only the tool's kind
     done = cli("lint", f"{MODELS}:training_mode", "--pte", str(out), "-q")
     assert done.returncode == 1 and not out.exists()
     assert f"removed {out}" in done.stderr and "export-guards: exporting" not in done.stderr  # -q: no progress
-    written = cli("lint", f"{MODELS}:clean", "--pte", str(out), "--report-file", str(tmp_path / "r.json"), "--output-format", "json")
+    written = cli(
+        "lint",
+        f"{MODELS}:clean",
+        "--pte",
+        str(out),
+        "--report-file",
+        str(tmp_path / "r.json"),
+        "--output-format",
+        "json",
+    )
     assert written.returncode == 0 and out.read_bytes()[4:8] == b"ET12" and written.stdout == ""
     assert json.loads((tmp_path / "r.json").read_text())["version"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "r.json"]  # no temporary file left
@@ -413,12 +499,17 @@ def test_quiet_by_default_and_stdout_is_only_the_report() -> None:
     assert "[info]" not in text.stdout  # info is opt-in (issue 38): one summary line says what was done
     (summary,) = text.stdout.splitlines()
     assert summary.startswith("All checks passed: 1 constant folded; ")  # the fold of the weight norm
-    assert " compute ops delegated (100%) to XnnpackBackend; program " in summary and " bytes; ran in executorch.runtime and matched eager (" in summary
+    assert (
+        " compute ops delegated (100%) to XnnpackBackend; program " in summary
+        and " bytes; ran in executorch.runtime and matched eager (" in summary
+    )
     assert summary.endswith("infos not shown: --show-info).")
     shown = run("lint", f"{MODELS}:reparametrized", "--show-info")
     infos = [line for line in shown.stdout.splitlines() if "[info]" in line]
     hidden = int(summary.rpartition("(")[2].split()[0])
-    assert len(infos) == hidden and shown.stdout.splitlines()[-1].startswith(f"Found {hidden} findings ({hidden} infos)")
+    assert len(infos) == hidden and shown.stdout.splitlines()[-1].startswith(
+        f"Found {hidden} findings ({hidden} infos)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -445,7 +536,9 @@ def test_errors_name_the_step_in_the_users_terms(cli: Callable[..., Ran], factor
         ("mixed_devices", "return x + self.bias", "move the model and every example input to one device"),
     ],
 )
-def test_a_failed_step_says_where_in_the_users_files_with_a_hint(cli: Callable[..., Ran], trapdev: object, factory: str, line: str, hint: str) -> None:
+def test_a_failed_step_says_where_in_the_users_files_with_a_hint(
+    cli: Callable[..., Ran], trapdev: object, factory: str, line: str, hint: str
+) -> None:
     """Issue 47: the layers live in another file than the factory (tests/cli_layers.py): the
     failure points at the innermost line there, not at torch's frames, says the cause once, and
     hints at the fix of the torch error users meet (grad mode, devices mixed, data-dependent shapes)."""
@@ -462,10 +555,15 @@ def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..
     """Issue 54: a KV cache written in place while the parameters require grad fails
     to_executorch; the hint names the buffer and no parameter."""
     done = cli("lint", f"{MODELS}:cache_in_grad_mode", "--no-run")
-    assert done.returncode == 2 and "export-guards: writing the program (to_executorch) failed:" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and "export-guards: writing the program (to_executorch) failed:" in done.stderr, (
+        done.stderr[-2000:]
+    )
     assert "the program writes the buffer 'cache' in place while the model's parameters require grad" in done.stderr
     assert "hint: grad mode:" in done.stderr and "`model.requires_grad_(False)`" in done.stderr
-    assert "cli_models.py:" in done.stderr and "self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)" in done.stderr
+    assert (
+        "cli_models.py:" in done.stderr
+        and "self.cache[:, cache_position[0] + torch.arange(x.shape[1])] = self.proj(x)" in done.stderr
+    )
     assert "changes a parameter" not in done.stderr and "changes the parameter" not in done.stderr
     import cli_models
     import export_guards as eg
@@ -478,8 +576,14 @@ def test_a_buffer_written_in_grad_mode_is_named_not_a_parameter(cli: Callable[..
 
 def test_a_failed_lowering_says_its_cause_once(cli: Callable[..., Ran]) -> None:
     done = cli("lint", f"{MODELS}:lowering_fails", "--no-run")
-    assert done.returncode == 2 and "export-guards: lowering (xnnpack) failed: SpecViolationError: Operator torch._ops.aten.rand_like" in done.stderr
-    assert "LoweringFailed" not in done.stderr and done.stderr.count("rand_like.default is not in Core ATen") == 1, done.stderr
+    assert (
+        done.returncode == 2
+        and "export-guards: lowering (xnnpack) failed: SpecViolationError: Operator torch._ops.aten.rand_like"
+        in done.stderr
+    )
+    assert "LoweringFailed" not in done.stderr and done.stderr.count("rand_like.default is not in Core ATen") == 1, (
+        done.stderr
+    )
 
 
 def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran]) -> None:
@@ -490,7 +594,9 @@ def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran
 
 @pytest.mark.runs_program
 @pytest.mark.slow  # three exports, one program run
-def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_a_factory_asks_for_the_export_its_own_code_makes_strict_or_not(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     """``strict`` from the factory reaches torch.export: TorchDynamo traces the model only in a
     strict export, and the written program computes what that export traced."""
     import torch
@@ -517,7 +623,10 @@ def test_the_lint_runs_a_dynamic_program_at_its_bounds(cli: Callable[..., Ran]) 
     found = {f["code"]: f for f in json.loads(wrong.stdout)["findings"] if f["code"] in ("EG511", "EG522")}
     assert wrong.returncode == 1 and found.keys() == {"EG511", "EG522"}, wrong.stdout
     assert found["EG522"]["message"].startswith("the written program at length=1 (the lower bound) ran, but output [0]")
-    assert "failed in the written program at length=64 (the upper bound): Check failed (pad[i] >= 0)" in found["EG511"]["message"]
+    assert (
+        "failed in the written program at length=64 (the upper bound): Check failed (pad[i] >= 0)"
+        in found["EG511"]["message"]
+    )
     assert found["EG511"]["location"]["source"] == "return nn.functional.pad(y, (0, 8 - x.shape[-1]))"
 
 
@@ -527,7 +636,10 @@ def test_check_reproducible_exports_with_the_factorys_dynamic_shapes(cli: Callab
     assert done.returncode == 0, done.stdout + done.stderr
     # shapes that contradict the example inputs (a length of 6, at least 8): torch.export says so
     refused = cli("check", "--reproducible", f"{MODELS}:dynamic_out_of_range")
-    assert refused.returncode != 0 and "torch.export failed: ConstraintViolationError: 6 not in range [8, 64]" in refused.stderr, refused.stderr
+    assert (
+        refused.returncode != 0
+        and "torch.export failed: ConstraintViolationError: 6 not in range [8, 64]" in refused.stderr
+    ), refused.stderr
 
 
 def test_the_command_line_is_read_once_into_frozen_options() -> None:
@@ -543,7 +655,9 @@ def test_the_command_line_is_read_once_into_frozen_options() -> None:
     for module in sorted(cli.glob("*.py")):
         names = {n.attr for n in ast.walk(ast.parse(module.read_text())) if isinstance(n, ast.Attribute)}
         assert module.name == "arguments.py" or "Namespace" not in names, f"{module.name} reads argparse's Namespace"
-    parsed = options_from(parser().parse_args(["check", "--reproducible", f"{MODELS}:clean", "--fold-max-growth", "64", "--isolated"]))
+    parsed = options_from(
+        parser().parse_args(["check", "--reproducible", f"{MODELS}:clean", "--fold-max-growth", "64", "--isolated"])
+    )
     assert isinstance(parsed, options.CheckOptions) and parsed.settings.fold_max_growth == 64
     for kind in (options.LintOptions, options.CheckOptions, options.DiffOptions, options.ReportOptions):
         assert kind.__dataclass_params__.frozen, kind  # type: ignore[union-attr]

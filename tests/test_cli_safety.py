@@ -59,7 +59,9 @@ def program(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _model_file(folder: Path) -> Path:
     model = folder / "zoo.py"
-    model.write_text("import torch\n\n\ndef model():\n    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)\n\n\ndef make_decoder():\n    return model()\n")
+    model.write_text(
+        "import torch\n\n\ndef model():\n    return torch.nn.Linear(4, 3), (torch.randn(2, 4),)\n\n\ndef make_decoder():\n    return model()\n"
+    )
     return model
 
 
@@ -94,27 +96,66 @@ CASES: dict[str, Case] = {
     "missing model file": lambda d, m, p: (["lint", f"{d / 'missing.py'}:model"], "no such file"),
     "syntax error": lambda d, m, p: (["lint", f"{_syntax_error(d)}:model"], "bad.py:1: syntax error"),
     "unknown factory": lambda d, m, p: (["lint", f"{m}:modle"], "defines no 'modle'; did you mean 'model'?"),
-    "unknown factory in a package": lambda d, m, p: (["lint", _package(d)], "defines no 'resnt'; did you mean 'resnet'?"),
+    "unknown factory in a package": lambda d, m, p: (
+        ["lint", _package(d)],
+        "defines no 'resnt'; did you mean 'resnet'?",
+    ),
     "missing program": lambda d, m, p: (["check", d / "missing.pte"], "no such file"),
-    "a .ptd as the program": lambda d, m, p: (["check", next(p.parent.glob("*.ptd"))], "not a program: pass it with --data next to its .pte"),
+    "a .ptd as the program": lambda d, m, p: (
+        ["check", next(p.parent.glob("*.ptd"))],
+        "not a program: pass it with --data next to its .pte",
+    ),
     "missing data file": lambda d, m, p: (["check", p, "--data", d / "missing.ptd"], "no such file"),
     "a .pte as the data": lambda d, m, p: (["check", p, "--data", p], "is a program (.pte), not a data file"),
-    "empty program": lambda d, m, p: (["check", _bytes(d / "e.pte", b"")], "e.pte cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program"),
-    "another schema version": lambda d, m, p: (["check", _bytes(d / "v.pte", p.read_bytes().replace(b"ET12", b"ET99", 1))], "of schema version ET99; expected ET12"),
-    "empty inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", _bytes(d / "in.pt", b"")], "in.pt cannot be read as inputs: it is empty (0 bytes)"),
-    "text as inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", _notes(d)], "cannot be read as inputs: it is a text file; expected the example inputs"),
-    "a .pte as the inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", p], "it is an ExecuTorch program (.pte), not inputs"),
-    "truncated inputs": lambda d, m, p: (["check", p, "--runtime", "--inputs", _zip_cut(d)], "(truncated, or not a zip archive); expected the example inputs"),
-    "unknown recipe": lambda d, m, p: (["lint", f"{m}:model", "--recipe", "xnnpack_fp23"], "did you mean xnnpack_fp32?"),
+    "empty program": lambda d, m, p: (
+        ["check", _bytes(d / "e.pte", b"")],
+        "e.pte cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program",
+    ),
+    "another schema version": lambda d, m, p: (
+        ["check", _bytes(d / "v.pte", p.read_bytes().replace(b"ET12", b"ET99", 1))],
+        "of schema version ET99; expected ET12",
+    ),
+    "empty inputs": lambda d, m, p: (
+        ["check", p, "--runtime", "--inputs", _bytes(d / "in.pt", b"")],
+        "in.pt cannot be read as inputs: it is empty (0 bytes)",
+    ),
+    "text as inputs": lambda d, m, p: (
+        ["check", p, "--runtime", "--inputs", _notes(d)],
+        "cannot be read as inputs: it is a text file; expected the example inputs",
+    ),
+    "a .pte as the inputs": lambda d, m, p: (
+        ["check", p, "--runtime", "--inputs", p],
+        "it is an ExecuTorch program (.pte), not inputs",
+    ),
+    "truncated inputs": lambda d, m, p: (
+        ["check", p, "--runtime", "--inputs", _zip_cut(d)],
+        "(truncated, or not a zip archive); expected the example inputs",
+    ),
+    "unknown recipe": lambda d, m, p: (
+        ["lint", f"{m}:model", "--recipe", "xnnpack_fp23"],
+        "did you mean xnnpack_fp32?",
+    ),
     # outputs that would destroy an input or a file that is not the tool's
     "--pte is the model file": lambda d, m, p: (["lint", f"{m}:model", "--pte", m], "which this run reads"),
-    "--pte is a link to the model file": lambda d, m, p: (["lint", f"{m}:model", "--pte", _symlink(d, m)], "which this run reads"),
+    "--pte is a link to the model file": lambda d, m, p: (
+        ["lint", f"{m}:model", "--pte", _symlink(d, m)],
+        "which this run reads",
+    ),
     "--report-file is the program checked": lambda d, m, p: (["check", p, "--report-file", p], "which this run reads"),
-    "--pte and --report-file alike": lambda d, m, p: (["lint", f"{m}:model", "--pte", d / "x", "--report-file", d / "." / "x"], "is also --pte"),
+    "--pte and --report-file alike": lambda d, m, p: (
+        ["lint", f"{m}:model", "--pte", d / "x", "--report-file", d / "." / "x"],
+        "is also --pte",
+    ),
     "a folder as the report file": lambda d, m, p: (["lint", f"{m}:model", "--report-file", d], "is a folder"),
     "a file as the folder": lambda d, m, p: (["lint", f"{m}:model", "--pte", m / "x.pte"], "is a file, not a folder"),
-    "a user's file at --report-file": lambda d, m, p: (["check", p, "--report-file", _notes(d)], "pass --force to replace it"),
-    "a user's file at --pte": lambda d, m, p: (["lint", f"{m}:model", "--pte", _notes(d)], "is not an ExecuTorch program"),
+    "a user's file at --report-file": lambda d, m, p: (
+        ["check", p, "--report-file", _notes(d)],
+        "pass --force to replace it",
+    ),
+    "a user's file at --pte": lambda d, m, p: (
+        ["lint", f"{m}:model", "--pte", _notes(d)],
+        "is not an ExecuTorch program",
+    ),
 }
 
 
@@ -141,7 +182,12 @@ def _write(path: Path, text: str) -> Path:
 
 
 def _files(*folders: Path) -> dict[Path, bytes]:
-    return {path: path.read_bytes() for folder in folders for path in folder.rglob("*") if path.is_file() and not path.is_symlink()}
+    return {
+        path: path.read_bytes()
+        for folder in folders
+        for path in folder.rglob("*")
+        if path.is_file() and not path.is_symlink()
+    }
 
 
 @pytest.mark.subprocess
@@ -161,7 +207,9 @@ def test_a_usage_error_is_one_line_before_torch_and_touches_no_file(
     assert _files(tmp_path, pte.parent) == before, "a usage error changed or removed a file"
 
 
-def test_a_file_that_is_not_the_tools_survives_a_failed_run_and_is_replaced_only_with_force(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_a_file_that_is_not_the_tools_survives_a_failed_run_and_is_replaced_only_with_force(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     mine = tmp_path / "model.pte"
     mine.write_bytes(b"the user's own file")
     failed = cli("lint", f"{MODELS}:training_mode", "--pte", mine, "--force", "-q")
@@ -171,7 +219,9 @@ def test_a_file_that_is_not_the_tools_survives_a_failed_run_and_is_replaced_only
     assert replaced.returncode == 0 and mine.read_bytes()[4:8] == b"ET12"
     old_report = tmp_path / "report.json"
     old_report.write_text(json.dumps({"version": 1, "findings": [], "summary": {}}))
-    again = cli("lint", f"{MODELS}:training_mode", "--pte", mine, "--report-file", old_report, "--output-format", "json", "-q")
+    again = cli(
+        "lint", f"{MODELS}:training_mode", "--pte", mine, "--report-file", old_report, "--output-format", "json", "-q"
+    )
     assert again.returncode == 1 and not mine.exists(), "an earlier program is not left to be taken for this run's"
     assert json.loads(old_report.read_text())["summary"]["error"] == 1, "an earlier report of ours is replaced"
 
@@ -183,7 +233,16 @@ def test_a_report_that_cannot_be_written_goes_to_stdout(
     folder = tmp_path / "reports"
     folder.mkdir()
     monkeypatch.setenv("EG_TEST_REMOVE", str(folder))
-    done = cli("lint", f"{MODELS}:removes_a_folder", "--arg", f"then={then}", "--report-file", folder / "r.json", "--output-format", "json")
+    done = cli(
+        "lint",
+        f"{MODELS}:removes_a_folder",
+        "--arg",
+        f"then={then}",
+        "--report-file",
+        folder / "r.json",
+        "--output-format",
+        "json",
+    )
     assert done.returncode == status, done.stderr  # 1: what was found; 2: a clean run whose report was not written
     assert f"writing {folder / 'r.json'} failed" in done.stderr and "the report follows on stdout" in done.stderr
     assert json.loads(done.stdout)["version"] == 1
@@ -240,19 +299,26 @@ def test_sighup_stays_ignored_under_nohup(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("args", [["rules"], ["explain", "EG101"], ["rules", "--output-format", "json"], ["lint", "--help"], ["--version"]])
+@pytest.mark.parametrize(
+    "args", [["rules"], ["explain", "EG101"], ["rules", "--output-format", "json"], ["lint", "--help"], ["--version"]]
+)
 def test_a_closed_pipe_ends_quietly(args: list[str], torchless: dict[str, str]) -> None:
     read, write = os.pipe()
     os.close(read)  # the reader has gone before the first write, as `| head -0` does
     try:
-        done = subprocess.run([*COMMAND, *args], stdout=write, stderr=subprocess.PIPE, text=True, env=torchless, timeout=120)
+        done = subprocess.run(
+            [*COMMAND, *args], stdout=write, stderr=subprocess.PIPE, text=True, env=torchless, timeout=120
+        )
     finally:
         os.close(write)
     assert done.returncode == 0 and done.stderr == ""
 
 
 def test_the_factory_is_looked_for_without_running_the_module(tmp_path: Path) -> None:
-    plain = _write(tmp_path / "plain.py", "import torch as t\nif t:\n    from os import path as where\nfor i in range(1):\n    pass\ntry:\n    ok = 1\nexcept Exception as raised:\n    pass\n\ndef build():\n    global late\n    late = 1\n\nclass Net:\n    hidden = 1\n")
+    plain = _write(
+        tmp_path / "plain.py",
+        "import torch as t\nif t:\n    from os import path as where\nfor i in range(1):\n    pass\ntry:\n    ok = 1\nexcept Exception as raised:\n    pass\n\ndef build():\n    global late\n    late = 1\n\nclass Net:\n    hidden = 1\n",
+    )
     for name in ("t", "where", "i", "ok", "raised", "build", "late", "Net"):
         assert check_target(f"{plain}:{name}") == plain
     with pytest.raises(TargetError, match="defines no 'hidden'"):
@@ -282,13 +348,22 @@ def test_the_torch_free_recipe_table_is_executorchs() -> None:
         ours = {name for name in RECIPES if name.startswith(f"{prefix}_")}
         assert ours, f"RECIPES has no {prefix} recipe"
         if not folder.is_dir():
-            with pytest.raises(ValueError, match=f"recipe '{min(ours)}' cannot be made here: {package} is not in this ExecuTorch: it is new in executorch {since}"):
+            with pytest.raises(
+                ValueError,
+                match=f"recipe '{min(ours)}' cannot be made here: {package} is not in this ExecuTorch: it is new in executorch {since}",
+            ):
                 recipe_type(min(ours))
             continue
         defined = set()
         for source in folder.glob("*recipe_types.py"):
             for node in ast.walk(ast.parse(source.read_text())):
                 if isinstance(node, ast.ClassDef) and any("RecipeType" in ast.unparse(base) for base in node.bases):
-                    defined |= {s.value.value for s in node.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)}
+                    defined |= {
+                        s.value.value
+                        for s in node.body
+                        if isinstance(s, ast.Assign)
+                        and isinstance(s.value, ast.Constant)
+                        and isinstance(s.value.value, str)
+                    }
         assert ours == defined, package
     assert set(recipe_names()) <= set(RECIPES)

@@ -19,12 +19,18 @@ def test_a_tested_pair_says_nothing_and_another_pair_says_both_versions_in_one_l
     assert line is not None and "\n" not in line
     assert "executorch 1.6.0" in line and "torch 2.13.0+cpu" in line and "docs/compatibility.md" in line
     assert compat.untested({"executorch": "1.5.1", "torch": "2.99.0"}) is not None
-    assert compat.untested({"executorch": None, "torch": "2.13.0"}) is None, "a missing package is its import's to report"
+    assert compat.untested({"executorch": None, "torch": "2.13.0"}) is None, (
+        "a missing package is its import's to report"
+    )
 
 
-def test_the_installed_pair_is_tested_here_and_an_untested_one_is_said_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_installed_pair_is_tested_here_and_an_untested_one_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     installed = {name: metadata.version(name) for name in ("executorch", "torch")}
-    assert compat.untested(installed) is None, f"the suite runs on {installed}: add the pair to compat.TESTED and docs/compatibility.md"
+    assert compat.untested(installed) is None, (
+        f"the suite runs on {installed}: add the pair to compat.TESTED and docs/compatibility.md"
+    )
 
     monkeypatch.setattr(compat, "TESTED", frozenset())
     monkeypatch.setattr(compat, "_said", False)
@@ -46,7 +52,9 @@ def test_a_torch_older_than_the_runtimes_is_named_in_one_line() -> None:
     # A pair the table does not know is told by the runtime's own failure.
     unknown = {"executorch": "1.6.0", "torch": "2.16.0"}
     assert compat.runtime_mismatch(versions=unknown) is None
-    told = compat.runtime_mismatch("RuntimeError: tensor does not have a device\nException raised from device_default", unknown)
+    told = compat.runtime_mismatch(
+        "RuntimeError: tensor does not have a device\nException raised from device_default", unknown
+    )
     assert told is not None and "torch 2.16.0 is installed" in told
     installed = {name: metadata.version(name) for name in ("executorch", "torch")}
     assert compat.runtime_mismatch(versions=installed) is None, f"the suite runs programs on {installed}"
@@ -71,13 +79,17 @@ def test_check_runtime_and_run_pte_say_the_mismatch_in_one_line_and_the_rest_wor
     from export_guards.verify import run_pte
 
     program = tmp_path / "linear.pte"  # type: ignore[operator]
-    program.write_bytes(to_edge(torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))).to_executorch().buffer)
+    program.write_bytes(
+        to_edge(torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))).to_executorch().buffer
+    )
     line = runtime_built_for_a_newer_torch(monkeypatch)
 
     capfd.readouterr()
     assert main(["check", str(program), "--runtime"]) == 2
     _, err = capfd.readouterr()
-    assert [text for text in err.splitlines() if text.strip()] == [f"export-guards: error: --runtime cannot run here: {line}"]
+    assert [text for text in err.splitlines() if text.strip()] == [
+        f"export-guards: error: --runtime cannot run here: {line}"
+    ]
     assert main(["check", str(program)]) == 0, "the program checks need no runtime"
     with pytest.raises(compat.RuntimeMismatch, match=r"needs torch 9.0 or newer"):
         check_pte(program, runtime=True)

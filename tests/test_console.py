@@ -38,7 +38,9 @@ class Clock:
         return self.now
 
 
-def timed_lines(stream: io.StringIO, clock: Clock, *, quiet: bool = False) -> Callable[..., AbstractContextManager[None]]:
+def timed_lines(
+    stream: io.StringIO, clock: Clock, *, quiet: bool = False
+) -> Callable[..., AbstractContextManager[None]]:
     """A run's timed progress lines, on ``stream``, timed by ``clock``."""
     return ProgressLines(quiet=quiet, clock=clock, stream=stream).timed
 
@@ -52,7 +54,10 @@ def test_a_step_gets_its_timed_line_once_the_run_is_long() -> None:
         clock.now += 3.14
     with timed("writing the program (to_executorch)"):
         clock.now += 0.01
-    assert log.getvalue() == "export-guards: torch.export took 3.1 s\nexport-guards: writing the program (to_executorch) took 0.0 s\n"
+    assert (
+        log.getvalue()
+        == "export-guards: torch.export took 3.1 s\nexport-guards: writing the program (to_executorch) took 0.0 s\n"
+    )
 
     short, quick = io.StringIO(), Clock()
     with timed_lines(short, quick)("checking a.pte"):
@@ -71,7 +76,9 @@ def test_a_terminal_shows_the_step_under_way_and_a_log_gets_no_carriage_return()
     assert screen.getvalue() == "export-guards: torch.export...\r\x1b[Kexport-guards: torch.export took 2.5 s\n"
     with pytest.raises(RuntimeError), timed("linting and lowering (xnnpack)"):
         raise RuntimeError("lowering failed")
-    assert screen.getvalue().endswith("took 2.5 s\nexport-guards: linting and lowering (xnnpack)...\r\x1b[K")  # gone; no line: it failed
+    assert screen.getvalue().endswith(
+        "took 2.5 s\nexport-guards: linting and lowering (xnnpack)...\r\x1b[K"
+    )  # gone; no line: it failed
     quiet = Terminal()
     with timed_lines(quiet, clock, quiet=True)("torch.export", always=True):
         clock.now += 5
@@ -156,7 +163,12 @@ def on_a_terminal(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     and what the terminal received."""
     leader, follower = pty.openpty()
     with subprocess.Popen(
-        [sys.executable, "-m", "export_guards", *args], stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, cwd=TESTS, env=env
+        [sys.executable, "-m", "export_guards", *args],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        cwd=TESTS,
+        env=env,
     ) as process:
         os.close(follower)
         received = bytearray()
@@ -183,14 +195,30 @@ def test_a_recipe_run_on_a_terminal_shows_its_steps_in_colour_and_no_library_noi
     ``WARNING:root:`` lines, torch's and torchao's log lines stay off it."""
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")} | {"FORCE_COLOR": "1"}
     pte = tmp_path / "model.pte"
-    code, stdout, screen = on_a_terminal("lint", f"{MODELS}:gated", "--recipe", "xnnpack_fp32", "--pte", str(pte), "--fail-level", "warning", "--show-info", env=env)
+    code, stdout, screen = on_a_terminal(
+        "lint",
+        f"{MODELS}:gated",
+        "--recipe",
+        "xnnpack_fp32",
+        "--pte",
+        str(pte),
+        "--fail-level",
+        "warning",
+        "--show-info",
+        env=env,
+    )
     assert code in (0, 1), screen[-3000:]
     assert f"{ESC}1mEG" in stdout and f"[{ESC}36minfo{ESC}0m]" in stdout  # coloured: FORCE_COLOR
     assert "\r\x1b[K" in screen  # the live line of a step, replaced by its end line
     lines = [line.rpartition("\r\x1b[K")[2] for line in screen.split("\n")]
     assert "export-guards: exporting and linting" in lines[0]
-    assert any(line.startswith("export-guards: exporting, linting and lowering with the recipe xnnpack_fp32 took ") for line in lines), lines
-    assert all(line.startswith("export-guards: ") for line in lines if line), lines  # nothing else: no WARNING:root, no W1202 ...
+    assert any(
+        line.startswith("export-guards: exporting, linting and lowering with the recipe xnnpack_fp32 took ")
+        for line in lines
+    ), lines
+    assert all(line.startswith("export-guards: ") for line in lines if line), (
+        lines
+    )  # nothing else: no WARNING:root, no W1202 ...
     assert "WARNING" not in screen
 
 
@@ -211,9 +239,14 @@ def test_a_long_step_says_each_long_part_as_it_ends_and_a_terminal_shows_each_pa
     screen = Terminal()
     with timed_lines(screen, clock)("writing the program"):
         progress.now("serializing the program")
-        assert screen.getvalue() == "export-guards: writing the program...\r\x1b[Kexport-guards: writing the program: serializing the program..."
+        assert (
+            screen.getvalue()
+            == "export-guards: writing the program...\r\x1b[Kexport-guards: writing the program: serializing the program..."
+        )
         clock.now += 2.5
-    assert screen.getvalue().endswith("\r\x1b[Kexport-guards: writing the program: serializing the program took 2.5 s\n\r\x1b[Kexport-guards: writing the program took 2.5 s\n")
+    assert screen.getvalue().endswith(
+        "\r\x1b[Kexport-guards: writing the program: serializing the program took 2.5 s\n\r\x1b[Kexport-guards: writing the program took 2.5 s\n"
+    )
 
     failed = io.StringIO()
     with pytest.raises(RuntimeError), timed_lines(failed, clock)("running the program"):  # noqa: PT012 - the failure is the timed step's

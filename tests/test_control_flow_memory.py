@@ -39,7 +39,9 @@ def same(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
 
 
 @pytest.mark.parametrize("name", ["two conds", "cond result read later"])
-def test_stock_program_is_wrong_and_check_says_which_values_share_bytes(programs: Mapping[str, bytes], name: str) -> None:
+def test_stock_program_is_wrong_and_check_says_which_values_share_bytes(
+    programs: Mapping[str, bytes], name: str
+) -> None:
     stock = programs[f"{name}, stock"]
     assert not same(run(stock), eager(name))  # the bug itself: the second cond overwrote the first's result
     (finding,) = eg.check_pte(stock).with_code("EG518")
@@ -76,13 +78,17 @@ def test_the_guarded_pipeline_matches_eager_and_refuses_a_stock_program(programs
     assert isinstance(refused.value, eg.GuardError) and refused.value.report.with_code("EG518")
 
 
-def test_what_the_guards_mend_is_said_on_the_users_line_and_following_it_keeps_the_numbers(programs: Mapping[str, bytes]) -> None:
+def test_what_the_guards_mend_is_said_on_the_users_line_and_following_it_keeps_the_numbers(
+    programs: Mapping[str, bytes],
+) -> None:
     """Issue 61: the fix is not silent. A guarded export whose written program stock would
     share (EG518) says so (EG406, on the torch.cond's line, naming emit_passes()); a user who
     writes the program themselves with what the fix names gets the guarded bytes, right."""
     guarded = eg.lower_with_guards(torch.export.export(TwoConds(), COND_INPUTS))
     said = guarded.report.with_code("EG406")
-    assert len(said) == 1 and all(f.severity is eg.Severity.WARNING for f in said)  # the first result: the second cond runs after it
+    assert len(said) == 1 and all(
+        f.severity is eg.Severity.WARNING for f in said
+    )  # the first result: the second cond runs after it
     assert all("emit_passes()" in f.message and "emit_passes()" in (f.fix or "") for f in said)
     assert all(f.location is not None and f.location.file.endswith("pte_models.py") for f in said)
     one = eg.lower_with_guards(torch.export.export(OneCond(), COND_INPUTS))

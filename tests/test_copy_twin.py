@@ -53,7 +53,10 @@ EXAMPLES: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]
 
 STAGES: dict[str, tuple[Callable[[torch.export.ExportedProgram], bytes], bool]] = {
     # The torch.export program's host twin, then the fold and XNNPACK: what the report ran.
-    "lower_with_guards(config=Settings(placement='copy'))": (lambda ep: eg.lower_with_guards(ep, config=eg.Settings(placement="copy")).to_pte(), False),
+    "lower_with_guards(config=Settings(placement='copy'))": (
+        lambda ep: eg.lower_with_guards(ep, config=eg.Settings(placement="copy")).to_pte(),
+        False,
+    ),
     # Guarded XNNPACK handed the copy: its partitioner copies before to_edge_transform_and_lower
     # decomposes (executorch 1.5), the transform passes find nothing left to copy.
     "guard_partitioners + guard_passes(config=Settings(placement='copy'))": (
@@ -62,7 +65,11 @@ STAGES: dict[str, tuple[Callable[[torch.export.ExportedProgram], bytes], bool]] 
     ),
     # The edge program's twin, in transform_passes; every constant stays in the program table.
     "guard_passes(config=Settings(placement='copy'))": (
-        lambda ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(config=eg.Settings(placement="copy"))).to_executorch().buffer,
+        lambda ep: (
+            to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(config=eg.Settings(placement="copy")))
+            .to_executorch()
+            .buffer
+        ),
         True,
     ),
     # The graph twinned inside to_executorch (portable: XNNPACK's preprocess would read the
@@ -79,8 +86,11 @@ program, and at emission; and whether it is made after ``to_edge`` decomposed th
 
 def _partitioned_copy(ep: torch.export.ExportedProgram) -> bytes:
     parts = eg.guard_partitioners([XnnpackPartitioner()])
-    edge = to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")), partitioner=parts)
+    edge = to_edge_transform_and_lower(
+        ep, transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")), partitioner=parts
+    )
     return edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
+
 
 DEVICE_CHOSEN = {"aten._scaled_dot_product_flash_attention_for_cpu.default"}
 """The ops whose decomposition ``to_edge`` picks by the device the graph was traced on (the
@@ -125,10 +135,14 @@ def test_the_copy_from_the_device_is_the_cpu_export(trapdev: torch.device, examp
     if after_to_edge and decomposed_for_the_cpu(example):
         assert decomposed_for_the_cpu(example) <= DEVICE_CHOSEN
         assert all(op.removeprefix("aten.").split(".")[0] in PLACEMENT_DOCS for op in decomposed_for_the_cpu(example))
-        assert late_copy_warnings(example), f"{example}: the copy after to_edge did not say it kept the device's attention"
+        assert late_copy_warnings(example), (
+            f"{example}: the copy after to_edge did not say it kept the device's attention"
+        )
         return
     copied, on_cpu = lower(exported(example, "trapdev")), lower(exported(example, "cpu"))
-    assert len(copied) == len(on_cpu), f"{example} through {stage}: {len(copied):,} bytes, the CPU export {len(on_cpu):,}"
+    assert len(copied) == len(on_cpu), (
+        f"{example} through {stage}: {len(copied):,} bytes, the CPU export {len(on_cpu):,}"
+    )
     differ = sum(a != b for a, b in zip(copied, on_cpu, strict=True))
     assert differ == 0, f"{example} through {stage}: {differ:,} bytes differ from the CPU export's"
 
@@ -139,7 +153,9 @@ def late_copy_warnings(example: str) -> list[eg.Finding]:
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_a_copy_after_to_edge_says_so_exactly_where_the_device_decomposed_attention(trapdev: torch.device, example: str) -> None:
+def test_a_copy_after_to_edge_says_so_exactly_where_the_device_decomposed_attention(
+    trapdev: torch.device, example: str
+) -> None:
     """EG104 where the CPU decomposes otherwise (the segmentation model's and the LLM's 4-D
     attention), nowhere else; each names the attention, its device, and the user's line."""
     warnings = late_copy_warnings(example)

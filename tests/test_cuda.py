@@ -19,7 +19,10 @@ import export_guards as eg
 
 pytestmark = [
     pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: ExecuTorch's CUDA backend compiles with AOTInductor on the device"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU: ExecuTorch's CUDA backend compiles with AOTInductor on the device",
+    ),
 ]
 
 
@@ -46,13 +49,19 @@ def cuda_pte(program: torch.export.ExportedProgram, *, guarded: bool) -> bytes:
     if not guarded:
         return to_edge_transform_and_lower(program, partitioner=[CudaPartitioner([])]).to_executorch().buffer
     partitioner = eg.guard_partitioners([CudaPartitioner([])])
-    edge = to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+    edge = to_edge_transform_and_lower(
+        program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+    )
     return edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
 
 
 def test_cuda_backend_with_the_guards_succeeds_with_the_same_bytes() -> None:
     _, _, program = reproducer()
-    stock, guarded, stock_again = cuda_pte(program, guarded=False), cuda_pte(program, guarded=True), cuda_pte(program, guarded=False)
+    stock, guarded, stock_again = (
+        cuda_pte(program, guarded=False),
+        cuda_pte(program, guarded=True),
+        cuda_pte(program, guarded=False),
+    )
     assert guarded, "the guarded export produced a program"
     if stock == stock_again:  # AOTInductor's output is reproducible here: the guards change nothing
         assert guarded == stock
@@ -68,7 +77,9 @@ def test_cuda_model_with_xnnpack_is_stopped_with_the_guard_error() -> None:
     _, _, program = reproducer()
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
     with pytest.raises(eg.ConstantPlacementError, match="is on cuda:0") as raised:
-        to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+        to_edge_transform_and_lower(
+            program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+        )
     assert {f.constant for f in raised.value.report.errors} == {"conv.weight", "conv.bias", "head.weight", "head.bias"}
 
 
@@ -103,4 +114,7 @@ def test_cuda_attention_copied_before_decomposition_is_the_cpu_export() -> None:
         return edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
 
     assert lowered(attention_program("cuda")) == lowered(attention_program("cpu"))
-    assert eg.lower_with_guards(attention_program("cuda"), config=eg.Settings(placement="copy")).to_pte() == eg.lower_with_guards(attention_program("cpu")).to_pte()
+    assert (
+        eg.lower_with_guards(attention_program("cuda"), config=eg.Settings(placement="copy")).to_pte()
+        == eg.lower_with_guards(attention_program("cpu")).to_pte()
+    )

@@ -15,7 +15,10 @@ DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
 
 def test_demo_exports_runs_and_writes_the_report(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(DEMO), "--size", "72", "--runs", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900
+        [sys.executable, str(DEMO), "--size", "72", "--runs", "2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stderr == ""  # only the demo's own lines: no torchao, torch or runtime line (issue 38)
@@ -41,7 +44,9 @@ LLM_EXAMPLE = DEMO.parent / "export_llm_guarded.py"
 def test_the_export_llm_example_prints_only_its_comparison() -> None:
     """``export_llama`` stock and guarded on a shipped config: the same bytes, the same tokens,
     and no library line (torchao's start-up, torch's FutureWarnings, export_llama's prints)."""
-    done = subprocess.run([sys.executable, str(LLM_EXAMPLE), "--no-embedding-quantize"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(LLM_EXAMPLE), "--no-embedding-quantize"], capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].endswith("(byte for byte)") and len(lines) == 7, done.stdout

@@ -63,7 +63,9 @@ def eager(model: nn.Module) -> torch.Tensor:
 
 def lower_guarded(program, partitioners, **options):
     partitioner = eg.guard_partitioners(partitioners, **options)
-    return to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+    return to_edge_transform_and_lower(
+        program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+    )
 
 
 def test_a_backend_that_reads_device_memory_itself_is_not_blocked_and_its_pte_runs(device: torch.device) -> None:
@@ -111,7 +113,9 @@ def test_a_device_constant_that_no_partition_takes_is_stopped_before_the_emitter
 def test_only_the_last_partitioner_of_a_list_checks_what_is_left() -> None:
     first, second = eg.guard_partitioners([HostCopyPartitioner(), XnnpackPartitioner()])
     assert (first.last, second.last) == (False, True)
-    per_method = eg.guard_partitioners({"forward": [XnnpackPartitioner()], "encode": [HostCopyPartitioner(), XnnpackPartitioner()]})
+    per_method = eg.guard_partitioners(
+        {"forward": [XnnpackPartitioner()], "encode": [HostCopyPartitioner(), XnnpackPartitioner()]}
+    )
     assert [p.last for p in per_method["encode"]] == [False, True]
     assert per_method["forward"][0].last
 
@@ -162,12 +166,21 @@ def test_multi_method_programs_are_checked_per_method(device: torch.device) -> N
     _, other = on(device, Remainder)
     methods = {"forward": forward, "other": other}
 
-    partitioner = eg.guard_partitioners({name: [HostCopyPartitioner()] for name in methods}, device_backends=TRUSTING_HOST_COPY)
+    partitioner = eg.guard_partitioners(
+        {name: [HostCopyPartitioner()] for name in methods}, device_backends=TRUSTING_HOST_COPY
+    )
     with pytest.raises(eg.ConstantPlacementError, match="divisor"):
-        to_edge_transform_and_lower(methods, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+        to_edge_transform_and_lower(
+            methods, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+        )
 
-    for name, constants in {"forward": ("hidden.weight", "hidden.bias", "out.weight", "out.bias"), "other": ("linear.weight", "linear.bias", "divisor")}.items():
-        with pytest.raises(eg.ConstantPlacementError) as raised:  # each method is checked with the program emitted for it
+    for name, constants in {
+        "forward": ("hidden.weight", "hidden.bias", "out.weight", "out.bias"),
+        "other": ("linear.weight", "linear.bias", "divisor"),
+    }.items():
+        with pytest.raises(
+            eg.ConstantPlacementError
+        ) as raised:  # each method is checked with the program emitted for it
             to_edge({name: methods[name]}).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes()))
         assert {f.constant for f in raised.value.report.errors} == set(constants)
     pte = to_edge(methods).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer
@@ -202,7 +215,9 @@ def test_bad_arguments_are_explained() -> None:
     with pytest.raises(eg.GuardError, match="runs only inside to_executorch"):
         eg.placement.EmitPlacementPass()(torch.fx.symbolic_trace(MLP()))
     with pytest.raises(eg.GuardError, match="after the pass that emit_passes"):  # alone, ExecuTorch hands it no program
-        to_edge(torch.export.export(MLP(), (torch.randn(2, 4),))).to_executorch(ExecutorchBackendConfig(passes=[eg.placement.EmitPlacementPass()]))
+        to_edge(torch.export.export(MLP(), (torch.randn(2, 4),))).to_executorch(
+            ExecutorchBackendConfig(passes=[eg.placement.EmitPlacementPass()])
+        )
 
 
 def test_a_guarded_partitioner_is_the_wrapped_one_in_everything_else() -> None:

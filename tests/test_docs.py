@@ -105,7 +105,11 @@ def _library_noise() -> Iterator[list[str]]:
             sys.stdout = stdout
             for logger in loggers:
                 logger.removeHandler(handler)
-    noise += [f"warning: {w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught if w.filename != EXAMPLE]
+    noise += [
+        f"warning: {w.category.__name__}: {w.message} ({w.filename}:{w.lineno})"
+        for w in caught
+        if w.filename != EXAMPLE
+    ]
 
 
 class _Recorder(logging.Handler):
@@ -126,7 +130,9 @@ class _LibraryPrints:
     def __init__(self, stream: object, noise: list[str]) -> None:
         self._stream, self._noise = stream, noise
         specs = [importlib.util.find_spec(name) for name in LIBRARIES]
-        self._folders = tuple(f"{folder}/" for spec in specs if spec for folder in spec.submodule_search_locations or [])
+        self._folders = tuple(
+            f"{folder}/" for spec in specs if spec for folder in spec.submodule_search_locations or []
+        )
 
     def write(self, text: str) -> int:
         if sys._getframe(1).f_code.co_filename.startswith(self._folders) and text.strip():

@@ -64,7 +64,12 @@ class Positions(nn.Module):
 
 batch = Dim("batch", min=1, max=4)
 CASES = {
-    "image": (ImageNet, (2, 3, 16, 24), {"x": {0: batch, 2: Dim("height", min=8, max=64), 3: Dim("width", min=8, max=64)}}, [(1, 3, 32, 16), (3, 3, 12, 40)]),
+    "image": (
+        ImageNet,
+        (2, 3, 16, 24),
+        {"x": {0: batch, 2: Dim("height", min=8, max=64), 3: Dim("width", min=8, max=64)}},
+        [(1, 3, 32, 16), (3, 3, 12, 40)],
+    ),
     # Time only: XNNPACK lowers a 1-D conv through a reshape, which takes one dynamic dimension.
     "audio": (Vocoder, (1, 4, 100), {"x": {2: Dim("time", min=16, max=400)}}, [(1, 4, 37), (1, 4, 321)]),
     "sequence": (Positions, (2, 10, 16), {"x": {0: batch, 1: Dim("length", min=2, max=64)}}, [(1, 3, 16), (4, 64, 16)]),
@@ -124,11 +129,20 @@ def test_a_0d_tensor_bound_to_a_one_element_graph_input_is_no_warning_and_runs_a
     torch.manual_seed(0)
     model = ScalarFromPosition().eval()
     length = Dim("length", min=1, max=32)
-    program = torch.export.export(model, (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    program = torch.export.export(
+        model, (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length})
+    )
     pte = eg.lower_with_guards(program).to_pte()
     plan = PteFile(pte).program.execution_plan[0]
-    calls = [i.instr_args for chain in plan.chains for i in chain.instructions if isinstance(i.instr_args, DelegateCall)]
-    scalars = [a for call in calls for a in call.args if isinstance(plan.values[a].val, Tensor) and not plan.values[a].val.sizes]
+    calls = [
+        i.instr_args for chain in plan.chains for i in chain.instructions if isinstance(i.instr_args, DelegateCall)
+    ]
+    scalars = [
+        a
+        for call in calls
+        for a in call.args
+        if isinstance(plan.values[a].val, Tensor) and not plan.values[a].val.sizes
+    ]
     assert len(scalars) >= 2, "the delegates take 0-d tensors"
     assert not eg.check_pte(pte).with_code("EG514")
     for size in (1, 5, 32):

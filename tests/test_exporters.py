@@ -50,7 +50,9 @@ def stock(variant: str) -> bytes:
 
 def guarded(variant: str) -> bytes:
     partitioners = eg.guard_partitioners([XnnpackPartitioner()])
-    builder = manager(variant).to_edge_transform_and_lower(partitioners, transform_passes=eg.guard_passes(partitioner=partitioners))
+    builder = manager(variant).to_edge_transform_and_lower(
+        partitioners, transform_passes=eg.guard_passes(partitioner=partitioners)
+    )
     return builder.to_executorch(passes=[*eg.emit_passes()]).export_program.buffer
 
 

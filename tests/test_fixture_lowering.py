@@ -52,7 +52,11 @@ def written(done: object) -> tuple[bytes, torch.export.ExportedProgram]:
 
 @pytest.mark.parametrize("factory", sorted(WAYS))
 def test_the_fixtures_write_the_lints_quantized_program_byte_for_byte(
-    factory: str, cli: Callable[..., Ran], check_export: Callable[..., object], guarded_export: Callable[..., eg.GuardedExport], tmp_path: Path
+    factory: str,
+    cli: Callable[..., Ran],
+    check_export: Callable[..., object],
+    guarded_export: Callable[..., eg.GuardedExport],
+    tmp_path: Path,
 ) -> None:
     linted = tmp_path / "lint.pte"
     done = cli("lint", f"{MODELS}:{factory}", "--pte", str(linted))
@@ -69,7 +73,9 @@ def test_the_fixtures_write_the_lints_quantized_program_byte_for_byte(
     assert len(linted.read_bytes()) < len(floating)
 
 
-def test_a_value_given_twice_or_a_quantize_step_that_returns_no_model_fails_in_one_line(check_export: Callable[..., object], cli: Callable[..., Ran]) -> None:
+def test_a_value_given_twice_or_a_quantize_step_that_returns_no_model_fails_in_one_line(
+    check_export: Callable[..., object], cli: Callable[..., Ran]
+) -> None:
     made = models.xnnpack_8da4w()
     for given in ({"example_inputs": made.inputs}, {"lowering": eg.Lowering(partitioners=[])}):
         with pytest.raises(pytest.fail.Exception, match=f"given {next(iter(given))} twice"):
@@ -78,7 +84,10 @@ def test_a_value_given_twice_or_a_quantize_step_that_returns_no_model_fails_in_o
     with pytest.raises(pytest.fail.Exception) as failed:
         check_export(models.returns_none())
     said = str(failed.value)
-    assert "quantizing the model failed: the quantize step must return the quantized nn.Module; it returned a NoneType" in said
+    assert (
+        "quantizing the model failed: the quantize step must return the quantized nn.Module; it returned a NoneType"
+        in said
+    )
     assert "return the model after it" in said and "Traceback" not in said and "lowering.py" not in said
     done = cli("lint", f"{MODELS}:returns_none")
     assert done.returncode != 0 and "return the model after it" in done.stderr and "lowering.py" not in done.stderr
@@ -103,19 +112,36 @@ def test_torchaos_8da4w_lowers_as_docs_exporters_md_says() -> None:
 
     made = models.xnnpack_8da4w()
     model = made.lowering.quantized(made.model, made.inputs)
-    assert to_edge_transform_and_lower(torch.export.export(model, made.inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    assert (
+        to_edge_transform_and_lower(torch.export.export(model, made.inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     with pytest.raises(RuntimeError, match="Missing out variants") as stopped:
         to_edge_transform_and_lower(torch.export.export(model, made.inputs), partitioner=[]).to_executorch()
-    assert all(op in str(stopped.value) for op in ("torchao::choose_qparams_affine", "torchao::quantize_affine", "torchao::dequantize_affine"))
+    assert all(
+        op in str(stopped.value)
+        for op in ("torchao::choose_qparams_affine", "torchao::quantize_affine", "torchao::dequantize_affine")
+    )
     pte = eg.export_with_guards(model, made.inputs, lowering=eg.Lowering(partitioners=[])).to_pte()
     (out,) = LoadedMethod(pte)(made.inputs)
-    torch.testing.assert_close(out, model(*made.inputs), atol=1e-1, rtol=1e-1)  # the lint's tolerance for a quantized program
+    torch.testing.assert_close(
+        out, model(*made.inputs), atol=1e-1, rtol=1e-1
+    )  # the lint's tolerance for a quantized program
 
 
-def test_an_exportable_given_whole_keeps_its_dynamic_shapes_and_partitioners(guarded_export: Callable[..., eg.GuardedExport]) -> None:
+def test_an_exportable_given_whole_keeps_its_dynamic_shapes_and_partitioners(
+    guarded_export: Callable[..., eg.GuardedExport],
+) -> None:
     batch = torch.export.Dim("batch", min=2, max=8)
     made = eg.Exportable(nn.Linear(4, 2).eval(), (torch.randn(3, 4),), ({0: batch},), strict=True, partitioners=[])
     export = guarded_export(made)
-    (x,) = [n for n in export.program.graph.nodes if n.op == "placeholder" and n.name in export.program.graph_signature.user_inputs]
+    (x,) = [
+        n
+        for n in export.program.graph.nodes
+        if n.op == "placeholder" and n.name in export.program.graph_signature.user_inputs
+    ]
     assert isinstance(x.meta["val"].shape[0], torch.SymInt)  # the batch stays dynamic
-    assert export.delegation is not None and export.delegation.fraction_delegated == 0  # partitioners=[]: the portable kernels
+    assert (
+        export.delegation is not None and export.delegation.fraction_delegated == 0
+    )  # partitioners=[]: the portable kernels

@@ -53,11 +53,15 @@ def test_a_damaged_cached_reader_is_generated_again(cache: Path) -> None:
     kept.write_text(text.replace("class XNNGraph", "class Damaged", 1))
     again = fresh_reader()
     assert "XNNGraph" in tables(again) and kept.read_text() == text  # generated anew, and kept whole
-    (kept.parent / "__pycache__" / next(p.name for p in (kept.parent / "__pycache__").iterdir())).write_bytes(b"not bytecode")
+    (kept.parent / "__pycache__" / next(p.name for p in (kept.parent / "__pycache__").iterdir())).write_bytes(
+        b"not bytecode"
+    )
     assert "XNNGraph" in tables(fresh_reader())
 
 
-def test_without_a_writable_cache_the_reader_is_generated_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_writable_cache_the_reader_is_generated_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocked = tmp_path / "a file"
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no folder can be made under it
@@ -94,5 +98,9 @@ def test_a_table_is_read_through_its_cached_index_row_by_row(cache: Path) -> Non
     whole = kept.read_bytes()
     kept.write_bytes(whole[:100] + b"\xff" * 8 + whole[108:])
     again = version_tables.read_table(schemas.SHIPPED, versions, "operators")
-    assert again is not None and again["aten::add.out"] == document["operators"]["aten::add.out"] and kept.read_bytes() == whole
+    assert (
+        again is not None
+        and again["aten::add.out"] == document["operators"]["aten::add.out"]
+        and kept.read_bytes() == whole
+    )
     assert version_tables.read_table(schemas.SHIPPED, {**versions, "torch": "0.0.1"}, "operators") is None

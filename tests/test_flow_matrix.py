@@ -113,10 +113,14 @@ def exported(name: str) -> torch.export.ExportedProgram:
     return export(*fresh(name))
 
 
-def guard_passes_with(partitioner: Callable[[], object] | None, trusted: tuple[str, ...] = eg.placement.DEVICE_BACKENDS) -> Callable[[str], Lowered]:
+def guard_passes_with(
+    partitioner: Callable[[], object] | None, trusted: tuple[str, ...] = eg.placement.DEVICE_BACKENDS
+) -> Callable[[str], Lowered]:
     def lower(name: str) -> Lowered:
         parts = eg.guard_partitioners([partitioner()], device_backends=trusted) if partitioner else []
-        edge = to_edge_transform_and_lower(exported(name), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts)
+        edge = to_edge_transform_and_lower(
+            exported(name), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts
+        )
         pte = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
         return Lowered(pte, portable_convs=eg.delegation_summary(edge).portable["convolution"] if partitioner else None)
 
@@ -132,8 +136,12 @@ def vulkan() -> object:
 def device_backend(name: str) -> Lowered:
     """Constants on the test device, lowered by a backend that reads device memory itself
     (``device_backend.HostCopyBackend``, trusted); what it does not take is copied at emission."""
-    parts = eg.guard_partitioners([HostCopyPartitioner()], device_backends=(*eg.placement.DEVICE_BACKENDS, BACKEND_ID), emitter="copy")
-    edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts)
+    parts = eg.guard_partitioners(
+        [HostCopyPartitioner()], device_backends=(*eg.placement.DEVICE_BACKENDS, BACKEND_ID), emitter="copy"
+    )
+    edge = to_edge_transform_and_lower(
+        on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts
+    )
     return Lowered(runnable(edge).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer)
 
 
@@ -145,8 +153,15 @@ def emit_copy(name: str) -> Lowered:
 def partitioners_copy(name: str) -> Lowered:
     """Constants on the test device, copied by the drop-in passes, lowered by guarded XNNPACK."""
     parts = eg.guard_partitioners([XnnpackPartitioner()])
-    edge = to_edge_transform_and_lower(on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")), partitioner=parts)
-    return Lowered(edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer, twin=cell("guard_passes × XNNPACK", name).pte)
+    edge = to_edge_transform_and_lower(
+        on_trapdev(name),
+        transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")),
+        partitioner=parts,
+    )
+    return Lowered(
+        edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer,
+        twin=cell("guard_passes × XNNPACK", name).pte,
+    )
 
 
 def lower_with_guards_copy(name: str) -> Lowered:
@@ -184,7 +199,9 @@ def cell(flow: str, name: str) -> Lowered:
 
 
 def tolerance(name: str, flow: str) -> float:
-    recipe = next((t for prefix, t in TOLERANCE.items() if flow.removeprefix("recipe ").startswith(prefix)), FLOAT_TOLERANCE)
+    recipe = next(
+        (t for prefix, t in TOLERANCE.items() if flow.removeprefix("recipe ").startswith(prefix)), FLOAT_TOLERANCE
+    )
     return max(recipe, QUANTIZED_ROW_TOLERANCE) if name == "PT2E-quantized conv" else recipe
 
 
@@ -199,7 +216,9 @@ def test_the_cell_runs_and_matches_eager(name: str, flow: str) -> None:
     if lowered.twin is not None:
         assert lowered.pte == lowered.twin, "the copy is not the CPU twin"
     if name in WEIGHTS_COMPUTED_IN_FORWARD and lowered.portable_convs is not None:
-        assert lowered.portable_convs == 0, "a conv whose weight is computed in forward was left on the portable kernels"
+        assert lowered.portable_convs == 0, (
+            "a conv whose weight is computed in forward was left on the portable kernels"
+        )
     expected = eager(name)
     _, inputs = fresh(name)
     (actual,) = run_pte(lowered.pte, inputs)
@@ -231,7 +250,9 @@ def test_every_row_lowers_to_vulkan_delegating_all_its_compute_in_a_well_formed_
     names = [name for name in ROWS if (name, flow) not in STOCK_LIMITS]
     rows = EveryRow(names)
     parts = eg.guard_partitioners([vulkan()])
-    edge = to_edge_transform_and_lower(export(rows, rows.inputs), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts)
+    edge = to_edge_transform_and_lower(
+        export(rows, rows.inputs), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts
+    )
     pte = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
     assert not eg.check_pte(pte).errors
     summary = eg.delegation_summary(edge)
@@ -239,7 +260,10 @@ def test_every_row_lowers_to_vulkan_delegating_all_its_compute_in_a_well_formed_
     assert not summary.portable, f"compute left on the portable kernels: {dict(summary.portable)}"
 
 
-STOCK_FLOWS: dict[str, Callable[[], object] | None] = {"guard_passes × XNNPACK": XnnpackPartitioner, "guard_passes × Vulkan": vulkan}
+STOCK_FLOWS: dict[str, Callable[[], object] | None] = {
+    "guard_passes × XNNPACK": XnnpackPartitioner,
+    "guard_passes × Vulkan": vulkan,
+}
 """The stock form of a flow: the same lowering with this partitioner (none for the others)."""
 
 
@@ -262,7 +286,11 @@ def test_stock_limits_fail_the_stock_flow_the_same_way(name: str, flow: str) -> 
     """A cell the guards cannot do is one that stock ExecuTorch cannot do either: the stock
     lowering of the same model fails the same way, and the docs name it."""
     partitioner = STOCK_FLOWS.get(flow)
-    stock = failure(lambda: to_edge_transform_and_lower(exported(name), partitioner=[partitioner()] if partitioner else []).to_executorch())
+    stock = failure(
+        lambda: to_edge_transform_and_lower(
+            exported(name), partitioner=[partitioner()] if partitioner else []
+        ).to_executorch()
+    )
     guarded = failure(lambda: cell(flow, name))
     assert stock == guarded
     assert STOCK_LIMITS[(name, flow)] in stock
@@ -281,9 +309,13 @@ def test_one_report_whichever_entry_point_ran(name: str) -> None:
     model, inputs = fresh(name)
     on_device = models.to_device(model, device)
     with torch.no_grad():
-        recipe = eg.export_with_guards(on_device, tuple(x.to(device) for x in inputs), config=settings.updated({"recipe": "xnnpack_fp32"}))
+        recipe = eg.export_with_guards(
+            on_device, tuple(x.to(device) for x in inputs), config=settings.updated({"recipe": "xnnpack_fp32"})
+        )
 
-    direct_copies, recipe_copies = ({f.constant for f in export.report.with_code("EG103")} for export in (direct, recipe))
+    direct_copies, recipe_copies = (
+        {f.constant for f in export.report.with_code("EG103")} for export in (direct, recipe)
+    )
     assert direct_copies == set(on_trapdev(name).state_dict) | set(on_trapdev(name).constants)
     # The recipe's strict torch.export drops the batch norm's unused counter: nothing else differs.
     assert recipe_copies <= direct_copies

@@ -63,7 +63,11 @@ def test_graph_fold_makes_every_weight_static_so_xnnpack_takes_every_conv(name: 
     program = torch.export.export(model, zoo.example_inputs(model))
 
     unfolded = eg.delegation_summary(lower(program, eg.guard_passes(config=eg.Settings(fold=False))))
-    edge = lower(program, eg.guard_passes()) if pipeline == "transform_passes" else lower(eg.fold.fold_constants(program)[0])
+    edge = (
+        lower(program, eg.guard_passes())
+        if pipeline == "transform_passes"
+        else lower(eg.fold.fold_constants(program)[0])
+    )
     summary = eg.delegation_summary(edge)
 
     delegated, total = summary.count(*COMPUTE)
@@ -165,7 +169,9 @@ def test_size_limit_is_configurable() -> None:
     with pytest.raises(ValueError, match=r"fold-max-growth must be .* at least 1, not 0.5"):
         eg.Settings(fold_max_growth=0.5)
     guarded = eg.export_with_guards(model, zoo.example_inputs(model), config=eg.Settings(fold_max_growth=64))
-    assert [f.constant for f in guarded.report.with_code("EG201")] == ["row_folded"] and not guarded.report.with_code("EG203")
+    assert [f.constant for f in guarded.report.with_code("EG201")] == ["row_folded"] and not guarded.report.with_code(
+        "EG203"
+    )
 
 
 def test_folded_program_keeps_names_drops_unused_inputs_and_stores_identical_results_once() -> None:

@@ -122,7 +122,9 @@ def test_control_flow_branches_are_counted_in_the_delegation_summary() -> None:
             return torch.cond(x.sum() > 0, lambda x, w: x @ w, lambda x, w: x @ w.t(), (x, self.w))
 
     model = Branches().eval()
-    edge = to_edge_transform_and_lower(torch.export.export(model, (torch.randn(2, 4),)), transform_passes=eg.guard_passes())
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, (torch.randn(2, 4),)), transform_passes=eg.guard_passes()
+    )
     summary = eg.delegation_summary(edge)
     assert summary.count("mm") == (0, 2) and summary.fraction_delegated == 0.0
 
@@ -151,13 +153,17 @@ def test_names_that_end_like_a_reparametrization_are_not_one() -> None:
             self.w_orig = nn.Parameter(torch.randn(4, 4))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return nn.functional.linear(x, self.attn_v * 2) + nn.functional.linear(x, self.w_orig.t()) * self.scale_g.abs()
+            return (
+                nn.functional.linear(x, self.attn_v * 2) + nn.functional.linear(x, self.w_orig.t()) * self.scale_g.abs()
+            )
 
     program = torch.export.export(Named().eval(), (torch.randn(2, 4),))
     folded, _ = eg.fold.fold_constants(program, max_growth=float("inf"))  # scale_g.abs() too, which saves no bytes
     assert sorted(folded.state_dict) == ["attn_v_folded", "scale_g_folded", "w_orig_folded"]  # not 'attn', 'scale', 'w'
     assert not eg.lint(program).with_code("EG212")
-    assert reparametrized(["attn_v", "scale_g", "w_orig", "c.weight_orig", "c.weight_u", "c.weight_v", "n.weight_g", "n.weight_v"]) == {
+    assert reparametrized(
+        ["attn_v", "scale_g", "w_orig", "c.weight_orig", "c.weight_u", "c.weight_v", "n.weight_g", "n.weight_v"]
+    ) == {
         "c.weight": ["c.weight_orig", "c.weight_u", "c.weight_v"],
         "n.weight": ["n.weight_g", "n.weight_v"],
     }

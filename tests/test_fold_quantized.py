@@ -134,11 +134,15 @@ class Int4Linear(nn.Module):
     def int4_weight(self) -> torch.Tensor:
         if self.stored is not None:
             return self.stored
-        return torch.ops.torchao.quantize_affine(self.linear.weight, [1, 32], self.scale, self.zero_point, torch.int8, -8, 7)
+        return torch.ops.torchao.quantize_affine(
+            self.linear.weight, [1, 32], self.scale, self.zero_point, torch.int8, -8, 7
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ao = torch.ops.torchao
-        scale, zero_point = ao.choose_qparams_affine(x, "ASYMMETRIC", [1, 64], torch.int8, -128, 127, None, None, torch.int8)
+        scale, zero_point = ao.choose_qparams_affine(
+            x, "ASYMMETRIC", [1, 64], torch.int8, -128, 127, None, None, torch.int8
+        )
         x = ao.quantize_affine(x, [1, 64], scale, zero_point, torch.int8, -128, 127)
         x = ao.dequantize_affine(x, [1, 64], scale, zero_point, torch.int8, -128, 127)
         weight = ao.dequantize_affine(self.int4_weight(), [1, 32], self.scale, self.zero_point, torch.int8, -8, 7)

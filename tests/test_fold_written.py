@@ -59,7 +59,11 @@ class Scaled(nn.Module):
 
 SIGNAL = {1: (4, 3, 50), 2: (4, 3, 16, 16)}
 CASES = {
-    **{f"conv{d}d {mode}": (lambda d=d, mode=mode: (PaddedConv(d, mode), torch.randn(*SIGNAL[d]))) for d in (1, 2) for mode in ("reflect", "replicate", "circular")},
+    **{
+        f"conv{d}d {mode}": (lambda d=d, mode=mode: (PaddedConv(d, mode), torch.randn(*SIGNAL[d])))
+        for d in (1, 2)
+        for mode in ("reflect", "replicate", "circular")
+    },
     "hardsigmoid": lambda: (Hardsigmoid(), torch.randn(2, 3, 4, 5)),
     "broadcast": lambda: (Broadcast(), torch.randn(64, 64)),
     "scaled": lambda: (Scaled(), torch.randn(3)),
@@ -68,7 +72,9 @@ CASES = {
 
 def written(program: torch.export.ExportedProgram, passes: list | None, partitioned: bool) -> int:
     partitioner = [XnnpackPartitioner()] if partitioned else None
-    return len(to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioner).to_executorch().buffer)
+    return len(
+        to_edge_transform_and_lower(program, transform_passes=passes, partitioner=partitioner).to_executorch().buffer
+    )
 
 
 @pytest.mark.parametrize("partitioned", [False, True], ids=["portable", "xnnpack"])
@@ -213,15 +219,30 @@ def test_merged_reports_keep_each_finding_once_and_distinct_ones_all() -> None:
     again = _finding("left the computation (clone)", "clone")
     after_to_edge = _finding("left the computation (_clone_dim_order)", "clone")  # the same computation, later stage
     other = _finding("left the computation (_clone_dim_order)", "clone_1")
-    same_step_twice = [_finding("conv reads a computed weight", "conv", code="EG210"), _finding("conv's bias is computed", "conv", code="EG210")]
+    same_step_twice = [
+        _finding("conv reads a computed weight", "conv", code="EG210"),
+        _finding("conv's bias is computed", "conv", code="EG210"),
+    ]
     merged = once([Report.of([first, again, *same_step_twice]), Report.of([after_to_edge, other])])
     assert list(merged) == [first, *same_step_twice, other]
 
 
 def test_a_step_that_does_not_know_its_method_matches_any() -> None:
     before_the_quantizer = _finding("left the computation (expand, mul)", "mul")
-    in_transform_passes = Finding("EG203", before_the_quantizer.severity, "left the computation (expand_copy, mul)", method="forward", subjects=("mul",))
-    in_another_method = Finding("EG203", before_the_quantizer.severity, "left the computation (expand_copy, mul)", method="other", subjects=("mul",))
+    in_transform_passes = Finding(
+        "EG203",
+        before_the_quantizer.severity,
+        "left the computation (expand_copy, mul)",
+        method="forward",
+        subjects=("mul",),
+    )
+    in_another_method = Finding(
+        "EG203",
+        before_the_quantizer.severity,
+        "left the computation (expand_copy, mul)",
+        method="other",
+        subjects=("mul",),
+    )
     merged = once([Report.of([before_the_quantizer]), Report.of([in_transform_passes, in_another_method])])
     assert list(merged) == [before_the_quantizer]
     by_method = once([Report.of([in_transform_passes]), Report.of([in_another_method])])

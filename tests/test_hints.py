@@ -17,7 +17,7 @@ from conftest import Ran
 from export_guards.analysis.delegation import DelegationSummary
 from export_guards.render.text import render_text, summary_line
 
-MODELS = '''
+MODELS = """
 import torch
 from torch import nn
 from torch.export import Dim
@@ -97,7 +97,7 @@ def weights_loaded():  # the hint's fix
 
 def own_partitioners():
     return export_guards.Exportable(Linear().eval(), (torch.randn(2, 8),), partitioners=[])
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,9 @@ def _line_of(path: Path, text: str) -> int:
     return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def test_a_dynamic_dimension_the_code_fixes_keeps_torchs_explanation_on_the_users_line(cli: Callable[..., Ran], models: Path) -> None:
+def test_a_dynamic_dimension_the_code_fixes_keeps_torchs_explanation_on_the_users_line(
+    cli: Callable[..., Ran], models: Path
+) -> None:
     done = cli("lint", f"{models}:branch_on_batch", "--format", "json")
     assert done.returncode == 2, done.stderr
     # torch's own why and suggested fix, in the error and in the EG002 finding; the line is the user's
@@ -123,14 +125,18 @@ def test_a_dynamic_dimension_the_code_fixes_keeps_torchs_explanation_on_the_user
     import json
 
     (found,) = json.loads(done.stdout)["findings"]
-    assert found["code"] == "EG002" and "You marked batch as dynamic" in found["message"] and "batch = 3" in found["fix"]
+    assert (
+        found["code"] == "EG002" and "You marked batch as dynamic" in found["message"] and "batch = 3" in found["fix"]
+    )
     assert found["location"]["line"] == _line_of(models, "if x.shape[0] == 3")
     followed = cli("lint", f"{models}:branch_on_batch_static")
     assert followed.returncode == 0, followed.stderr
 
 
 @pytest.mark.runs_program
-def test_an_example_of_size_one_on_a_dynamic_dimension_is_said_so_and_an_example_of_two_runs_at_both_bounds(cli: Callable[..., Ran], models: Path) -> None:
+def test_an_example_of_size_one_on_a_dynamic_dimension_is_said_so_and_an_example_of_two_runs_at_both_bounds(
+    cli: Callable[..., Ran], models: Path
+) -> None:
     done = cli("lint", f"{models}:example_of_one")
     assert done.returncode == 2 and "specialized it to be a constant (1)" in done.stderr
     assert "hint: an example input of size 1 on batch" in done.stderr and "max=" in done.stderr
@@ -148,16 +154,22 @@ def test_a_size_with_no_upper_bound_is_bounded_as_the_hint_says(cli: Callable[..
     assert followed.returncode == 0, followed.stderr
 
 
-def test_a_weight_on_meta_is_told_to_load_its_weights_not_to_move_devices(cli: Callable[..., Ran], models: Path) -> None:
+def test_a_weight_on_meta_is_told_to_load_its_weights_not_to_move_devices(
+    cli: Callable[..., Ran], models: Path
+) -> None:
     done = cli("lint", f"{models}:on_meta")
     assert done.returncode == 2 and "meta" in done.stderr
-    assert "hint: a weight on the meta device" in done.stderr and "load_state_dict(state_dict, assign=True)" in done.stderr
+    assert (
+        "hint: a weight on the meta device" in done.stderr and "load_state_dict(state_dict, assign=True)" in done.stderr
+    )
     assert "move the model" not in done.stderr
     followed = cli("lint", f"{models}:weights_loaded")
     assert followed.returncode == 0, followed.stderr
 
 
-def test_the_factorys_partitioners_are_named_where_the_header_named_the_backend(cli: Callable[..., Ran], models: Path) -> None:
+def test_the_factorys_partitioners_are_named_where_the_header_named_the_backend(
+    cli: Callable[..., Ran], models: Path
+) -> None:
     done = cli("lint", f"{models}:own_partitioners")
     assert done.returncode == 0, done.stderr
     assert "lowering with the factory's partitioners (none: the portable kernels), not xnnpack's default" in done.stderr
@@ -173,7 +185,9 @@ def test_the_delegation_counts_say_they_count_different_things() -> None:
 
 
 def test_a_declined_fold_says_what_it_is_and_where_to_see_why() -> None:
-    declined = eg.Finding("EG203", eg.Severity.INFO, "left 'w * 2' in the program: folding it would grow it", method="forward")
+    declined = eg.Finding(
+        "EG203", eg.Severity.INFO, "left 'w * 2' in the program: folding it would grow it", method="forward"
+    )
     line = summary_line(eg.Report.of([declined]), show_info=False)
     assert line == "All checks passed: 1 fold declined as not worth it (EG203) (1 info not shown: --show-info)."
     shown = render_text(eg.Report.of([declined]), show_info=True)  # the hint followed: which, and why
@@ -196,7 +210,7 @@ def test_the_hint_for_torchs_specialization_is_general(tmp_path: Path) -> None:
 
 
 QUANTIZED_TESTS = textwrap.dedent(
-    '''
+    """
     import torch
     from torch import nn
 
@@ -232,7 +246,7 @@ QUANTIZED_TESTS = textwrap.dedent(
         model = Fc().eval()
         model.fc.weight.data = torch.randn(4, 6)
         check_export(model, (torch.randn(2, 8),))
-    '''
+    """
 )
 
 pytest_plugins = ["pytester"]

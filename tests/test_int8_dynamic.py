@@ -85,7 +85,12 @@ def said_on_the_users_line(report: eg.Report, linears: int, name: str) -> None:
     if name.startswith("mlp"):
         assert [f.location.code for f in rewritten if f.location is not None] == [LINE] * linears
     else:
-        assert all(f.location is not None and f.location.file.endswith("test_int8_dynamic.py") and f.location.code == "return self.proj(x)" for f in rewritten)
+        assert all(
+            f.location is not None
+            and f.location.file.endswith("test_int8_dynamic.py")
+            and f.location.code == "return self.proj(x)"
+            for f in rewritten
+        )
 
 
 def int8_weights(edge: eg.GuardedExport | object, model: nn.Module) -> None:
@@ -121,7 +126,9 @@ def test_the_pass_list_with_its_pre_step_writes_a_right_program(built: dict, bac
     partitioner = partitioners(backend)
     rewritten, report = eg.fold_non_core_constants(program, partitioner=partitioner)
     said_on_the_users_line(report, 2, "mlp-3d")
-    edge = to_edge_transform_and_lower(rewritten, transform_passes=eg.guard_passes(partitioner=partitioner or None), partitioner=partitioner)
+    edge = to_edge_transform_and_lower(
+        rewritten, transform_passes=eg.guard_passes(partitioner=partitioner or None), partitioner=partitioner
+    )
     pte = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
     assert relative_error(model, inputs, pte) <= NOISE
     assert eg.delegation_summary(edge).count("linear", "mm", "addmm") == ((2, 2) if backend == "xnnpack" else (0, 2))
@@ -141,8 +148,14 @@ def test_a_guarded_recipe_writes_a_right_program(built: dict) -> None:
 def test_the_rewrite_is_the_form_8da8w_exports() -> None:
     """The same MLP quantized 8da8w (int8 weights per channel) exports the ops the rewrite makes,
     in the same order: the form XNNPACK's partitioner knows."""
+
     def ops(p: torch.export.ExportedProgram) -> list[str]:
-        return [n.target.__name__ for n in p.graph.nodes if n.op == "call_function" and ("torchao" in str(n.target) or "linear" in str(n.target))]
+        return [
+            n.target.__name__
+            for n in p.graph.nodes
+            if n.op == "call_function" and ("torchao" in str(n.target) or "linear" in str(n.target))
+        ]
+
     model, inputs = CASES["torchao-int8dq"]()
     rewritten, _ = rewrite_int8_dynamic_linears(torch.export.export(model, inputs))
     reference, inputs = CASES["torchao-8da8w-channel"]()
@@ -154,7 +167,9 @@ def test_guarded_partitioners_without_the_pre_step_name_it_and_it_works(built: d
     model, inputs, program = built["mlp"]
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
     with pytest.raises(eg.LoweringFailed) as stopped:
-        to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+        to_edge_transform_and_lower(
+            program, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+        )
     refused = stopped.value.report.with_code("EG407")
     assert len(refused) == 2 and all(f.severity is eg.Severity.ERROR for f in refused)
     assert refused[0].location is not None and refused[0].location.code == LINE
@@ -162,8 +177,13 @@ def test_guarded_partitioners_without_the_pre_step_name_it_and_it_works(built: d
     assert step in str(stopped.value) and step in (refused[0].fix or "")
     # followed as it reads
     folded, _ = eg.fold_non_core_constants(program, partitioner=partitioner)
-    edge = to_edge_transform_and_lower(folded, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
-    assert relative_error(model, inputs, edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer) <= NOISE
+    edge = to_edge_transform_and_lower(
+        folded, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+    )
+    assert (
+        relative_error(model, inputs, edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer)
+        <= NOISE
+    )
 
 
 def test_the_hint_for_int_mm_followed_gives_a_right_program(built: dict) -> None:
@@ -174,7 +194,10 @@ def test_the_hint_for_int_mm_followed_gives_a_right_program(built: dict) -> None
         to_edge_transform_and_lower(program)
     hint = hint_for(rejected.value)
     assert hint is not None and "export_guards.fold_non_core_constants(program, partitioner=partitioner)" in hint
-    assert "`partitioner=[]` for the portable kernels, and `to_executorch(ExecutorchBackendConfig(passes=export_guards.emit_passes()))`" in hint
+    assert (
+        "`partitioner=[]` for the portable kernels, and `to_executorch(ExecutorchBackendConfig(passes=export_guards.emit_passes()))`"
+        in hint
+    )
     folded, _ = eg.fold_non_core_constants(program, partitioner=[])  # the portable kernels: no partitioner above
     pte = to_edge_transform_and_lower(folded).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
     assert relative_error(model, inputs, pte) <= NOISE
@@ -182,7 +205,11 @@ def test_the_hint_for_int_mm_followed_gives_a_right_program(built: dict) -> None
 
 def test_the_hints_other_fix_the_8da8w_config_gives_a_right_program() -> None:
     model, inputs = CASES["torchao-8da8w-channel"]()
-    pte = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    pte = (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     assert relative_error(model, inputs, pte) <= NOISE
 
 
@@ -196,19 +223,35 @@ def test_a_program_without_the_pattern_keeps_stocks_bytes() -> None:
     program = torch.export.export(model, inputs)
     folded, report = eg.fold_non_core_constants(program)
     assert folded is program and not report.with_code("EG407")
-    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
-    guarded = to_edge_transform_and_lower(folded, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    stock = (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
+    guarded = (
+        to_edge_transform_and_lower(folded, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     assert guarded == stock
 
 
 def test_the_callers_program_is_not_changed(built: dict) -> None:
     model, inputs = CASES["torchao-int8dq"]()
     program = torch.export.export(model, inputs)
-    before = (program.graph_module.code, [(n.name, dict(n.meta.get("nn_module_stack") or {})) for n in program.graph.nodes], list(program.state_dict))
+    before = (
+        program.graph_module.code,
+        [(n.name, dict(n.meta.get("nn_module_stack") or {})) for n in program.graph.nodes],
+        list(program.state_dict),
+    )
     rewrite_int8_dynamic_linears(program)
     eg.fold_non_core_constants(program, partitioner=[])
     eg.lower_with_guards(program, config=eg.Settings(backend="portable"))
-    after = (program.graph_module.code, [(n.name, dict(n.meta.get("nn_module_stack") or {})) for n in program.graph.nodes], list(program.state_dict))
+    after = (
+        program.graph_module.code,
+        [(n.name, dict(n.meta.get("nn_module_stack") or {})) for n in program.graph.nodes],
+        list(program.state_dict),
+    )
     assert after == before and "_int_mm" in program.graph_module.code
 
 

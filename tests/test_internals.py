@@ -39,11 +39,15 @@ def test_program_with_parts_is_a_shallow_copy_with_those_parts(ep: ExportedProgr
     constants = dict(ep.constants)
     graph_module = copy.deepcopy(ep.graph_module)
     signature = copy.deepcopy(ep.graph_signature)
-    program = internals.program_with_parts(ep, graph_module=graph_module, graph_signature=signature, state_dict=state_dict, constants=constants)
+    program = internals.program_with_parts(
+        ep, graph_module=graph_module, graph_signature=signature, state_dict=state_dict, constants=constants
+    )
     assert program is not ep
     assert program.graph_module is graph_module and program.graph is graph_module.graph
     assert program.graph_signature is signature and program.state_dict is state_dict and program.constants is constants
-    assert program.range_constraints is ep.range_constraints and program.verifiers is ep.verifiers  # shared, as copy.copy shares them
+    assert (
+        program.range_constraints is ep.range_constraints and program.verifiers is ep.verifiers
+    )  # shared, as copy.copy shares them
     assert ep.graph_module is not graph_module and ep.state_dict is not state_dict  # ep as it was
     assert torch.equal(program.module()(torch.ones(1, 3)), ep.module()(torch.ones(1, 3)))
 
@@ -110,7 +114,9 @@ class _Failing(ExportedProgramPassBase):
         raise KeyError("the pass's own error")
 
 
-def test_the_pass_manager_wraps_a_pass_s_error_in_its_cause_and_names_the_pass_by_its_class(ep: ExportedProgram) -> None:
+def test_the_pass_manager_wraps_a_pass_s_error_in_its_cause_and_names_the_pass_by_its_class(
+    ep: ExportedProgram,
+) -> None:
     failing = _Failing()
     with pytest.raises(Exception, match=r"running the '_Failing' pass") as raised:
         ExportedProgramPassManager([failing])(ep)
@@ -217,13 +223,17 @@ class _Wrapper(torch.Tensor):
         return _Wrapper(inner["inner"])
 
     @classmethod
-    def __torch_dispatch__(cls, func: object, types: object, args: tuple[object, ...] = (), kwargs: object = None) -> object:
+    def __torch_dispatch__(
+        cls, func: object, types: object, args: tuple[object, ...] = (), kwargs: object = None
+    ) -> object:
         raise NotImplementedError(func)
 
 
 def test_is_wrapper_subclass_tells_tensors_whose_data_are_inner_tensors() -> None:
     assert internals.is_wrapper_subclass(_Wrapper(torch.ones(2)))
-    assert not internals.is_wrapper_subclass(torch.ones(2)) and not internals.is_wrapper_subclass(nn.Parameter(torch.ones(2)))
+    assert not internals.is_wrapper_subclass(torch.ones(2)) and not internals.is_wrapper_subclass(
+        nn.Parameter(torch.ones(2))
+    )
 
 
 def test_warning_filters_changed_makes_an_in_place_edit_of_the_filters_count() -> None:
@@ -266,5 +276,7 @@ def test_specialization_sites_are_where_the_trace_fixed_a_dynamic_dimension() ->
     while innermost.__cause__ is not None or innermost.__context__ is not None:
         innermost = innermost.__cause__ or innermost.__context__
     assert type(innermost).__name__ == "ConstraintViolationError"
-    assert (__file__, Branch.forward.__code__.co_firstlineno + 1, "forward") in internals.specialization_sites(innermost)
+    assert (__file__, Branch.forward.__code__.co_firstlineno + 1, "forward") in internals.specialization_sites(
+        innermost
+    )
     assert internals.specialization_sites(ValueError("no trace")) == []

@@ -70,7 +70,9 @@ class Runtime:
     seconds, once)."""
 
     def __init__(self) -> None:
-        self.child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
 
     def run(self, folder: Path, programs: dict[str, tuple[bytes, tuple[torch.Tensor, ...]]]) -> dict[str, dict]:
         """Each program run once: ``{"outcome": "ran" | "refused", "checks"}``."""
@@ -78,7 +80,9 @@ class Runtime:
         for name, (data, inputs) in programs.items():
             (folder / f"{name}.pte").write_bytes(data)
             torch.save(list(inputs), folder / f"{name}.pt")
-            self.child.stdin.write(json.dumps({"pte": str(folder / f"{name}.pte"), "inputs": str(folder / f"{name}.pt")}) + "\n")
+            self.child.stdin.write(
+                json.dumps({"pte": str(folder / f"{name}.pte"), "inputs": str(folder / f"{name}.pt")}) + "\n"
+            )
             self.child.stdin.flush()
             line = self.child.stdout.readline()
             assert line, f"the runtime's child died on {name}"
@@ -129,7 +133,11 @@ def test_each_rank_contract_is_what_the_runtime_takes(runtime: Runtime, tmp_path
         else:
             assert ran["outcome"] == "refused" and any("-D" in check for check in ran["checks"]), (name, ran)
             (refused,) = found
-            assert f"calls {operator}." in refused.message and "of rank" in refused.message and refused.fix == RANKS[operator].fix
+            assert (
+                f"calls {operator}." in refused.message
+                and "of rank" in refused.message
+                and refused.fix == RANKS[operator].fix
+            )
 
 
 # A call of each one-dim-order operator on ``x`` (channels-last) and ``y`` (contiguous).
@@ -178,8 +186,15 @@ def test_each_one_dim_order_contract_is_what_the_runtime_takes(runtime: Runtime,
     for operator in MIXED:
         name = operator.split("::")[1]
         found = [f for f in refusals(programs[name][0]) if f"calls {operator}." in f.message]
-        assert found and "different dim orders" in found[0].message and found[0].fix.startswith("Give the op's tensors one memory format"), name
-        assert ran[name]["outcome"] == "refused" and any("different dim orders" in c for c in ran[name]["checks"]), (name, ran[name])
+        assert (
+            found
+            and "different dim orders" in found[0].message
+            and found[0].fix.startswith("Give the op's tensors one memory format")
+        ), name
+        assert ran[name]["outcome"] == "refused" and any("different dim orders" in c for c in ran[name]["checks"]), (
+            name,
+            ran[name],
+        )
     (scalar,) = refusals(programs["scalar"][0])
     assert "other [] contiguous" in scalar.message and ran["scalar"]["outcome"] == "refused"
     assert any("different dim orders" in c for c in ran["scalar"]["checks"])
@@ -203,13 +218,22 @@ def test_the_replay_never_blames_a_call_the_runtime_runs(runtime: Runtime, tmp_p
     4-D input), which check names before any run, at that instruction, with the fix of its cause."""
     torch.manual_seed(0)
     flat, deep = (torch.randn(1, 2, 6, 6),), (torch.randn(1, 2, 4, 6, 6),)
-    programs = {"conv2d": (written(CircularConv(nn.Conv2d).eval(), flat), flat), "conv3d": (written(CircularConv(nn.Conv3d).eval(), deep), deep)}
+    programs = {
+        "conv2d": (written(CircularConv(nn.Conv2d).eval(), flat), flat),
+        "conv3d": (written(CircularConv(nn.Conv3d).eval(), deep), deep),
+    }
     assert all(b"_empty_dim_order" in data for data, _ in programs.values())
     ran = runtime.run(tmp_path, programs)
     assert ran["conv2d"]["outcome"] == "ran" and not eg.check_pte(programs["conv2d"][0], replay=True).with_code("EG519")
     (refused,) = eg.check_pte(programs["conv3d"][0], replay=True).with_code("EG519")
-    assert "calls aten::convolution.out" in refused.message and "input of rank 5" in refused.message and "XNNPACK declines Conv3d" in (refused.fix or "")
-    assert ran["conv3d"]["outcome"] == "refused" and any("Expect input tensor to be 3-D or 4-D, but got, 5" in c for c in ran["conv3d"]["checks"])
+    assert (
+        "calls aten::convolution.out" in refused.message
+        and "input of rank 5" in refused.message
+        and "XNNPACK declines Conv3d" in (refused.fix or "")
+    )
+    assert ran["conv3d"]["outcome"] == "refused" and any(
+        "Expect input tensor to be 3-D or 4-D, but got, 5" in c for c in ran["conv3d"]["checks"]
+    )
 
 
 def test_xnnpack_declines_a_3d_convolution_as_the_fix_says() -> None:
@@ -238,12 +262,17 @@ def test_a_weight_exported_channels_last_names_its_memory_format(runtime: Runtim
     channels_last = Depthwise().eval().to(memory_format=torch.channels_last)
     contiguous = Depthwise().eval()
     contiguous.load_state_dict(channels_last.state_dict())
-    programs = {"cl": (written(channels_last, inputs), inputs), "fixed": (written(contiguous.to(memory_format=torch.contiguous_format), inputs), inputs)}
+    programs = {
+        "cl": (written(channels_last, inputs), inputs),
+        "fixed": (written(contiguous.to(memory_format=torch.contiguous_format), inputs), inputs),
+    }
     ran = runtime.run(tmp_path, programs)
     (finding,) = eg.check_pte(programs["cl"][0]).with_code("EG516")
     assert "float32[4, 1, 3, 3]" in finding.message and "memory format" in finding.message
     assert finding.fix is not None and "model.to(memory_format=torch.contiguous_format)" in finding.fix
-    assert ran["cl"]["outcome"] == "refused" and any("tensor_is_default_or_channels_last_dim_order(weight)" in c for c in ran["cl"]["checks"])
+    assert ran["cl"]["outcome"] == "refused" and any(
+        "tensor_is_default_or_channels_last_dim_order(weight)" in c for c in ran["cl"]["checks"]
+    )
     assert ran["fixed"]["outcome"] == "ran" and not eg.check_pte(programs["fixed"][0]).with_code("EG516")
 
 
@@ -269,7 +298,9 @@ def test_a_program_that_needs_the_quantized_kernels_names_their_library(runtime:
     inputs = (torch.randn(2, 4),)
     data = written(Quantized(), inputs)
     installed = eg.program.RuntimeInventory.installed()
-    without = eg.program.RuntimeInventory("a runtime without them", frozenset(k for k in installed.kernels if not k.startswith("quantized_decomposed::")))
+    without = eg.program.RuntimeInventory(
+        "a runtime without them", frozenset(k for k in installed.kernels if not k.startswith("quantized_decomposed::"))
+    )
     found = eg.check_pte(data, against=without).with_code("EG521")
     assert found and all("ExecuTorch's quantized kernel library provides it" in f.message for f in found)
     assert all(f.fix is not None and "import executorch.kernels.quantized" in f.fix for f in found)
@@ -290,7 +321,8 @@ def _stats_sized_for_training(program: object) -> None:
     call = next(
         i.instr_args
         for i in plan.chains[0].instructions
-        if isinstance(i.instr_args, KernelCall) and plan.operators[i.instr_args.op_index].name == "aten::_native_batch_norm_legit_no_training"
+        if isinstance(i.instr_args, KernelCall)
+        and plan.operators[i.instr_args.op_index].name == "aten::_native_batch_norm_legit_no_training"
     )
     for index in call.args[8:10]:  # out1, out2: the mean and invstd
         tensor = plan.values[index].val
@@ -313,7 +345,9 @@ def test_batch_norm_stats_sized_for_another_kernel_are_refused_without_torch(run
     sized = edit_pte(planned, _stats_sized_for_training)
     ran = runtime.run(tmp_path, {"planned": (planned, (x,)), "sized": (sized, (x,))})
     assert ran["planned"]["outcome"] == "ran" and not eg.check_pte(planned).errors
-    assert ran["sized"]["outcome"] == "refused" and any("resize_tensor(mean_out, {0})" in c for c in ran["sized"]["checks"])
+    assert ran["sized"]["outcome"] == "refused" and any(
+        "resize_tensor(mean_out, {0})" in c for c in ran["sized"]["checks"]
+    )
     path = tmp_path / "sized.pte"
     path.write_bytes(sized)
     done = python(CLI_CHILD, "check", str(path), "--format", "json")
@@ -327,7 +361,9 @@ def test_batch_norm_stats_sized_for_another_kernel_are_refused_without_torch(run
     assert [f.message for f in replayed] == [message] and replayed == eg.check_pte(path).with_code("EG519")
 
 
-def test_a_half_precision_batch_norm_with_float_parameters_names_the_mixed_dtypes_and_the_fix_runs(runtime: Runtime, tmp_path: Path) -> None:
+def test_a_half_precision_batch_norm_with_float_parameters_names_the_mixed_dtypes_and_the_fix_runs(
+    runtime: Runtime, tmp_path: Path
+) -> None:
     """Issue 61: a float16 input into a batch norm whose parameters are float32 (torch computes
     it; ExecuTorch's kernel refuses it). EG519's fix is the model's dtypes, not a re-export, and
     following it (``model.half()``) gives a program that is clean and runs."""
@@ -395,7 +431,9 @@ _DIM_OPERATORS = {
 }  # fmt: skip
 
 
-def test_a_dim_the_kernel_has_not_is_refused_without_torch_as_the_runtime_refuses_it(runtime: Runtime, tmp_path: Path) -> None:
+def test_a_dim_the_kernel_has_not_is_refused_without_torch_as_the_runtime_refuses_it(
+    runtime: Runtime, tmp_path: Path
+) -> None:
     """Issue 61: a dim argument out of the input's range, named twice, or a permutation of
     another rank (and a slice step of zero, a selected index past its dim) fails the portable
     kernel's argument check, which torch-free ``check`` names at the call, in the replay's
@@ -408,14 +446,22 @@ def test_a_dim_the_kernel_has_not_is_refused_without_torch_as_the_runtime_refuse
         data = written(Lambda(body), (x,))
         operator = _DIM_OPERATORS[case.split()[0]]
         programs[f"{case} as written"] = (data, (x,))
-        programs[case] = (edit_pte(data, lambda program, o=operator, n=name, v=value: _argument(program, o, n, v)), (x,))
+        programs[case] = (
+            edit_pte(data, lambda program, o=operator, n=name, v=value: _argument(program, o, n, v)),
+            (x,),
+        )
     ran = runtime.run(tmp_path, programs)
     for case in DIMS:
         operator = _DIM_OPERATORS[case.split()[0]]
-        assert ran[f"{case} as written"]["outcome"] == "ran" and not eg.check_pte(programs[f"{case} as written"][0]).errors, case
+        assert (
+            ran[f"{case} as written"]["outcome"] == "ran" and not eg.check_pte(programs[f"{case} as written"][0]).errors
+        ), case
         assert ran[case]["outcome"] == "refused" and ran[case]["checks"], (case, ran[case])
         found = [f for f in eg.check_pte(programs[case][0]).with_code("EG519") if f"calls {operator}." in f.message]
-        assert found and "with tensors it refuses: " in found[0].message, (case, eg.check_pte(programs[case][0]).findings)
+        assert found and "with tensors it refuses: " in found[0].message, (
+            case,
+            eg.check_pte(programs[case][0]).findings,
+        )
 
 
 # Each operator whose kernel casts its operands' common dtype to its out's (canCast): a call on
@@ -441,11 +487,17 @@ def _out_dtype(program: object, operator: str, dtype: str) -> None:
     from executorch.exir.scalar_type import ScalarType
 
     plan = program.execution_plan[0]
-    call = next(i.instr_args for i in plan.chains[0].instructions if hasattr(i.instr_args, "op_index") and plan.operators[i.instr_args.op_index].name == operator)
+    call = next(
+        i.instr_args
+        for i in plan.chains[0].instructions
+        if hasattr(i.instr_args, "op_index") and plan.operators[i.instr_args.op_index].name == operator
+    )
     plan.values[call.args[-1]].val.scalar_type = getattr(ScalarType, dtype)
 
 
-def test_an_out_that_the_common_dtype_does_not_cast_to_is_refused_without_torch_as_the_runtime_refuses_it(runtime: Runtime, tmp_path: Path) -> None:
+def test_an_out_that_the_common_dtype_does_not_cast_to_is_refused_without_torch_as_the_runtime_refuses_it(
+    runtime: Runtime, tmp_path: Path
+) -> None:
     """Issue 61: an element-wise kernel computes in its operands' common dtype and refuses an out
     that dtype does not cast to (op_add.cpp's canCast, "Check Common Dtype"): a float sum into an
     int32 out (the same bytes) is a refusal torch-free ``check`` names (EG519), as is an alpha
@@ -471,7 +523,9 @@ def test_an_out_that_the_common_dtype_does_not_cast_to_is_refused_without_torch_
     ran = runtime.run(tmp_path, programs)
     for case in [*COMMON, "alpha"]:
         operator = case if case in COMMON else "aten::add"
-        assert ran[f"{case} as written"]["outcome"] == "ran" and not eg.check_pte(programs[f"{case} as written"][0]).errors, case
+        assert (
+            ran[f"{case} as written"]["outcome"] == "ran" and not eg.check_pte(programs[f"{case} as written"][0]).errors
+        ), case
         assert ran[case]["outcome"] == "refused" and ran[case]["checks"], (case, ran[case])
         found = [f for f in eg.check_pte(programs[case][0]).with_code("EG519") if f"calls {operator}." in f.message]
         assert found and "common dtype" in found[0].message, (case, eg.check_pte(programs[case][0]).findings)

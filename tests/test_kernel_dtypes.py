@@ -78,7 +78,9 @@ def test_a_guarded_export_places_it_on_the_users_line() -> None:
     assert finding.location is not None and finding.location.file.endswith("test_kernel_dtypes.py")
     assert "torch.log_softmax" in Path(finding.location.file).read_text().splitlines()[finding.location.line - 1]
     again = eg.lower_with_guards(torch.export.export(LogSoftmax(), inputs), lowering=eg.Lowering(partitioners=[]))
-    with pytest.raises(eg.ProgramRefused, match=r"EG525 .*_log_softmax.out on float64") as refused:  # #13551 no longer handed out
+    with pytest.raises(
+        eg.ProgramRefused, match=r"EG525 .*_log_softmax.out on float64"
+    ) as refused:  # #13551 no longer handed out
         again.to_pte()
     assert refused.value.report.errors[0].location == finding.location
 
@@ -137,19 +139,36 @@ def test_the_shipped_table_is_what_the_kernels_do() -> None:
     assert shipped["versions"] == kernel_dtypes.installed_versions()
     few = [LOG_SOFTMAX, "aten::mm.out", "aten::cat.out", "aten::mul.Scalar_out"]
     assert probe(few) == {name: shipped["kernels"][name] for name in few}
-    common = ("_softmax", "add", "mul", "mm", "addmm", "bmm", "convolution", "cat", "index.Tensor_out", "embedding", "sum.IntList_out", "native_layer_norm")
+    common = (
+        "_softmax",
+        "add",
+        "mul",
+        "mm",
+        "addmm",
+        "bmm",
+        "convolution",
+        "cat",
+        "index.Tensor_out",
+        "embedding",
+        "sum.IntList_out",
+        "native_layer_norm",
+    )
     assert all(any(k.startswith(f"aten::{c}.") or k == f"aten::{c}" for k in shipped["kernels"]) for c in common)
     assert len(shipped["kernels"]) >= 140
 
 
-def test_another_executorch_without_a_table_says_nothing(float64_pte: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_another_executorch_without_a_table_says_nothing(
+    float64_pte: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(kernel_dtypes, "installed_versions", lambda: {"executorch": "0.0.0"})
     kernel_dtypes._table_once.cache_clear()
     try:
         assert not eg.check_pte(float64_pte).with_code("EG525")  # the shipped table is 1.5.1's: not read
         table = json.loads(kernel_dtypes.SHIPPED.read_text())
-        kernel_dtypes.write_table(kernel_dtypes.cached_path({"executorch": "0.0.0"}), {"executorch": "0.0.0"}, table["kernels"])
+        kernel_dtypes.write_table(
+            kernel_dtypes.cached_path({"executorch": "0.0.0"}), {"executorch": "0.0.0"}, table["kernels"]
+        )
         kernel_dtypes._table_once.cache_clear()
         assert eg.check_pte(float64_pte).with_code("EG525")  # that version's table, from the user's cache
     finally:

@@ -41,7 +41,11 @@ def relative_error(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], pte
 
 
 def stock(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
-    return to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    return (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
 
 
 GUARDED_FLOWS: dict[str, Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], tuple[bytes, eg.Report]]] = {}
@@ -55,7 +59,9 @@ def flow(function: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], tuple[b
 def pass_list(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
     """guard_passes() beside the user's own, unguarded partitioner."""
     passes = eg.guard_passes()
-    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=passes, partitioner=[XnnpackPartitioner()])
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs), transform_passes=passes, partitioner=[XnnpackPartitioner()]
+    )
     ran = KnownWrongDelegationPass()(as_partitioned(model, inputs))
     return edge.to_executorch().buffer, ran.report
 
@@ -64,7 +70,9 @@ def pass_list(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple
 def guarded_partitioners(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
     passes = eg.guard_passes(partitioner=partitioner)
-    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=passes, partitioner=partitioner)
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs), transform_passes=passes, partitioner=partitioner
+    )
     ran = KnownWrongDelegationPass(("XnnpackBackend",))(as_partitioned(model, inputs))
     return edge.to_executorch().buffer, ran.report
 
@@ -81,7 +89,9 @@ def recipe(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[by
     return session.get_pte_buffer(), eg.recipes.recipe_report(session)
 
 
-def is_right_and_said(name: str, pte: bytes, report: eg.Report, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+def is_right_and_said(
+    name: str, pte: bytes, report: eg.Report, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> None:
     assert relative_error(model, inputs, pte) < 1e-4, name
     kept = report.with_code("EG405")
     assert len(kept) == 2, (name, str(report))  # the MLP's two linears
@@ -133,7 +143,11 @@ class Unseen(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.up, self.mid, self.down = torch.nn.Linear(48, 80), torch.nn.Linear(80, 48, bias=False), torch.nn.Linear(48, 24)
+        self.up, self.mid, self.down = (
+            torch.nn.Linear(48, 80),
+            torch.nn.Linear(80, 48, bias=False),
+            torch.nn.Linear(48, 24),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.mid(torch.relu(self.up(x))))
@@ -163,7 +177,9 @@ def test_other_backends_patterns_do_not_apply() -> None:
 
 
 @pytest.mark.runs_program
-def test_the_lint_keeps_a_weight_only_linear_off_xnnpack_and_its_program_matches_eager(cli: Callable[..., object], tmp_path: Path) -> None:
+def test_the_lint_keeps_a_weight_only_linear_off_xnnpack_and_its_program_matches_eager(
+    cli: Callable[..., object], tmp_path: Path
+) -> None:
     factory = tmp_path / "weight_only.py"
     factory.write_text(
         "import torch\n"
@@ -189,12 +205,18 @@ def test_guarded_partitioners_without_the_guard_passes_stop_before_writing() -> 
     with pytest.raises(eg.errors.KnownWrongDelegationError) as stopped:
         to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=partitioner)
     refused = stopped.value.report.with_code("EG405")
-    assert len(refused) == 2 and all(f.severity is eg.Severity.ERROR and "guard_passes(partitioner=partitioner)" in (f.fix or "") for f in refused)
+    assert len(refused) == 2 and all(
+        f.severity is eg.Severity.ERROR and "guard_passes(partitioner=partitioner)" in (f.fix or "") for f in refused
+    )
     assert str(stopped.value).startswith("the partitioner gave 'mm' to Xnnpack; Xnnpack in executorch ")
     # The message itself names the fix; followed as it reads, the export goes through and computes right.
     fix = "to_edge_transform_and_lower(ep, transform_passes=guard_passes(partitioner=partitioner), partitioner=partitioner)"
     assert fix in str(stopped.value)
-    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, inputs),
+        transform_passes=eg.guard_passes(partitioner=partitioner),
+        partitioner=partitioner,
+    )
     pte = edge.to_executorch().buffer
     assert relative_error(model, inputs, pte) < 1e-4
     assert not eg.check_pte(pte).with_code("EG524")  # and the written program's check agrees

@@ -34,7 +34,11 @@ RIGHT = ["torchao-8da4w-group32", "torchao-8da8w-channel", "pt2e-static-channel-
 
 
 def stock(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
-    return to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    return (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
 
 
 def relative_error(model: nn.Module, inputs: tuple[torch.Tensor, ...], pte: bytes) -> float:
@@ -72,25 +76,39 @@ def test_the_stock_program_of_a_weight_only_linear_is_an_error_and_its_guarded_p
     assert (error > 1e-2) == XNNPACK_LINEAR_WEIGHT_MATH.applies() == bool(found), (case, error)
     assert [f.severity for f in found] == [eg.Severity.ERROR] * 2, case  # the MLP's two linears
     up, down = found
-    assert up.message.startswith("delegate 0 (XnnpackBackend) of method 'forward': fully connected node 0 (64 to 32 channels) ")
-    assert down.message.startswith("delegate 0 (XnnpackBackend) of method 'forward': fully connected node 1 (32 to 16 channels) ")
+    assert up.message.startswith(
+        "delegate 0 (XnnpackBackend) of method 'forward': fully connected node 0 (64 to 32 channels) "
+    )
+    assert down.message.startswith(
+        "delegate 0 (XnnpackBackend) of method 'forward': fully connected node 1 (32 to 16 channels) "
+    )
     for finding in found:
         assert f"Xnnpack in executorch {release_text()} computes it wrong" in finding.message
         assert XNNPACK_LINEAR_WEIGHT_MATH.report in finding.message and finding.method == "forward"
-        assert "guard_passes(partitioner=partitioner)" in (finding.fix or "") and "lower_with_guards" in (finding.fix or "")
+        assert "guard_passes(partitioner=partitioner)" in (finding.fix or "") and "lower_with_guards" in (
+            finding.fix or ""
+        )
         assert finding.constant  # the filter's named data
     assert not eg.check_pte(guarded).with_code("EG524")
 
 
-def test_the_finding_names_the_integers_and_the_constants_the_graph_never_reads(weight_only: dict[str, tuple[bytes, bytes, float]]) -> None:
-    (first, _), (int4, _) = (eg.check_pte(weight_only[case][0]).with_code("EG524") for case in ("torchao-int8wo", "torchao-intx4wo-group32"))
+def test_the_finding_names_the_integers_and_the_constants_the_graph_never_reads(
+    weight_only: dict[str, tuple[bytes, bytes, float]],
+) -> None:
+    (first, _), (int4, _) = (
+        eg.check_pte(weight_only[case][0]).with_code("EG524") for case in ("torchao-int8wo", "torchao-intx4wo-group32")
+    )
     assert "filter value 1 (fp32[32, 64]), which holds only integers (-128 to 127)" in first.message
     assert "(program values 0 (float32[32]) and 1 (float32[32, 1]): the scales, zero points or bias)" in first.message
     # int4 with groups of 32: codes -8..7, a scale and a zero point per group of each channel
-    assert "which holds only integers (-8 to 7)" in int4.message and "float32[32, 2]) and 1 (int8[32, 2])" in int4.message
+    assert (
+        "which holds only integers (-8 to 7)" in int4.message and "float32[32, 2]) and 1 (int8[32, 2])" in int4.message
+    )
 
 
-def test_export_guards_check_fails_on_the_stock_program(weight_only: dict[str, tuple[bytes, bytes, float]], cli: Callable[..., object], tmp_path: Path) -> None:
+def test_export_guards_check_fails_on_the_stock_program(
+    weight_only: dict[str, tuple[bytes, bytes, float]], cli: Callable[..., object], tmp_path: Path
+) -> None:
     wrong, guarded, _ = weight_only["torchao-intx4wo-group32"]
     (tmp_path / "wrong.pte").write_bytes(wrong)
     (tmp_path / "guarded.pte").write_bytes(guarded)
@@ -105,7 +123,9 @@ class Wide(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(96, 48, bias=False), nn.ReLU(), nn.Linear(48, 80, bias=False), nn.Linear(80, 8))
+        self.layers = nn.Sequential(
+            nn.Linear(96, 48, bias=False), nn.ReLU(), nn.Linear(48, 80, bias=False), nn.Linear(80, 8)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
@@ -149,7 +169,9 @@ def test_a_float_linear_whose_weights_are_integers_is_not_this() -> None:
 
 
 @pytest.mark.subprocess
-def test_the_stock_program_is_recognised_without_torch(weight_only: dict[str, tuple[bytes, bytes, float]], tmp_path: Path) -> None:
+def test_the_stock_program_is_recognised_without_torch(
+    weight_only: dict[str, tuple[bytes, bytes, float]], tmp_path: Path
+) -> None:
     """The recogniser reads the decoded graph and the weights' bytes only: in a fresh
     interpreter, ``export-guards check`` finds the same EG524 errors with neither torch nor
     executorch.exir loaded."""
@@ -166,4 +188,6 @@ def test_the_stock_program_is_recognised_without_torch(weight_only: dict[str, tu
     done = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=300)
     assert json.loads(done.stderr.strip().splitlines()[-1]) == [], done.stderr[-2000:]
     found = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "EG524"]
-    assert done.returncode == 1 and [f["message"] for f in found] == [f.message for f in eg.check_pte(path).with_code("EG524")]
+    assert done.returncode == 1 and [f["message"] for f in found] == [
+        f.message for f in eg.check_pte(path).with_code("EG524")
+    ]

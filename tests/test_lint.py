@@ -41,7 +41,9 @@ def test_config_selects_by_longest_prefix() -> None:
     assert not eg.Settings(select=("EG2",)).enabled("EG101")
     # EG003 is off by default: only its full code selects it.
     assert not config.enabled("EG003") and not eg.Settings(select=("EG0",)).enabled("EG003")
-    assert eg.Settings(select=("EG", "EG003")).enabled("EG003") and not eg.Settings(select=("EG", "EG003"), ignore=("EG003",)).enabled("EG003")
+    assert eg.Settings(select=("EG", "EG003")).enabled("EG003") and not eg.Settings(
+        select=("EG", "EG003"), ignore=("EG003",)
+    ).enabled("EG003")
     report = eg.lint(train_mode_program(), eg.Settings(ignore=("EG301",)))
     assert not report.with_code("EG301")
 
@@ -65,7 +67,9 @@ def test_settings_serialise_whole_and_read_back_equal() -> None:
 
 def test_config_from_pyproject_and_its_errors(tmp_path: Path) -> None:
     path = tmp_path / "pyproject.toml"
-    path.write_text('[tool.export-guards]\nselect = ["eg2"]\nfail-level = "WARNING"\n[tool.export-guards.severity]\nEG210 = "error"\n')
+    path.write_text(
+        '[tool.export-guards]\nselect = ["eg2"]\nfail-level = "WARNING"\n[tool.export-guards.severity]\nEG210 = "error"\n'
+    )
     config = eg.Settings.from_pyproject(path)
     assert config.select == ("EG2",) and config.fail_level is eg.Severity.WARNING
     assert config.severity == {"EG210": eg.Severity.ERROR}
@@ -112,19 +116,30 @@ def test_lint_pass_raises_one_error_listing_every_failing_finding() -> None:
 
 def test_text_is_sorted_by_file_and_line_and_shows_each_fix_once() -> None:
     def at(line: int, code: str, fix: str) -> eg.Finding:
-        return eg.Finding(code, eg.Severity.WARNING, f"problem on line {line}", location=eg.SourceLocation("model.py", line), fix=fix)
+        return eg.Finding(
+            code, eg.Severity.WARNING, f"problem on line {line}", location=eg.SourceLocation("model.py", line), fix=fix
+        )
 
     report = eg.Report.of([at(30, "EG212", "Fold it."), at(10, "EG212", "Fold it."), at(20, "EG304", "Use float32.")])
     lines = render_text(report).splitlines()
     assert [line.split(":")[1] for line in lines if line.startswith("model.py")] == ["10", "20", "30"]
-    assert lines[-4:] == ["Fixes:", "  EG212 fix: Fold it.", "  EG304 fix: Use float32.", "Found 3 findings (3 warnings)."]
+    assert lines[-4:] == [
+        "Fixes:",
+        "  EG212 fix: Fold it.",
+        "  EG304 fix: Use float32.",
+        "Found 3 findings (3 warnings).",
+    ]
 
 
 def test_renderers_read_the_same_findings() -> None:
     report = eg.lint(train_mode_program())
     text = render_text(report, show_info=True)
     # nn.Sequential alone: no line of the user's made the node, and torch's own lines are never shown
-    assert re.search(r"^<method forward>: EG301 \[error\] dropout 'dropout' runs in training mode: the program drops activations at random$", text, re.MULTILINE)
+    assert re.search(
+        r"^<method forward>: EG301 \[error\] dropout 'dropout' runs in training mode: the program drops activations at random$",
+        text,
+        re.MULTILINE,
+    )
     assert "site-packages" not in text
     assert text.rstrip().splitlines()[-1].startswith(f"Found {len(report)} finding")
     document = json.loads(render_json(report))
@@ -154,7 +169,9 @@ def test_text_counts_info_unless_asked_and_says_what_the_run_did() -> None:
     assert "[info]" not in "\n".join(problems)
     assert problems[-1] == "model.pte: Found 1 finding (1 warning; 1 info not shown: --show-info)."
     # Each is a report the command may replace at --report-file; a user's text is not.
-    assert all(is_report(text) for text in (render_text(clean, ran=ran), "\n".join(listed), "Checked 2 programs: 2 passed.\n"))
+    assert all(
+        is_report(text) for text in (render_text(clean, ran=ran), "\n".join(listed), "Checked 2 programs: 2 passed.\n")
+    )
     assert not is_report("All checks were fine, said my notes\n") and not is_report("Checked the oven\n")
 
 
@@ -172,8 +189,16 @@ def test_partitioned_rules_report_the_partitioners_reason() -> None:
     assert "depends on a user input" in cause.message and not result.report.with_code("EG401")
     ignored = eg.export_with_guards(Modulated().eval(), (torch.randn(2, 4),), config=eg.Settings(ignore=("EG211",)))
     (left_out,) = ignored.report.with_code("EG401")  # its cause not reported: the symptom says it
-    assert left_out.subjects == cause.subjects == ("linear",) and left_out.symptom_of == ("EG210", "EG211", "EG212", "EG405")
-    assert "the partitioner says Expected weight to be a static param" in left_out.message and "compute it from parameters only" in (left_out.fix or "")
+    assert left_out.subjects == cause.subjects == ("linear",) and left_out.symptom_of == (
+        "EG210",
+        "EG211",
+        "EG212",
+        "EG405",
+    )
+    assert (
+        "the partitioner says Expected weight to be a static param" in left_out.message
+        and "compute it from parameters only" in (left_out.fix or "")
+    )
     assert not without_symptoms(eg.Report((left_out,), (cause,))).findings  # a cause suppressed by
     assert without_symptoms(eg.Report.of([left_out])).findings == (left_out,)
     (coverage,) = result.report.with_code("EG402")
@@ -265,11 +290,21 @@ def test_float64_inputs_and_control_flow_branches_are_linted() -> None:
 def test_output_comparison_handles_bool_and_integer_outputs() -> None:
     from export_guards.verify import Tolerance, compare_outputs
 
-    (same,) = compare_outputs(torch.tensor([True, False]), [torch.tensor([True, False])], Tolerance.absolute(atol=0, rtol=0))
+    (same,) = compare_outputs(
+        torch.tensor([True, False]), [torch.tensor([True, False])], Tolerance.absolute(atol=0, rtol=0)
+    )
     assert same.within
-    (wrapped,) = compare_outputs(torch.tensor([0, 255], dtype=torch.uint8), [torch.tensor([255, 255], dtype=torch.uint8)], Tolerance.absolute(atol=0, rtol=0))
+    (wrapped,) = compare_outputs(
+        torch.tensor([0, 255], dtype=torch.uint8),
+        [torch.tensor([255, 255], dtype=torch.uint8)],
+        Tolerance.absolute(atol=0, rtol=0),
+    )
     assert not wrapped.within and "differs from eager in 1 of 2 values" in str(wrapped)
-    nested = compare_outputs({"a": torch.ones(2), "b": (torch.zeros(1),)}, [torch.ones(2), torch.ones(1)], Tolerance.absolute(atol=1e-5, rtol=0))
+    nested = compare_outputs(
+        {"a": torch.ones(2), "b": (torch.zeros(1),)},
+        [torch.ones(2), torch.ones(1)],
+        Tolerance.absolute(atol=1e-5, rtol=0),
+    )
     assert [e.within for e in nested] == [True, False] and nested[1].path == "['b'][0]"
 
 
@@ -340,10 +375,14 @@ def test_a_float32_view_to_a_dynamic_shape_is_not_said_to_have_an_invalid_dtype(
             return torch.relu(x.view(1, x.shape[1], 2, 4)), positions.unsqueeze(0)
 
     length = torch.export.Dim("length", min=2, max=16)
-    program = torch.export.export(Heads(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    program = torch.export.export(
+        Heads(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length})
+    )
     left = {f.node: f.message for f in eg.lower_with_guards(program).report.with_code("EG403")}
     (view,) = (message for node, message in left.items() if node.startswith("aten_view_copy"))
-    assert "invalid dtype" not in view and view.endswith("left outside every delegate: a size it takes is symbolic (a dynamic dimension), which XNNPACK does not take for this op")
+    assert "invalid dtype" not in view and view.endswith(
+        "left outside every delegate: a size it takes is symbolic (a dynamic dimension), which XNNPACK does not take for this op"
+    )
     (unsqueeze,) = (message for node, message in left.items() if node.startswith("aten_unsqueeze_copy"))
     assert unsqueeze.endswith(": its dtype, int64, is not one XNNPACK takes (float32 and float16)")
 
@@ -367,14 +406,24 @@ def test_eg402_and_the_summary_count_the_kernels_the_written_program_calls() -> 
             return self.cache.sum(1)
 
     length = torch.export.Dim("length", min=2, max=16)
-    program = torch.export.export(Cache().eval(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length}))
+    program = torch.export.export(
+        Cache().eval(), (torch.randn(1, 4, 8), torch.arange(4)), dynamic_shapes=({1: length}, {0: length})
+    )
     result = eg.lower_with_guards(program)
     (coverage,) = result.report.with_code("EG402")
     assert result.delegation is not None and coverage.message.startswith(result.delegation.stated() + ": ")
     assert "aten::copy_ x1" in coverage.message and "view_copy" not in coverage.message
-    assert any("aten::view_copy" in f.message for f in result.report.with_code("EG403"))  # still not delegated: EG403 says why
-    written = result.edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).executorch_program.execution_plan[0]
-    calls = [written.operators[i.instr_args.op_index].name for i in written.chains[0].instructions if isinstance(i.instr_args, KernelCall)]
+    assert any(
+        "aten::view_copy" in f.message for f in result.report.with_code("EG403")
+    )  # still not delegated: EG403 says why
+    written = result.edge.to_executorch(
+        ExecutorchBackendConfig(passes=eg.emit_passes())
+    ).executorch_program.execution_plan[0]
+    calls = [
+        written.operators[i.instr_args.op_index].name
+        for i in written.chains[0].instructions
+        if isinstance(i.instr_args, KernelCall)
+    ]
     kernels = [name for name in calls if not name.startswith("executorch_prim::") and name != "aten::sym_size"]
     assert "executorch_prim::et_view" in calls and sum(result.delegation.other_portable.values()) == len(kernels)
     assert result.delegation.stated() == coverage.message.partition(": ")[0]  # after to_executorch too

@@ -37,7 +37,9 @@ class Accumulates(nn.Module):
 def accumulating() -> tuple[Accumulates, tuple[torch.Tensor], eg.GuardedExport, bytes]:
     model, inputs = Accumulates(), (torch.arange(12.0).reshape(1, 3, 4),)
     length = torch.export.Dim("length", min=1, max=16)
-    export = eg.export_with_guards(model, inputs, dynamic_shapes={"x": {1: length}}, config=eg.Settings(backend="portable"))
+    export = eg.export_with_guards(
+        model, inputs, dynamic_shapes={"x": {1: length}}, config=eg.Settings(backend="portable")
+    )
     return model, inputs, export, export.to_pte()
 
 
@@ -61,7 +63,11 @@ def test_eager_follows_the_program_from_set_to_set_once_a_set_and_is_left_as_it_
     model, inputs, export, pte = accumulating
     model.calls = 0
     runs = run_program(export, pte, model, inputs)
-    assert not runs.report and runs.shapes == ("the example inputs", "length=1 (the lower bound)", "length=16 (the upper bound)")
+    assert not runs.report and runs.shapes == (
+        "the example inputs",
+        "length=1 (the lower bound)",
+        "length=16 (the upper bound)",
+    )
     assert model.calls == 3 and torch.equal(model.total, torch.zeros(4))
 
 
@@ -86,9 +92,18 @@ def test_outputs_compared_in_chunks_say_what_the_whole_says(chunk: int, monkeypa
     got[1, 3] = got[4, 0] = 5.5  # two equal largest differences: the first is named
     odd_want, odd_got = want.clone(), got.clone()
     odd_want[2, 2], odd_got[2, 2], odd_got[3, 1] = float("inf"), float("inf"), float("nan")
-    cases = [(w, g, tolerance) for w, g in ((want, got), (odd_want, odd_got)) for tolerance in (Tolerance.by_dtype(), Tolerance.absolute(atol=1e-3, rtol=1e-3))]
+    cases = [
+        (w, g, tolerance)
+        for w, g in ((want, got), (odd_want, odd_got))
+        for tolerance in (Tolerance.by_dtype(), Tolerance.absolute(atol=1e-3, rtol=1e-3))
+    ]
     whole = [compare_outputs(w, [g], tolerance) for w, g, tolerance in cases]
     monkeypatch.setattr(compared_outputs, "_CHUNK", chunk)
     assert [compare_outputs(w, [g], tolerance) for w, g, tolerance in cases] == whole
-    assert "differs from eager by up to 5 at [1, 3]" in whole[0][0].problem and "2 of 200 values beyond" in whole[0][0].problem
-    assert not whole[3][0].within and whole[2][0].within  # a NaN is beyond an absolute tolerance; an infinite largest value allows all
+    assert (
+        "differs from eager by up to 5 at [1, 3]" in whole[0][0].problem
+        and "2 of 200 values beyond" in whole[0][0].problem
+    )
+    assert (
+        not whole[3][0].within and whole[2][0].within
+    )  # a NaN is beyond an absolute tolerance; an infinite largest value allows all

@@ -53,7 +53,9 @@ def exported(variant: str) -> Exported:
         eager = copy.deepcopy(model)(*inputs)
     stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
     guarded = eg.lower_with_guards(torch.export.export(model, inputs))
-    return Exported(model, inputs, eager, stock.to_executorch().buffer, eg.delegation_summary(stock), guarded, guarded.to_pte())
+    return Exported(
+        model, inputs, eager, stock.to_executorch().buffer, eg.delegation_summary(stock), guarded, guarded.to_pte()
+    )
 
 
 def max_error(pte: bytes, done: Exported) -> float:
@@ -111,7 +113,10 @@ def warns_of_the_head_quantized_apart_from_its_embedding_with_the_bytes(done: Ex
     (twice,) = done.guarded.report.with_code("EG404")
     float_bytes, int8_bytes = llm.Config.vocab * llm.Config.dim * 4, llm.Config.vocab * llm.Config.dim
     assert twice.severity is Severity.WARNING
-    assert "stored twice, in bytes that differ" in twice.message and "quantized_decomposed::dequantize_per_channel" in twice.message
+    assert (
+        "stored twice, in bytes that differ" in twice.message
+        and "quantized_decomposed::dequantize_per_channel" in twice.message
+    )
     assert f"{int8_bytes:,} bytes" in twice.message and f"{float_bytes:,} bytes" in twice.message
     assert f"holds {int8_bytes + float_bytes:,} bytes for this weight" in twice.message
 
@@ -140,7 +145,9 @@ def counts_the_ops_left_on_the_runtime_kernels(done: Exported) -> None:
     counts = [int(item.rpartition(" x")[2]) for item in listed.removesuffix(" (EG403)").split(", ")]
     assert int(stated.rpartition("; ")[2]) == sum(counts) > 20  # norms, cache writes, the embedding, ...
     # the lint's summary, read after to_executorch, says the same: the 4 cache write-backs counted
-    assert done.guarded.delegation is not None and done.guarded.delegation.stated() == coverage.message.partition(": ")[0]
+    assert (
+        done.guarded.delegation is not None and done.guarded.delegation.stated() == coverage.message.partition(": ")[0]
+    )
     assert "aten::copy_ x4" in listed and "aten::view_copy" not in listed
 
 
@@ -159,7 +166,9 @@ def leaves_torchao_weights_to_to_edge(done: Exported) -> None:
 
 def the_pass_list_gives_stock_bytes(done: Exported) -> None:
     edge = to_edge_transform_and_lower(
-        torch.export.export(done.model, done.inputs), transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
+        torch.export.export(done.model, done.inputs),
+        transform_passes=eg.guard_passes(),
+        partitioner=[XnnpackPartitioner()],
     )
     assert edge.to_executorch().buffer == done.stock
 
@@ -178,7 +187,11 @@ def folds_the_lora_merges_so_xnnpack_takes_every_projection(done: Exported) -> N
 
 
 CLAIMS: dict[str, tuple[Callable[[Exported], None], ...]] = {
-    "fp32": (stores_the_tied_weight_once, states_the_tied_embedding_stored_once, counts_the_ops_left_on_the_runtime_kernels),
+    "fp32": (
+        stores_the_tied_weight_once,
+        states_the_tied_embedding_stored_once,
+        counts_the_ops_left_on_the_runtime_kernels,
+    ),
     "8da4w": (stores_the_tied_weight_once, leaves_torchao_weights_to_to_edge, the_pass_list_gives_stock_bytes),
     "int8wo": (),
     "pt2e": (is_stock_byte_for_byte, warns_of_the_head_quantized_apart_from_its_embedding_with_the_bytes),
@@ -218,7 +231,9 @@ def test_the_fixture_steps_a_decoder_through_its_kv_cache(check_export: Callable
     assert not model.layers[0].attention.k_cache.any()
 
 
-def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_matches_eager(check_export: Callable[..., object]) -> None:
+def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_matches_eager(
+    check_export: Callable[..., object],
+) -> None:
     """A decoder called eagerly before export (a sanity call, a calibration) leaves keys in its
     cache, which the program drops; its writes and its mask make them irrelevant: no EG308, and
     the program, stepped through two chunks of the prompt, matches eager on a copy of the stale
@@ -231,7 +246,9 @@ def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_mat
     assert not result.report.with_code("EG308") and len(result.comparisons) == 2
 
 
-def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_recipe(check_export: Callable[..., object]) -> None:
+def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_recipe(
+    check_export: Callable[..., object],
+) -> None:
     """One program for every length: the prefill (4 tokens) and three single-token decode steps,
     in order through one loaded method, against eager, by the backend and by a recipe."""
     model, _, dynamic_shapes = llm.prefill()
@@ -248,8 +265,13 @@ def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], 
     ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     # the program ran at the example's 4 tokens, and at the length's bounds: one token, the whole cache
-    assert "ran the program on the example inputs and at length=1 (the lower bound), length=32 (the upper bound)" in ran.stderr
-    assert "matched eager on the example inputs and at the dynamic bounds length=1 and length=32" in ran.stdout, ran.stdout
+    assert (
+        "ran the program on the example inputs and at length=1 (the lower bound), length=32 (the upper bound)"
+        in ran.stderr
+    )
+    assert "matched eager on the example inputs and at the dynamic bounds length=1 and length=32" in ran.stdout, (
+        ran.stdout
+    )
     method = LoadedMethod(pte.read_bytes())
     eager = llm.decoder()
     for step in llm.steps(4, 3):  # the written program takes each length

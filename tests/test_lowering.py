@@ -36,10 +36,14 @@ def delegates(pte: bytes) -> int:
     return len(PteFile(pte).delegates)
 
 
-def test_the_lint_lowers_with_the_compile_config_the_factory_names_and_says_so_when_it_is_missing(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_the_lint_lowers_with_the_compile_config_the_factory_names_and_says_so_when_it_is_missing(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     failed = cli("lint", f"{MODELS}:select_default", "--pte", str(tmp_path / "a.pte"))
     assert failed.returncode == 2
-    assert "not in Core ATen" in failed.stderr and "compile_config=EdgeCompileConfig(" in failed.stderr  # the fix names the setting
+    assert (
+        "not in Core ATen" in failed.stderr and "compile_config=EdgeCompileConfig(" in failed.stderr
+    )  # the fix names the setting
 
     written = tmp_path / "b.pte"
     done = cli("lint", f"{MODELS}:select_with_config", "--pte", str(written))
@@ -51,7 +55,9 @@ def test_the_lint_lowers_with_the_compile_config_the_factory_names_and_says_so_w
 
 
 @pytest.mark.runs_program
-def test_the_lint_lowers_with_the_partitioners_and_options_the_factory_names(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_the_lint_lowers_with_the_partitioners_and_options_the_factory_names(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     for factory, partitioner in (("per_op", [XnnpackPartitioner(per_op_mode=True)]), ("portable_only", [])):
         written = tmp_path / f"{factory}.pte"
         done = cli("lint", f"{MODELS}:{factory}", "--pte", str(written))
@@ -65,12 +71,19 @@ def test_the_lint_lowers_with_the_partitioners_and_options_the_factory_names(cli
     assert delegates((tmp_path / "portable_only.pte").read_bytes()) == 0
 
 
-def test_the_program_is_written_with_the_backend_config_the_factory_names(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_the_program_is_written_with_the_backend_config_the_factory_names(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     written = tmp_path / "realigned.pte"
     done = cli("lint", f"{MODELS}:realigned", "--pte", str(written))
     assert done.returncode == 0, done.stderr[-2000:]
     made = load_target(f"{MODELS}:realigned")
-    assert written.read_bytes() == stock(made.model, made.inputs, partitioner=[XnnpackPartitioner()], backend_config=ExecutorchBackendConfig(constant_tensor_alignment=256))
+    assert written.read_bytes() == stock(
+        made.model,
+        made.inputs,
+        partitioner=[XnnpackPartitioner()],
+        backend_config=ExecutorchBackendConfig(constant_tensor_alignment=256),
+    )
     assert written.read_bytes() != stock(made.model, made.inputs, partitioner=[XnnpackPartitioner()])
 
 
@@ -80,7 +93,9 @@ def test_the_quantize_step_runs_before_export_each_time_the_model_is_built() -> 
     result = export_target(f"{MODELS}:quantized")
     assert result.edge is not None
     assert any("quantize" in str(node.target) for node in result.program.graph.nodes)
-    assert len(result.to_pte()) < len(stock(*load_target(f"{MODELS}:per_op")[:2], partitioner=[XnnpackPartitioner()]))  # int4, not float
+    assert len(result.to_pte()) < len(
+        stock(*load_target(f"{MODELS}:per_op")[:2], partitioner=[XnnpackPartitioner()])
+    )  # int4, not float
     # check --reproducible builds, quantizes and exports twice, each in its own process: the same bytes
     assert not eg.program.check_reproducible(f"{MODELS}:quantized").with_code("EG510")
 
@@ -99,7 +114,9 @@ def test_a_lowering_that_is_not_what_executorch_takes_is_a_clear_error(cli: Call
     assert both.returncode == 2 and "name either the recipe or the lowering" in both.stderr
     made = load_target(f"{MODELS}:per_op")
     with pytest.raises(ValueError, match="name either the recipe or the lowering"):
-        eg.export_with_guards(made.model, made.inputs, config=eg.Settings(recipe="xnnpack_fp32"), lowering=made.lowering)
+        eg.export_with_guards(
+            made.model, made.inputs, config=eg.Settings(recipe="xnnpack_fp32"), lowering=made.lowering
+        )
 
 
 @pytest.mark.parametrize(
@@ -144,7 +161,9 @@ def test_to_pte_hands_out_no_program_that_check_pte_refuses(backend: str) -> Non
     assert eg.lower_with_guards(program, config=eg.Settings(backend=backend)).to_pte(refuse=False) == refused.value.pte
 
 
-def test_lower_with_guards_says_the_compile_config_as_the_lint_does_and_following_it_lowers(cli: Callable[..., Ran]) -> None:
+def test_lower_with_guards_says_the_compile_config_as_the_lint_does_and_following_it_lowers(
+    cli: Callable[..., Ran],
+) -> None:
     import lowering_models
     from export_guards.targets import hint_for
 
@@ -158,7 +177,11 @@ def test_lower_with_guards_says_the_compile_config_as_the_lint_does_and_followin
     assert failed.fix == hint and failed.message.startswith("to_edge_transform_and_lower failed: SpecViolationError")
     assert hint_for(raised.value) == hint  # one function makes it: the lint's step finds the same
     linted = cli("lint", f"{MODELS}:select_default", "--no-run")
-    assert linted.returncode == 2 and f"hint: {hint}" in linted.stderr and linted.stderr.count(hint) == 1, linted.stderr[-3000:]
+    assert linted.returncode == 2 and f"hint: {hint}" in linted.stderr and linted.stderr.count(hint) == 1, (
+        linted.stderr[-3000:]
+    )
     # the hint followed: the user's compile config, on the program exported again
-    done = eg.lower_with_guards(torch.export.export(model, inputs), lowering=eg.Lowering(compile_config=lowering_models.NOT_CORE))
+    done = eg.lower_with_guards(
+        torch.export.export(model, inputs), lowering=eg.Lowering(compile_config=lowering_models.NOT_CORE)
+    )
     assert done.edge is not None and not done.report.errors and b"masked_select" in done.to_pte()

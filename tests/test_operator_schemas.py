@@ -30,12 +30,16 @@ def test_the_shipped_table_is_the_live_registry() -> None:
     builds its own table sees them), as the table states it; and the versions it was made for
     are the installed ones (else a fresh check would build its own)."""
     document = json.loads(schemas.SHIPPED.read_text())
-    assert document["versions"] == schemas.installed_versions(), "run `make operator-table` after changing the pinned versions"
+    assert document["versions"] == schemas.installed_versions(), (
+        "run `make operator-table` after changing the pinned versions"
+    )
     done = subprocess.run([sys.executable, "-c", LIVE], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     live = json.loads(done.stdout.splitlines()[-1])
     missing, extra = live.keys() - document["operators"].keys(), document["operators"].keys() - live.keys()
-    assert not missing and not extra, f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}: run `make operator-table`"
+    assert not missing and not extra, (
+        f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}: run `make operator-table`"
+    )
     different = [key for key, row in live.items() if document["operators"][key] != row]
     assert not different, f"{len(different)} operators differ, {different[:5]}: run `make operator-table`"
 
@@ -52,7 +56,11 @@ def test_each_schema_is_torchs() -> None:
         ours = schemas.operator_schema(name, overload)
         assert ours is not None, key
         for mine, argument in zip(ours.arguments, theirs.arguments, strict=True):
-            assert (mine.name, mine.type, mine.kwarg_only) == (argument.name, str(argument.type), argument.kwarg_only), key
+            assert (mine.name, mine.type, mine.kwarg_only) == (
+                argument.name,
+                str(argument.type),
+                argument.kwarg_only,
+            ), key
             assert mine.written == (argument.alias_info is not None and argument.alias_info.is_write), key
             assert mine.optional == isinstance(argument.type, torch._C.OptionalType), key
         assert [r.type for r in ours.returns] == [str(r.type) for r in theirs.returns], key
@@ -83,7 +91,12 @@ def test_other_versions_build_the_table_once_then_read_it_from_the_cache(tmp_pat
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps({"versions": {"torch": "0.0"}, "operators": {}}))
     environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    runs = [subprocess.run([sys.executable, "-c", LOOKUP, str(stale)], capture_output=True, text=True, env=environment, timeout=600) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", LOOKUP, str(stale)], capture_output=True, text=True, env=environment, timeout=600
+        )
+        for _ in range(2)
+    ]
     first, second = (json.loads(run.stdout.splitlines()[-1]) for run in runs)
     assert first["arguments"] == second["arguments"] == ["self", "other", "alpha", "out"]
     assert first["torch"] and not second["torch"]

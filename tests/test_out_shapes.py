@@ -52,10 +52,14 @@ def one_longer(method: int, instruction: int, written: bool = True) -> object:
 
 
 def at(instruction: int, data: bytes, *, replay: bool) -> list[eg.Finding]:
-    return [f for f in eg.check_pte(data, replay=replay).with_code("EG519") if f" {instruction} of chain 0 " in f.message]
+    return [
+        f for f in eg.check_pte(data, replay=replay).with_code("EG519") if f" {instruction} of chain 0 " in f.message
+    ]
 
 
-def test_each_out_shape_rule_finds_what_the_replay_finds(written_programs: Mapping[str, Written], valid_program_bytes: Mapping[str, bytes]) -> None:
+def test_each_out_shape_rule_finds_what_the_replay_finds(
+    written_programs: Mapping[str, Written], valid_program_bytes: Mapping[str, bytes]
+) -> None:
     programs = {name: p.pte.read_bytes() for name, p in written_programs.items()} | dict(valid_program_bytes)
     covered: set[str] = set()
     for name, data in programs.items():
@@ -70,12 +74,16 @@ def test_each_out_shape_rule_finds_what_the_replay_finds(written_programs: Mappi
     assert len(covered) >= 20, sorted(covered)  # 24 operators when written
 
 
-def test_an_input_out_of_shape_is_a_finding_where_the_replay_makes_one(valid_program_bytes: Mapping[str, bytes]) -> None:
+def test_an_input_out_of_shape_is_a_finding_where_the_replay_makes_one(
+    valid_program_bytes: Mapping[str, bytes],
+) -> None:
     refused = 0
     for name, data in valid_program_bytes.items():
         for method, instruction, operator in ruled_calls(data):
             mutant = edit_pte(data, one_longer(method, instruction, written=False))
             found, replayed = at(instruction, mutant, replay=False), at(instruction, mutant, replay=True)
-            assert bool(found) == bool(replayed), f"{name}, instruction {instruction} ({operator}): {found} != {replayed}"
+            assert bool(found) == bool(replayed), (
+                f"{name}, instruction {instruction} ({operator}): {found} != {replayed}"
+            )
             refused += any("with tensors it refuses" in f.message for f in found)
     assert refused >= 5, refused

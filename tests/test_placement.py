@@ -105,9 +105,7 @@ def test_copy_policy_moves_a_copy_and_leaves_the_caller_untouched(trapdev: torch
     assert moved is not ep
     assert set(placement(moved).values()) == {"cpu"}
     assert all(t.device.type == "cpu" for t in moved.example_inputs[0])
-    assert all(
-        n.meta["val"].device.type == "cpu" for n in moved.graph.nodes if n.op == "placeholder"
-    )
+    assert all(n.meta["val"].device.type == "cpu" for n in moved.graph.nodes if n.op == "placeholder")
     # The caller's program, model and tensors: same device, same data, same graph.
     assert set(placement(ep).values()) == {"trapdev"}
     assert all(t.device.type == "trapdev" for t in ep.example_inputs[0])
@@ -148,9 +146,15 @@ def test_copy_at_every_stage_writes_the_cpu_twin(trapdev: torch.device) -> None:
     twin = to_edge(export_cpu()).to_executorch().buffer
 
     by_stage = {
-        "torch.export program": to_edge(eg.placement.guard_constant_placement(ep, policy="copy")).to_executorch().buffer,
+        "torch.export program": to_edge(eg.placement.guard_constant_placement(ep, policy="copy"))
+        .to_executorch()
+        .buffer,
         "edge manager": eg.placement.guard_constant_placement(to_edge(ep), policy="copy").to_executorch().buffer,
-        "transform passes": to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(config=eg.Settings(placement="copy"))).to_executorch().buffer,
+        "transform passes": to_edge_transform_and_lower(
+            ep, transform_passes=eg.guard_passes(config=eg.Settings(placement="copy"))
+        )
+        .to_executorch()
+        .buffer,
         "emitter": to_edge(ep).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer,
     }
     assert [stage for stage, pte in by_stage.items() if pte != twin] == []
@@ -172,18 +176,25 @@ def _linear_on(device: torch.device) -> tuple[torch.nn.Module, tuple[torch.Tenso
 
 def _guarded_xnnpack(ep: torch.export.ExportedProgram) -> object:
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
-    return to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+    return to_edge_transform_and_lower(
+        ep, transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+    )
 
 
-DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor, ...], torch.export.ExportedProgram], object], str | None]] = {
+DOCUMENTED_FLOWS: dict[
+    str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor, ...], torch.export.ExportedProgram], object], str | None]
+] = {
     "guard_passes()": (lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes()), None),
     "guard_passes() with XNNPACK": (
-        lambda m, x, ep: to_edge_transform_and_lower(ep, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]),
+        lambda m, x, ep: to_edge_transform_and_lower(
+            ep, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
+        ),
         None,
     ),
     "guard_passes() + own passes": (
         lambda m, x, ep: to_edge_transform_and_lower(
-            ep, transform_passes=eg.guard_passes(config=eg.Settings(fold=False)) + [eg.fold.FoldConstantsPass()]  # noqa: RUF005 - GuardPasses' own +
+            ep,
+            transform_passes=eg.guard_passes(config=eg.Settings(fold=False)) + [eg.fold.FoldConstantsPass()],  # noqa: RUF005 - GuardPasses' own +
         ),
         None,
     ),
@@ -196,7 +207,10 @@ DOCUMENTED_FLOWS: dict[str, tuple[Callable[[torch.nn.Module, tuple[torch.Tensor,
         lambda m, x, ep: export_with_recipe_api(m, [x], eg.guard_recipe(recipe_named("xnnpack_fp32"))),
         "XnnpackBackend's preprocess will read it",
     ),
-    "export_with_guards(recipe)": (lambda m, x, ep: eg.export_with_guards(m, x, config=eg.Settings(recipe="xnnpack_fp32")).to_pte(), "XnnpackBackend's preprocess will read it"),
+    "export_with_guards(recipe)": (
+        lambda m, x, ep: eg.export_with_guards(m, x, config=eg.Settings(recipe="xnnpack_fp32")).to_pte(),
+        "XnnpackBackend's preprocess will read it",
+    ),
     "lower_with_guards": (lambda m, x, ep: eg.lower_with_guards(ep).to_pte(), None),
 }
 """Each way in that the docs show (placement.md, the how-to), with the reader its error names
@@ -232,7 +246,9 @@ def test_in_a_plain_list_executorchs_wrapper_names_every_constant_and_its_device
     wrapper = raised.value
     assert not isinstance(wrapper, InternalError) and isinstance(wrapper.__cause__, eg.ConstantPlacementError)
     last_line = traceback.format_exception(wrapper)[-1]
-    assert last_line.startswith("Exception: An error occurred when running the 'ConstantPlacementPass, which stopped 2 constants")
+    assert last_line.startswith(
+        "Exception: An error occurred when running the 'ConstantPlacementPass, which stopped 2 constants"
+    )
     for name, shape in {"0.weight": "[3, 4]", "0.bias": "[3]"}.items():
         assert f"parameter '{name}' (float32{shape}" in last_line and f"is on {device.type}:0" in last_line, last_line
     on_host = export_cpu(lambda: torch.nn.Linear(4, 3))
@@ -355,8 +371,10 @@ def test_guard_passes_changes_nothing_else_of_the_callers_partitioners() -> None
 def test_report_renders_ruff_style_lines(trapdev: torch.device) -> None:
     _, ep = export_on(trapdev)
     first = str(eg.placement.check_constant_placement(ep)).splitlines()[0]
-    assert first.endswith("EG101 [error] parameter 'conv.weight' (float32[8, 3, 3, 3], 864 bytes) "
-                          "is on trapdev:0, not in host (CPU) memory")
+    assert first.endswith(
+        "EG101 [error] parameter 'conv.weight' (float32[8, 3, 3, 3], 864 bytes) "
+        "is on trapdev:0, not in host (CPU) memory"
+    )
     assert "models.py:" in first
     assert str(eg.Report()) == "no findings"
     copy.deepcopy(eg.placement.check_constant_placement(ep))  # findings are plain values
@@ -384,7 +402,9 @@ def test_every_way_in_carries_out_the_one_plan(trapdev: torch.device) -> None:
     assert {p.action for p in deferred.placed} == {"defer"} and not deferred.stops
 
 
-def test_a_guarded_export_walks_its_constants_for_placement_once(trapdev: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_guarded_export_walks_its_constants_for_placement_once(
+    trapdev: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``lower_with_guards`` decides placement once, on the torch.export program: its copy is
     the plan's (the host twin is handed the copies) and no pass after it asks again."""
     from export_guards.passes.placement import plan
@@ -419,7 +439,10 @@ def test_a_noqa_suppresses_the_lints_finding_never_the_guard(trapdev: torch.devi
     ep = torch.export.export(model, (torch.randn(2, 4).to(trapdev),))
     linted = eg.lint(ep)
     assert not linted.with_code("EG101") and {f.code for f in linted.suppressed} >= {"EG101"}
-    assert {f.constant for f in eg.placement.check_constant_placement(ep).with_code("EG101")} == {"linear.weight", "linear.bias"}
+    assert {f.constant for f in eg.placement.check_constant_placement(ep).with_code("EG101")} == {
+        "linear.weight",
+        "linear.bias",
+    }
     with pytest.raises(eg.ConstantPlacementError):
         eg.placement.guard_constant_placement(ep)
     with pytest.raises(eg.ConstantPlacementError):

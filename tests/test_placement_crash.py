@@ -21,7 +21,10 @@ CRASH_SITE = {
     "xnnpack": ("executorch/backends/xnnpack/operators/node_visitor.py", "get_serialized_buffer_index"),
 }
 
-pytestmark = [pytest.mark.parametrize("backend", ["portable", "xnnpack"]), pytest.mark.subprocess]  # each pipeline in its own process
+pytestmark = [
+    pytest.mark.parametrize("backend", ["portable", "xnnpack"]),
+    pytest.mark.subprocess,
+]  # each pipeline in its own process
 
 
 @pytest.fixture(params=DEVICES)

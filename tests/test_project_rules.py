@@ -50,7 +50,9 @@ def test_a_rule_package_is_selected_listed_explained_configured_and_run(
     assert table["ACME001"]["package"] == "acme-rules" and table["EG001"]["package"] == "export-guards"
     explained = cli("explain", "acme001")
     assert explained.returncode == 0 and explained.stdout.startswith("ACME001 no-sigmoid (warning; the torch.export")
-    assert "from the package acme-rules" in explained.stdout and "https://acme.example/rules#acme001" in explained.stdout
+    assert (
+        "from the package acme-rules" in explained.stdout and "https://acme.example/rules#acme001" in explained.stdout
+    )
     assert "did you mean ACME001?" in cli("explain", "acme0o1").stderr  # a letter O for a zero
 
     pte = tmp_path / "gated.pte"  # the lint checks the program it writes: the team's pte-stage rule too
@@ -69,7 +71,9 @@ def test_a_rule_package_is_selected_listed_explained_configured_and_run(
     described = {r["id"]: r for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
     assert described["ACME501"]["name"] == "unshipped-kernel" and "helpUri" not in described["ACME501"]
 
-    (tmp_path / "pyproject.toml").write_text('[tool.export-guards]\nignore = ["ACME0"]\n[tool.export-guards.severity]\nACME501 = "info"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.export-guards]\nignore = ["ACME0"]\n[tool.export-guards.severity]\nACME501 = "info"\n'
+    )
     configured = cli("check", pte, "--format", "json", cwd=tmp_path)
     severities = {f["code"]: f["severity"] for f in json.loads(configured.stdout)["findings"]}
     assert configured.returncode == 0 and severities == {"ACME501": "info", "EG520": "warning"}

@@ -39,7 +39,9 @@ def messages(data: bytes, code: str) -> str:
 
 
 @pytest.mark.parametrize(("name", "expected"), [("portable", {"EG520"}), ("xnnpack", set()), ("mutable", {"EG520"})])
-def test_programs_as_exported_have_no_findings_but_portable_compute(programs: dict[str, Written], name: str, expected: set[str]) -> None:
+def test_programs_as_exported_have_no_findings_but_portable_compute(
+    programs: dict[str, Written], name: str, expected: set[str]
+) -> None:
     assert {f.code for f in check_pte(programs[name].pte)} == expected  # EG520: a conv with no delegate
 
 
@@ -56,7 +58,9 @@ def test_external_data_resolves_only_with_its_data_file(programs: dict[str, Writ
 
 def test_wrong_magic_and_other_schema_versions(programs: dict[str, Written]) -> None:
     data = programs["xnnpack"].pte.read_bytes()
-    assert "is not an ExecuTorch program: bytes 4-8 are b'PK\\x03\\x04'" in messages(data[:4] + b"PK\x03\x04" + data[8:], "EG501")
+    assert "is not an ExecuTorch program: bytes 4-8 are b'PK\\x03\\x04'" in messages(
+        data[:4] + b"PK\x03\x04" + data[8:], "EG501"
+    )
     assert "has schema version ET11; this ExecuTorch reads ET12" in messages(data[:4] + b"ET11" + data[8:], "EG501")
 
 
@@ -77,7 +81,9 @@ def test_header_offsets_out_of_bounds(programs: dict[str, Written], field: str, 
     assert "EG501" in codes(damaged)
 
 
-def test_a_segment_base_moved_back_is_an_error_and_a_stated_program_size_past_it_a_warning(programs: dict[str, Written]) -> None:
+def test_a_segment_base_moved_back_is_an_error_and_a_stated_program_size_past_it_a_warning(
+    programs: dict[str, Written],
+) -> None:
     """ExecuTorch writes the segments up to the file's last byte: a base offset moved back (into
     the program, or into the padding after it) makes the runtime read every segment from bytes
     that are not its own. A program size stated past a base that is right is ignored."""
@@ -111,7 +117,9 @@ def test_misaligned_constant(programs: dict[str, Written]) -> None:
 
 def test_tensor_larger_than_its_constant_buffer(programs: dict[str, Written]) -> None:
     def enlarge(program: Program) -> None:
-        tensor = next(v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.data_buffer_idx > 0)
+        tensor = next(
+            v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.data_buffer_idx > 0
+        )
         tensor.sizes[0] *= 4
 
     damaged = rewrite(programs["portable"].pte.read_bytes(), enlarge)
@@ -120,7 +128,9 @@ def test_tensor_larger_than_its_constant_buffer(programs: dict[str, Written]) ->
 
 def test_tensor_planned_past_its_arena(programs: dict[str, Written]) -> None:
     def move(program: Program) -> None:
-        tensor = next(v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.allocation_info)
+        tensor = next(
+            v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.allocation_info
+        )
         tensor.allocation_info.memory_offset_low = program.execution_plan[0].non_const_buffer_sizes[1]
 
     damaged = rewrite(programs["mutable"].pte.read_bytes(), move)
@@ -132,7 +142,10 @@ def test_delegate_without_its_data(programs: dict[str, Written]) -> None:
         program.execution_plan[0].delegates[1].processed.index = 99
 
     damaged = rewrite(programs["xnnpack"].pte.read_bytes(), point_away)
-    assert "delegate 1 (XnnpackBackend) of method 'forward': its processed data (segment 99) does not exist" in messages(damaged, "EG506")
+    assert (
+        "delegate 1 (XnnpackBackend) of method 'forward': its processed data (segment 99) does not exist"
+        in messages(damaged, "EG506")
+    )
 
 
 def test_undecodable_xnnpack_payload(programs: dict[str, Written]) -> None:
@@ -200,7 +213,10 @@ def test_check_command_exit_codes(cli: Callable[..., Ran], programs: dict[str, W
     empty.write_bytes(b"")
     done = cli("check", str(empty), "--format", "json")  # a file that is no program at all: one line, as a missing one
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
-    assert f"{empty} cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program (.pte)" in done.stderr
+    assert (
+        f"{empty} cannot be read as a program: it is empty (0 bytes); expected an ExecuTorch program (.pte)"
+        in done.stderr
+    )
     missing = cli("check", str(tmp_path / "missing.pte"))
     assert missing.returncode == 2 and f"no such file: {tmp_path / 'missing.pte'}" in missing.stderr
     nothing = tmp_path / "nothing"
@@ -211,25 +227,42 @@ def test_check_command_exit_codes(cli: Callable[..., Ran], programs: dict[str, W
     assert "--jobs takes a number" in cli("check", str(programs["xnnpack"].pte), "--jobs", "0").stderr
 
 
-def test_check_many_programs_and_folders_each_its_report_one_exit_code(cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path) -> None:
+def test_check_many_programs_and_folders_each_its_report_one_exit_code(
+    cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path
+) -> None:
     gate = tmp_path / "gate"
     (gate / "external").mkdir(parents=True)
     shutil.copy(programs["xnnpack"].pte, gate / "a.pte")
-    (gate / "cut.pte").write_bytes(_flipped_weights(programs["xnnpack"].pte.read_bytes()))  # readable, wrong contents: findings
-    shutil.copy(programs["external"].pte, gate / "external" / "model.pte")  # the only program there: its .ptd is its own
+    (gate / "cut.pte").write_bytes(
+        _flipped_weights(programs["xnnpack"].pte.read_bytes())
+    )  # readable, wrong contents: findings
+    shutil.copy(
+        programs["external"].pte, gate / "external" / "model.pte"
+    )  # the only program there: its .ptd is its own
     for ptd in programs["external"].data_files:
         shutil.copy(ptd, gate / "external" / ptd.name)
     done = cli("check", str(gate), str(programs["portable"].pte), "--isolated", "--ignore", "EG520")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     summaries = [line for line in lines if ": All checks passed: " in line or ": Found " in line]
-    assert [line.split(": ")[0] for line in summaries] == [str(gate / "a.pte"), str(gate / "cut.pte"), str(gate / "external" / "model.pte"), str(programs["portable"].pte)]
+    assert [line.split(": ")[0] for line in summaries] == [
+        str(gate / "a.pte"),
+        str(gate / "cut.pte"),
+        str(gate / "external" / "model.pte"),
+        str(programs["portable"].pte),
+    ]
     assert summaries[1].startswith(f"{gate / 'cut.pte'}: Found ") and "error" in summaries[1]
-    assert all(": All checks passed: program " in line for line in summaries[::2] + summaries[3:])  # with its .ptd: no EG508
+    assert all(
+        ": All checks passed: program " in line for line in summaries[::2] + summaries[3:]
+    )  # with its .ptd: no EG508
     assert lines[-1].startswith("Checked 4 programs: 3 passed, 1 with problems (")
     machine = cli("check", str(gate), "--isolated", "--ignore", "EG520", "--output-format", "json")
-    assert machine.returncode == 1 and {f["artifact"] for f in json.loads(machine.stdout)["findings"]} == {"cut.pte"}  # relative to the project root
-    data = cli("check", str(gate / "a.pte"), str(gate / "cut.pte"), "--data", str(next(iter(programs["external"].data_files))))
+    assert machine.returncode == 1 and {f["artifact"] for f in json.loads(machine.stdout)["findings"]} == {
+        "cut.pte"
+    }  # relative to the project root
+    data = cli(
+        "check", str(gate / "a.pte"), str(gate / "cut.pte"), "--data", str(next(iter(programs["external"].data_files)))
+    )
     assert data.returncode == 2 and "--data goes with one program file" in data.stderr
     (gate / "short.pte").write_bytes(programs["xnnpack"].pte.read_bytes()[:3000])  # cannot be read at all: exit 2 wins
     short = cli("check", str(gate), str(programs["portable"].pte), "--isolated", "--format", "json")
@@ -258,13 +291,17 @@ def test_a_program_in_a_folder_of_several_gets_the_ptd_named_after_it(tmp_path: 
 
 
 @pytest.mark.subprocess  # each runtime run is a child process; --jobs runs two at once
-def test_jobs_run_the_runtime_checks_at_once_with_the_same_findings(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:
+def test_jobs_run_the_runtime_checks_at_once_with_the_same_findings(
+    cli: Callable[..., Ran], programs: dict[str, Written]
+) -> None:
     targets = [str(programs["xnnpack"].pte), str(programs["portable"].pte), str(programs["external"].pte)]
     one = cli("check", *targets, "--runtime", "--isolated", "--output-format", "json")
     two = cli("check", *targets, "--runtime", "--isolated", "--output-format", "json", "--jobs", "2")
     assert one.returncode == two.returncode == 1  # the external program, run without its .ptd
     assert json.loads(one.stdout)["findings"] == json.loads(two.stdout)["findings"]
-    assert {f["artifact"] for f in json.loads(two.stdout)["findings"] if f["code"] == "EG511"} == {"external/external.pte"}
+    assert {f["artifact"] for f in json.loads(two.stdout)["findings"] if f["code"] == "EG511"} == {
+        "external/external.pte"
+    }
 
 
 def test_check_command_with_data_files_and_sarif(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:
@@ -290,7 +327,9 @@ def test_runtime_smoke_check_reports_a_failure_without_raising(programs: dict[st
 
 
 @pytest.mark.subprocess
-def test_a_run_past_its_time_limit_is_a_warning_that_names_the_limit(cli: Callable[..., Ran], programs: dict[str, Written]) -> None:
+def test_a_run_past_its_time_limit_is_a_warning_that_names_the_limit(
+    cli: Callable[..., Ran], programs: dict[str, Written]
+) -> None:
     # 0.05 s: the child cannot even import the runtime, as on a machine too busy for 120 s
     [finding] = check_pte(programs["xnnpack"].pte, runtime=True, runtime_timeout_s=0.05).with_code("EG511")
     assert finding.severity is Severity.WARNING
@@ -338,7 +377,9 @@ def test_reproducible_export_hands_every_setting_to_its_children() -> None:
     from export_guards.pipeline import export_target
 
     target = f"{TESTS / 'pte_models.py'}:broadcast"
-    folded, declined = (export_target(target, config=settings).to_pte() for settings in (Settings(fold_max_growth=64), Settings()))
+    folded, declined = (
+        export_target(target, config=settings).to_pte() for settings in (Settings(fold_max_growth=64), Settings())
+    )
     assert len(folded) > len(declined) + 64 * 27 * 4 // 2  # the folded weight is 64 times the row's 27 floats
     pair = export_twice(target, Settings(fold_max_growth=64))
     assert pair.first == pair.second == folded
@@ -407,7 +448,9 @@ def test_the_fast_program_parse_fails_where_executorchs_does(programs: dict[str,
     for name, written in programs.items():
         base = written.pte.read_bytes()
         for number in range(60):
-            data = mutate(base, ("flip_program", "program_field")[number % 2], random.Random(f"fast parse {name} {number}"), [])
+            data = mutate(
+                base, ("flip_program", "program_field")[number % 2], random.Random(f"fast parse {name} {number}"), []
+            )
             table = data[: PteFile(data).program_size] if 8 <= PteFile(data).program_size <= len(data) else data
             try:
                 fast = read_program(table)
@@ -452,7 +495,9 @@ def test_the_runtime_run_loads_the_data_file_where_this_executorch_takes_one(pro
     from export_guards.compat import load_program, takes_keyword
 
     written = programs["external"]
-    assert takes_keyword(Runtime.load_program, "data_path") == ("data_path" in inspect.signature(Runtime.load_program).parameters)
+    assert takes_keyword(Runtime.load_program, "data_path") == (
+        "data_path" in inspect.signature(Runtime.load_program).parameters
+    )
     if takes_keyword(Runtime.load_program, "data_path"):
         assert not check_pte(written.pte, data_files=written.data_files, runtime=True).with_code("EG511")
 
@@ -483,7 +528,9 @@ def test_a_rule_that_raises_is_reported_as_eg001(programs: dict[str, Written], m
     assert report.with_code("EG501")
 
 
-def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: dict[str, Written], tmp_path: Path, cli: Callable[..., Ran]) -> None:
+def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(
+    programs: dict[str, Written], tmp_path: Path, cli: Callable[..., Ran]
+) -> None:
     """Issue 47: XNNPACK names each weight by the SHA-256 of its bytes. 50 flipped bytes in one
     such segment load and run (the runtime does not check), but no longer match the key: an
     error naming the key, the segment and the delegate that reads it. The intact program is clean."""
@@ -497,7 +544,9 @@ def test_named_data_that_no_longer_matches_its_hash_key_is_an_error(programs: di
     path = tmp_path / "damaged.pte"
     path.write_bytes(bytes(damaged))
     (finding,) = check_pte(path).with_code("EG523")
-    assert finding.severity is Severity.ERROR and finding.constant == key and finding.region == (region.start, region.size)
+    assert (
+        finding.severity is Severity.ERROR and finding.constant == key and finding.region == (region.start, region.size)
+    )
     assert f"({region.what} of {path}" in finding.message and "(XnnpackBackend) of method 'forward'" in finding.message
     done = cli("check", path, "--format", "json", "--isolated")  # the command's hashing starts before its imports
     assert [f["constant"] for f in json.loads(done.stdout)["findings"] if f["code"] == "EG523"] == [key]
@@ -517,12 +566,20 @@ def test_a_negative_pad_is_refused_before_any_run_and_the_runtime_agrees() -> No
     """Issue 47: ExecuTorch's constant_pad_nd kernel takes no negative pad (torch's meta kernel
     crops with one). check without --runtime names it (EG519, with the fix of its cause); the
     runtime, in a child process, refuses the same call when it runs."""
+
     def written(pad: tuple[int, ...]) -> bytes:
-        return to_edge_transform_and_lower(torch.export.export(Pad(pad), (torch.randn(1, 2, 4, 4),))).to_executorch().buffer
+        return (
+            to_edge_transform_and_lower(torch.export.export(Pad(pad), (torch.randn(1, 2, 4, 4),)))
+            .to_executorch()
+            .buffer
+        )
 
     data = written((1, -1, 0, 0))
     (refused,) = check_pte(data).with_code("EG519")
-    assert "aten::constant_pad_nd.out" in refused.message and "pad [1, -1, 0, 0] is negative (pad[1] = -1)" in refused.message
+    assert (
+        "aten::constant_pad_nd.out" in refused.message
+        and "pad [1, -1, 0, 0] is negative (pad[1] = -1)" in refused.message
+    )
     assert refused.fix is not None and refused.fix.startswith("Crop with slicing")
     (ran,) = check_pte(data, runtime=True, config=Settings(ignore=("EG519",))).with_code("EG511")
     assert "Padding values must be non-negative, but got pad[1] = -1" in ran.message
@@ -542,21 +599,31 @@ def test_the_context_asks_the_runtimes_child_in_the_order_it_answers() -> None:
 
         def answer(self, kind: str) -> object:
             self.asked.append(kind)
-            return {"inventory": {"name": "child", "kernels": ["aten::add.out"], "backends": []}, "replayed": [["refused", [1]]]}[kind]
+            return {
+                "inventory": {"name": "child", "kernels": ["aten::add.out"], "backends": []},
+                "replayed": [["refused", [1]]],
+            }[kind]
 
     child = Child()
     context = PteContext(PteFile(b"not a program", "x"), answers=child, replay_calls=[("aten::add.out",)])
     assert context.replayed == {("aten::add.out",): ("refused", (1,))}
     assert child.asked == ["inventory", "replayed"]
     assert context.runtime is not None and context.runtime.name == "child" and child.asked == ["inventory", "replayed"]
-    given = PteContext(PteFile(b"not a program", "x"), against=context.runtime, answers=(other := Child()), replay_calls=[("aten::add.out",)])
+    given = PteContext(
+        PteFile(b"not a program", "x"),
+        against=context.runtime,
+        answers=(other := Child()),
+        replay_calls=[("aten::add.out",)],
+    )
     assert given.replayed is not None and given.runtime is context.runtime and other.asked == ["replayed"]
     assert PteContext(PteFile(b"not a program", "x"), answers=Child()).replayed is None
     assert needs_of(PTE_RULES, Settings()) == {Need.REPLAYED, Need.CONTENT_DIGESTS}
     assert needs_of(PTE_RULES, Settings(ignore=("EG519", "EG523"))) == frozenset()
 
 
-@pytest.mark.parametrize(("saved", "held"), [({"x": torch.ones(2)}, "holds a dict"), (torch.ones(2, 3), "holds a tensor of shape (2, 3)")])
+@pytest.mark.parametrize(
+    ("saved", "held"), [({"x": torch.ones(2)}, "holds a dict"), (torch.ones(2, 3), "holds a tensor of shape (2, 3)")]
+)
 def test_inputs_that_are_not_a_list_are_exit_2_naming_the_file_not_the_program(
     cli: Callable[..., Ran], programs: dict[str, Written], tmp_path: Path, saved: object, held: str
 ) -> None:
@@ -566,6 +633,8 @@ def test_inputs_that_are_not_a_list_are_exit_2_naming_the_file_not_the_program(
     torch.save(saved, path)
     done = cli("check", programs["xnnpack"].pte, "--runtime", "--inputs", path)
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert f"--inputs {path} {held}, not a list or tuple of the inputs" in done.stderr and "--save-inputs" in done.stderr
+    assert (
+        f"--inputs {path} {held}, not a list or tuple of the inputs" in done.stderr and "--save-inputs" in done.stderr
+    )
     torch.save([torch.ones(1)], path)  # a list: the runtime runs it, and says what it makes of it
     assert cli("check", programs["xnnpack"].pte, "--runtime", "--inputs", path).returncode in (0, 1)

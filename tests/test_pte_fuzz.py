@@ -95,7 +95,10 @@ def test_diff_fuzz(seeds: dict[str, Written]) -> None:
             mutant[rng.randrange(len(mutant))] ^= 1 << rng.randrange(8)
             flips.append(bytes(mutant))
         for number, data in enumerate(cuts + flips):
-            for pair, case in (((base, data), f"{name} #{number} as the new build"), ((data, base), f"{name} #{number} as the shipped program")):
+            for pair, case in (
+                ((base, data), f"{name} #{number} as the new build"),
+                ((data, base), f"{name} #{number} as the shipped program"),
+            ):
                 try:
                     with deadline(CASE_TIMEOUT_S, case):
                         report = diff_pte(*pair)
@@ -105,7 +108,9 @@ def test_diff_fuzz(seeds: dict[str, Written]) -> None:
                     answered += 1
                     continue
                 assert not [f for f in report if f.code == "EG001"], f"{case}: a rule failed on the input"
-                assert number >= len(cuts) or (data == base[: len(data)] and len(data) == len(base)), f"{case}: a cut file was compared"
+                assert number >= len(cuts) or (data == base[: len(data)] and len(data) == len(base)), (
+                    f"{case}: a cut file was compared"
+                )
     assert answered >= len(seeds) * 2 * 10, f"only {answered} damaged files refused"  # every cut is, as either side
 
 

@@ -64,7 +64,9 @@ def errors(data: bytes) -> set[str]:
 
 
 def first(program: Program, kind: type) -> object:
-    return next(i.instr_args for i in program.execution_plan[0].chains[0].instructions if isinstance(i.instr_args, kind))
+    return next(
+        i.instr_args for i in program.execution_plan[0].chains[0].instructions if isinstance(i.instr_args, kind)
+    )
 
 
 def test_a_delegate_call_with_too_few_arguments_is_an_error_and_crashes_the_runtime(seeds, runner, tmp_path) -> None:
@@ -81,34 +83,54 @@ def _node_with(graph: dict, field: str) -> dict:
 
 def _value(graph: dict, **fields: int) -> dict:
     """The first value of an XNNPACK graph whose fields have these values (absent counts as 0)."""
-    return next(v["xvalue_union"] for v in graph["xvalues"] if all(v["xvalue_union"].get(k, 0) == x for k, x in fields.items()))
+    return next(
+        v["xvalue_union"] for v in graph["xvalues"] if all(v["xvalue_union"].get(k, 0) == x for k, x in fields.items())
+    )
 
 
 def _internal_value(graph: dict) -> dict:
-    return next(v["xvalue_union"] for v in graph["xvalues"] if not v["xvalue_union"].get("flags") and not v["xvalue_union"].get("constant_buffer_idx"))
+    return next(
+        v["xvalue_union"]
+        for v in graph["xvalues"]
+        if not v["xvalue_union"].get("flags") and not v["xvalue_union"].get("constant_buffer_idx")
+    )
 
 
-def test_an_internal_xnnpack_value_flagged_as_an_output_is_an_error_and_crashes_the_runtime(seeds, runner, tmp_path) -> None:
+def test_an_internal_xnnpack_value_flagged_as_an_output_is_an_error_and_crashes_the_runtime(
+    seeds, runner, tmp_path
+) -> None:
     mutant = edit_xnnpack_graphs(seeds["xnnpack"], lambda graph: _internal_value(graph).update(flags=2))
     (finding,) = eg.check_pte(mutant).with_code("EG515")
     assert "flagged external output but has no external id" in finding.message
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "crash"
 
 
-def test_a_fully_connected_bias_that_is_not_per_channel_is_an_error_and_crashes_the_runtime(seeds, runner, tmp_path) -> None:
+def test_a_fully_connected_bias_that_is_not_per_channel_is_an_error_and_crashes_the_runtime(
+    seeds, runner, tmp_path
+) -> None:
     def bias_on_the_input(graph: dict) -> None:
-        node = next(n["xnode_union"] for n in graph["xnodes"] if "filter_id" in n["xnode_union"] and "input1_id" in n["xnode_union"])
+        node = next(
+            n["xnode_union"]
+            for n in graph["xnodes"]
+            if "filter_id" in n["xnode_union"] and "input1_id" in n["xnode_union"]
+        )
         node["bias_id"] = node["input1_id"]
 
     mutant = edit_xnnpack_graphs(seeds["xnnpack"], bias_on_the_input, which=1)  # the linear
     messages = [f.message for f in eg.check_pte(mutant).with_code("EG515")]
-    assert any("has bias value" in m for m in messages) and any("bias value 0, which is not a constant" in m for m in messages)
+    assert any("has bias value" in m for m in messages) and any(
+        "bias value 0, which is not a constant" in m for m in messages
+    )
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "crash"
 
 
 def _arena_tensor(program: Program, rank: int) -> Tensor:
     plan = program.execution_plan[0]
-    return next(v.val for v in plan.values if isinstance(v.val, Tensor) and len(v.val.sizes) == rank and v.val.allocation_info is not None)
+    return next(
+        v.val
+        for v in plan.values
+        if isinstance(v.val, Tensor) and len(v.val.sizes) == rank and v.val.allocation_info is not None
+    )
 
 
 def test_a_dim_order_that_is_not_a_permutation_is_an_error_the_runtime_refuses(seeds, runner, tmp_path) -> None:
@@ -153,9 +175,15 @@ def test_a_tensor_moved_onto_a_live_one_is_an_error_and_misruns(seeds, runner, t
     plan, accesses = _accesses(seeds["portable"])
     # a tensor written at k and read at m > k + 1, and one written in between
     k, m, live = next(
-        (k, m, v) for k, x in enumerate(accesses) for v in sorted(x.writes) for m in range(k + 2, len(accesses)) if v in accesses[m].reads
+        (k, m, v)
+        for k, x in enumerate(accesses)
+        for v in sorted(x.writes)
+        for m in range(k + 2, len(accesses))
+        if v in accesses[m].reads
     )
-    other = next(v for j in range(k + 1, m) for v in sorted(accesses[j].writes) if plan.values[v].val.allocation_info is not None)
+    other = next(
+        v for j in range(k + 1, m) for v in sorted(accesses[j].writes) if plan.values[v].val.allocation_info is not None
+    )
 
     def move(program: Program) -> None:
         values = program.execution_plan[0].values
@@ -169,7 +197,11 @@ def test_a_tensor_moved_onto_a_live_one_is_an_error_and_misruns(seeds, runner, t
 def test_an_out_tensor_of_the_wrong_shape_is_an_error_the_kernel_rejects(seeds, runner, tmp_path) -> None:
     def reshape_an_out(program: Program) -> None:
         plan = program.execution_plan[0]
-        call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and len(plan.values[c.args[-1]].val.sizes) == 4)
+        call = next(
+            c
+            for c in (i.instr_args for i in plan.chains[0].instructions)
+            if isinstance(c, KernelCall) and len(plan.values[c.args[-1]].val.sizes) == 4
+        )
         sizes = plan.values[call.args[-1]].val.sizes
         sizes[1], sizes[2] = sizes[2], sizes[1]  # same element count, another shape
 
@@ -183,12 +215,20 @@ def test_an_out_tensor_of_the_wrong_shape_is_an_error_the_kernel_rejects(seeds, 
     ("field", "edit"),
     [
         ("extended header length", lambda data: data[:12] + (40).to_bytes(4, "little") + data[16:]),
-        ("extended header length past the program", lambda data: data[:12] + (2**32 - 96).to_bytes(4, "little") + data[16:]),
-        ("segment data size", lambda data: data[:32] + (int.from_bytes(data[32:40], "little") - 16).to_bytes(8, "little") + data[40:]),
+        (
+            "extended header length past the program",
+            lambda data: data[:12] + (2**32 - 96).to_bytes(4, "little") + data[16:],
+        ),
+        (
+            "segment data size",
+            lambda data: data[:32] + (int.from_bytes(data[32:40], "little") - 16).to_bytes(8, "little") + data[40:],
+        ),
         ("XNNPACK header length", lambda data: _xnn_header_length(data, 31)),
     ],
 )
-def test_a_field_the_runtime_ignores_is_at_most_a_warning_and_runs_as_before(field: str, edit: Callable[[bytes], bytes], seeds, runner, tmp_path) -> None:
+def test_a_field_the_runtime_ignores_is_at_most_a_warning_and_runs_as_before(
+    field: str, edit: Callable[[bytes], bytes], seeds, runner, tmp_path
+) -> None:
     mutant = edit(seeds["xnnpack"])
     assert mutant != seeds["xnnpack"]
     report = eg.check_pte(mutant)
@@ -202,7 +242,9 @@ def _xnn_header_length(data: bytes, length: int) -> bytes:
     return data[: at + 4] + length.to_bytes(2, "little") + data[at + 6 :]
 
 
-def test_a_campaign_of_structure_aware_mutants_has_no_checker_clean_crash_and_no_false_alarm(seeds, runner, tmp_path) -> None:
+def test_a_campaign_of_structure_aware_mutants_has_no_checker_clean_crash_and_no_false_alarm(
+    seeds, runner, tmp_path
+) -> None:
     rng = random.Random(7)
     outcomes = {name: Outcome(runner, tmp_path, data) for name, data in seeds.items()}
     seen = {"flagged": 0, "clean": 0}
@@ -272,7 +314,9 @@ def test_an_internal_xnnpack_value_with_an_external_id_is_an_error_the_runtime_r
 
 def test_an_xnnpack_value_that_no_node_writes_is_an_error_the_runtime_misruns(seeds, runner, tmp_path) -> None:
     def transpose_elsewhere(graph: dict) -> None:
-        _node_with(graph, "perm")["output_id"] = _node_with(graph, "filter_id")["output_id"]  # the convolution reads value 1, now unwritten
+        _node_with(graph, "perm")["output_id"] = _node_with(graph, "filter_id")[
+            "output_id"
+        ]  # the convolution reads value 1, now unwritten
 
     mutant = edit_xnnpack_graphs(seeds["xnnpack"], transpose_elsewhere, which=0)
     (finding,) = eg.check_pte(mutant).with_code("EG515")
@@ -283,44 +327,71 @@ def test_an_xnnpack_value_that_no_node_writes_is_an_error_the_runtime_misruns(se
 @pytest.mark.parametrize(
     ("delegate", "value", "external_id", "outcome"),
     [(0, 1, 1, "same output"), (1, 3, 2, "same output"), (1, 3, 1, "crash")],
-    ids=["transposed input in the output's slot", "linear output in the output's slot, add in place", "linear output in an input's slot"],
+    ids=[
+        "transposed input in the output's slot",
+        "linear output in the output's slot, add in place",
+        "linear output in an input's slot",
+    ],
 )
-def test_an_internal_xnnpack_value_listed_before_its_external_value_shares_the_slot(delegate, value, external_id, outcome, seeds, runner, tmp_path) -> None:
+def test_an_internal_xnnpack_value_listed_before_its_external_value_shares_the_slot(
+    delegate, value, external_id, outcome, seeds, runner, tmp_path
+) -> None:
     """Listed before the external value of its id, an internal value shares that value's slot:
     a warning where every node still finds the value it names there, an error where one does not."""
-    mutant = edit_xnnpack_graphs(seeds["xnnpack"], lambda graph: _value(graph, id_out=value).update(external_id=external_id), which=delegate)
+    mutant = edit_xnnpack_graphs(
+        seeds["xnnpack"], lambda graph: _value(graph, id_out=value).update(external_id=external_id), which=delegate
+    )
     (finding,) = eg.check_pte(mutant).with_code("EG515")
     assert f"value {value} is internal but has external id {external_id}" in finding.message
     if outcome == "same output":
-        assert finding.severity is eg.Severity.WARNING and "every node finds there the value it names" in finding.message
+        assert (
+            finding.severity is eg.Severity.WARNING and "every node finds there the value it names" in finding.message
+        )
     else:
-        assert finding.severity is eg.Severity.ERROR and "reads value 4 from that slot while it holds value 3" in finding.message
+        assert (
+            finding.severity is eg.Severity.ERROR
+            and "reads value 4 from that slot while it holds value 3" in finding.message
+        )
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == outcome
 
 
 @pytest.mark.parametrize(("delegate", "outcome"), [(0, "error"), (1, "crash")], ids=["convolution", "fully connected"])
-def test_a_filter_that_is_not_a_constant_is_an_error_the_runtime_fails_on(delegate: int, outcome: str, seeds, runner, tmp_path) -> None:
+def test_a_filter_that_is_not_a_constant_is_an_error_the_runtime_fails_on(
+    delegate: int, outcome: str, seeds, runner, tmp_path
+) -> None:
     def filter_on_the_input(graph: dict) -> None:
         node = _node_with(graph, "filter_id")
         node["filter_id"] = node["input1_id"]
 
     mutant = edit_xnnpack_graphs(seeds["xnnpack"], filter_on_the_input, which=delegate)
-    assert any("filter value" in f.message and "not a constant" in f.message for f in eg.check_pte(mutant).with_code("EG515"))
+    assert any(
+        "filter value" in f.message and "not a constant" in f.message for f in eg.check_pte(mutant).with_code("EG515")
+    )
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == outcome
 
 
 @pytest.mark.parametrize(
-    ("flag", "swapped"), [(1, 2), (2, 1)], ids=["input flagged as an output a node reads", "output flagged as an input a node writes"]
+    ("flag", "swapped"),
+    [(1, 2), (2, 1)],
+    ids=["input flagged as an output a node reads", "output flagged as an input a node writes"],
 )
-def test_an_external_value_whose_role_flag_is_swapped_is_no_error_and_runs_as_before(flag: int, swapped: int, seeds, runner, tmp_path) -> None:
+def test_an_external_value_whose_role_flag_is_swapped_is_no_error_and_runs_as_before(
+    flag: int, swapped: int, seeds, runner, tmp_path
+) -> None:
     # the runtime binds the program's tensor to the value whatever its role: the nodes still use it
-    mutant = edit_xnnpack_graphs(seeds["xnnpack"], lambda graph: _value(graph, flags=flag).update(flags=swapped), which=1)
+    mutant = edit_xnnpack_graphs(
+        seeds["xnnpack"], lambda graph: _value(graph, flags=flag).update(flags=swapped), which=1
+    )
     assert not eg.check_pte(mutant).errors
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
 
 
-@pytest.mark.parametrize(("delegate", "dims"), [(1, lambda n: [n + 1]), (0, lambda n: [n, 1])], ids=["one more", "[N, 1]"])
-def test_a_bias_read_by_its_channels_is_no_error_whatever_its_dims_say(delegate: int, dims: Callable[[int], list[int]], seeds, runner, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("delegate", "dims"), [(1, lambda n: [n + 1]), (0, lambda n: [n, 1])], ids=["one more", "[N, 1]"]
+)
+def test_a_bias_read_by_its_channels_is_no_error_whatever_its_dims_say(
+    delegate: int, dims: Callable[[int], list[int]], seeds, runner, tmp_path
+) -> None:
     def reshaped_bias(graph: dict) -> None:
         bias = _value(graph, id_out=_node_with(graph, "bias_id")["bias_id"])
         bias["dims"] = dims(bias["dims"][0])
@@ -330,7 +401,9 @@ def test_a_bias_read_by_its_channels_is_no_error_whatever_its_dims_say(delegate:
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "same output"
 
 
-def test_the_size_field_of_a_named_xnnpack_constant_is_ignored_as_the_runtime_ignores_it(seeds, runner, tmp_path) -> None:
+def test_the_size_field_of_a_named_xnnpack_constant_is_ignored_as_the_runtime_ignores_it(
+    seeds, runner, tmp_path
+) -> None:
     def grow_sizes(graph: dict) -> None:
         named = [entry for entry in graph["constant_data"] if entry.get("named_key")]
         assert named
@@ -348,7 +421,11 @@ def test_the_size_field_of_a_named_xnnpack_constant_is_ignored_as_the_runtime_ig
 def test_a_convolution_weight_of_another_dtype_is_an_error_the_kernel_rejects(seeds, runner, tmp_path) -> None:
     def integer_weight(program: Program) -> None:
         plan = program.execution_plan[0]
-        call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::convolution")
+        call = next(
+            c
+            for c in (i.instr_args for i in plan.chains[0].instructions)
+            if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::convolution"
+        )
         plan.values[call.args[1]].val.scalar_type = 3  # int32: the same bytes, read as integers
 
     mutant = edit_pte(seeds["portable"], integer_weight)
@@ -359,18 +436,28 @@ def test_a_convolution_weight_of_another_dtype_is_an_error_the_kernel_rejects(se
 
 def _mm_argument(program: Program, position: int) -> Tensor:
     plan = program.execution_plan[0]
-    call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::mm")
+    call = next(
+        c
+        for c in (i.instr_args for i in plan.chains[0].instructions)
+        if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::mm"
+    )
     return plan.values[call.args[position]].val
 
 
 def test_an_unusual_dim_order_on_a_kernel_tensor_is_an_error_the_kernel_rejects(seeds, runner, tmp_path) -> None:
-    mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, -1), "dim_order", [1, 0]))  # mm's out
+    mutant = edit_pte(
+        seeds["mutable"], lambda program: setattr(_mm_argument(program, -1), "dim_order", [1, 0])
+    )  # mm's out
     (finding,) = eg.check_pte(mutant).with_code("EG516")
-    assert finding.severity is eg.Severity.ERROR and "aten::add takes it" in finding.message  # the add that reads mm's out
+    assert (
+        finding.severity is eg.Severity.ERROR and "aten::add takes it" in finding.message
+    )  # the add that reads mm's out
     assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == "error"
 
 
-def test_an_unusual_dim_order_that_only_dim_order_blind_kernels_take_is_a_warning_and_runs_as_before(seeds, runner, tmp_path) -> None:
+def test_an_unusual_dim_order_that_only_dim_order_blind_kernels_take_is_a_warning_and_runs_as_before(
+    seeds, runner, tmp_path
+) -> None:
     """The input x goes only to mm, whose optimized kernel (the one executorch.runtime links)
     reads the bytes as contiguous whatever the dim order says."""
     mutant = edit_pte(seeds["mutable"], lambda program: setattr(_mm_argument(program, 0), "dim_order", [1, 0]))
@@ -406,7 +493,9 @@ _BATCHED = torch.randn(2, 4, 5)
     ],
     ids=["mm", "bmm", "exp", "gelu", "layer norm", "relu", "log softmax", "sum"],
 )
-def test_the_dim_order_blind_kernels_are_those_the_runtime_runs_as_contiguous(function, shape, outcome, runner, tmp_path) -> None:
+def test_the_dim_order_blind_kernels_are_those_the_runtime_runs_as_contiguous(
+    function, shape, outcome, runner, tmp_path
+) -> None:
     """EG516's table of kernels that ignore dim orders, proved operator by operator: a reversed
     dim order on the input runs with the original output where the table says so (a warning),
     and is refused where it does not (an error)."""
@@ -425,12 +514,18 @@ def test_the_dim_order_blind_kernels_are_those_the_runtime_runs_as_contiguous(fu
     (finding,) = eg.check_pte(mutant).with_code("EG516")
     assert (finding.severity is eg.Severity.WARNING) == (outcome == "same output"), finding.message
     plan = deserialize_pte_binary(original).program.execution_plan[0]
-    operators = {plan.operators[c.op_index].name for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall)}
+    operators = {
+        plan.operators[c.op_index].name
+        for c in (i.instr_args for i in plan.chains[0].instructions)
+        if isinstance(c, KernelCall)
+    }
     assert (outcome == "same output") == (operators <= DIM_ORDER_BLIND)
     assert Outcome(runner, tmp_path, original).of(mutant) == outcome
 
 
-def test_an_unusual_dim_order_on_a_method_input_is_an_error_when_a_checking_kernel_takes_it(seeds, runner, tmp_path) -> None:
+def test_an_unusual_dim_order_on_a_method_input_is_an_error_when_a_checking_kernel_takes_it(
+    seeds, runner, tmp_path
+) -> None:
     """The runtime copies the caller's bytes into the method's input tensor, which keeps its dim
     order: the convolution kernel sees [1, 0, 2, 3] and refuses the call."""
 
@@ -444,8 +539,12 @@ def test_an_unusual_dim_order_on_a_method_input_is_an_error_when_a_checking_kern
     assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"
 
 
-@pytest.mark.parametrize(("shift", "outcome"), [(0, "same output"), (4, "wrong output")], ids=["onto its own bytes", "four bytes on"])
-def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(shift: int, outcome: str, runner, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("shift", "outcome"), [(0, "same output"), (4, "wrong output")], ids=["onto its own bytes", "four bytes on"]
+)
+def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(
+    shift: int, outcome: str, runner, tmp_path
+) -> None:
     """``position[:4]`` (a slice of leading elements) placed on ``position``'s own bytes writes
     them unchanged while both are alive: no overlap that matters. Four bytes on, it overwrites
     ``position`` before ``position`` is read again."""
@@ -461,7 +560,11 @@ def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(shift: in
 
     def onto_the_source(program: Program) -> None:
         plan = program.execution_plan[0]
-        call = next(c for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::slice_copy")
+        call = next(
+            c
+            for c in (i.instr_args for i in plan.chains[0].instructions)
+            if isinstance(c, KernelCall) and plan.operators[c.op_index].name == "aten::slice_copy"
+        )
         source, out = (plan.values[call.args[k]].val.allocation_info for k in (0, -1))
         out.memory_id, out.memory_offset_low = source.memory_id, source.memory_offset_low + shift
 
@@ -470,7 +573,9 @@ def test_a_slice_copied_onto_its_source_is_no_error_and_runs_as_before(shift: in
     assert Outcome(runner, tmp_path, original).of(mutant) == outcome
 
 
-def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_before(runner, tmp_path, architecture_programs) -> None:
+def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_before(
+    runner, tmp_path, architecture_programs
+) -> None:
     from export_guards.pte.context import PteContext
     from export_guards.pte.reader.file import PteFile
 
@@ -480,7 +585,13 @@ def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_
 
     def layout(index: int) -> tuple:
         t = plan.values[index].val
-        return (t.allocation_info.memory_id, t.allocation_info.memory_offset_low, t.scalar_type, tuple(t.sizes), tuple(t.dim_order))
+        return (
+            t.allocation_info.memory_id,
+            t.allocation_info.memory_offset_low,
+            t.scalar_type,
+            tuple(t.sizes),
+            tuple(t.dim_order),
+        )
 
     output = plan.outputs[0]
     # an earlier tensor (the input, here) in the output's very bytes, of its dtype and shape,
@@ -491,7 +602,9 @@ def test_an_output_pointed_at_another_name_of_its_bytes_is_no_error_and_runs_as_
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
 
 
-def test_a_program_size_cut_short_of_a_string_terminator_is_an_error_the_runtime_refuses(seeds, runner, tmp_path) -> None:
+def test_a_program_size_cut_short_of_a_string_terminator_is_an_error_the_runtime_refuses(
+    seeds, runner, tmp_path
+) -> None:
     data = seeds["portable"]
     size = int.from_bytes(data[16:24], "little")
     mutant = data[:16] + (size - 1).to_bytes(8, "little") + data[24:]  # the last byte: a string's NUL
@@ -501,7 +614,9 @@ def test_a_program_size_cut_short_of_a_string_terminator_is_an_error_the_runtime
 
 
 @pytest.mark.parametrize("delegate", [0, 1], ids=["convolution", "fully connected"])
-def test_a_filter_of_other_dims_than_its_node_parameters_is_an_error_the_runtime_refuses(delegate: int, seeds, runner, tmp_path) -> None:
+def test_a_filter_of_other_dims_than_its_node_parameters_is_an_error_the_runtime_refuses(
+    delegate: int, seeds, runner, tmp_path
+) -> None:
     def reshape_the_filter(graph: dict) -> None:
         weight = _value(graph, id_out=_node_with(graph, "filter_id")["filter_id"])
         weight["dims"] = weight["dims"][::-1] if delegate == 0 else [weight["dims"][0] * weight["dims"][1]]
@@ -511,14 +626,20 @@ def test_a_filter_of_other_dims_than_its_node_parameters_is_an_error_the_runtime
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
 
 
-def test_a_packed_weight_read_by_another_node_is_an_error_and_crashes_the_runtime(runner, tmp_path, architecture_programs) -> None:
+def test_a_packed_weight_read_by_another_node_is_an_error_and_crashes_the_runtime(
+    runner, tmp_path, architecture_programs
+) -> None:
     """XNNPACK packs a fully connected layer's bias into its weights: an add that reads it too
     crashes the runtime."""
     original = architecture_programs["transformer block, xnnpack"]
 
     def add_reads_the_bias(graph: dict) -> None:
         add = next(n["xnode_union"] for n in graph["xnodes"] if n.get("xnode_union_type") == "XNNAdd")
-        fully_connected = next(n["xnode_union"] for n in graph["xnodes"] if n.get("xnode_union_type") == "XNNFullyConnected" and n["xnode_union"]["output_id"] == add["input2_id"])
+        fully_connected = next(
+            n["xnode_union"]
+            for n in graph["xnodes"]
+            if n.get("xnode_union_type") == "XNNFullyConnected" and n["xnode_union"]["output_id"] == add["input2_id"]
+        )
         add["input2_id"] = fully_connected["bias_id"]
 
     mutant = edit_xnnpack_graphs(original, add_reads_the_bias, which=4)  # the MLP's second layer and the residual add
@@ -526,7 +647,9 @@ def test_a_packed_weight_read_by_another_node_is_an_error_and_crashes_the_runtim
     assert Outcome(runner, tmp_path, original).of(mutant) == "crash"
 
 
-def test_a_depthwise_filter_of_other_dims_of_the_same_size_is_no_error_and_runs_as_before(runner, tmp_path, architecture_programs) -> None:
+def test_a_depthwise_filter_of_other_dims_of_the_same_size_is_no_error_and_runs_as_before(
+    runner, tmp_path, architecture_programs
+) -> None:
     """XNNPACK reads a depthwise filter by the node's parameters, whatever its dims say."""
     original = architecture_programs["conv net, xnnpack"]
 
@@ -540,12 +663,18 @@ def test_a_depthwise_filter_of_other_dims_of_the_same_size_is_no_error_and_runs_
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
 
 
-def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_error_the_runtime_refuses(runner, tmp_path, written_programs) -> None:
+def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_error_the_runtime_refuses(
+    runner, tmp_path, written_programs
+) -> None:
     written = written_programs["external"]
     original = written.pte.read_bytes()
 
     def integer_offset(program: Program) -> None:
-        tensor = next(v.val for v in program.execution_plan[0].values if isinstance(v.val, Tensor) and v.val.extra_tensor_info is not None)
+        tensor = next(
+            v.val
+            for v in program.execution_plan[0].values
+            if isinstance(v.val, Tensor) and v.val.extra_tensor_info is not None
+        )
         tensor.scalar_type = 3  # the .ptd says float32
 
     mutant = edit_pte(original, integer_offset)
@@ -558,7 +687,9 @@ def test_an_external_tensor_of_another_layout_than_its_data_file_states_is_an_er
     assert runner.run(path, written.data_files[0], inputs)["outcome"] == "error"
 
 
-def test_a_one_channel_channels_last_conv_fails_in_xnnpack_and_eg514_says_the_cause_is_its_layout(runner, tmp_path) -> None:
+def test_a_one_channel_channels_last_conv_fails_in_xnnpack_and_eg514_says_the_cause_is_its_layout(
+    runner, tmp_path
+) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.runtime import Runtime
 
@@ -586,7 +717,9 @@ def test_a_one_channel_channels_last_conv_fails_in_xnnpack_and_eg514_says_the_ca
 
 
 @pytest.mark.parametrize("back", [128, 16])
-def test_a_segment_base_moved_back_is_an_error_the_runtime_reads_wrong_constants_from(back: int, seeds, runner, tmp_path) -> None:
+def test_a_segment_base_moved_back_is_an_error_the_runtime_reads_wrong_constants_from(
+    back: int, seeds, runner, tmp_path
+) -> None:
     data = seeds["portable"]
     base = int.from_bytes(data[24:32], "little")
     mutant = data[:24] + (base - back).to_bytes(8, "little") + data[32:]
@@ -601,7 +734,9 @@ def _calls(program: Program, operator: str) -> list[KernelCall]:
 
 
 def _batch_norm_weight_as_a_matrix(program: Program) -> None:
-    weight = program.execution_plan[0].values[_calls(program, "aten::_native_batch_norm_legit_no_training")[0].args[1]].val
+    weight = (
+        program.execution_plan[0].values[_calls(program, "aten::_native_batch_norm_legit_no_training")[0].args[1]].val
+    )
     weight.sizes, weight.dim_order = [2, weight.sizes[0] // 2], [0, 1]
 
 
@@ -613,8 +748,12 @@ def _batch_norm_stats_per_channel(program: Program) -> None:
         plan.values[out].val.sizes = list(plan.values[call.args[1]].val.sizes)
 
 
-@pytest.mark.parametrize("edit", [_batch_norm_weight_as_a_matrix, _batch_norm_stats_per_channel], ids=["weight [2, C/2]", "stats sized [C]"])
-def test_a_batch_norm_that_torch_meta_accepts_and_executorch_refuses_is_an_error(edit, runner, tmp_path, architecture_programs) -> None:
+@pytest.mark.parametrize(
+    "edit", [_batch_norm_weight_as_a_matrix, _batch_norm_stats_per_channel], ids=["weight [2, C/2]", "stats sized [C]"]
+)
+def test_a_batch_norm_that_torch_meta_accepts_and_executorch_refuses_is_an_error(
+    edit, runner, tmp_path, architecture_programs
+) -> None:
     original = architecture_programs["conv net, portable"]
     mutant = edit_pte(original, edit)
     (finding, *_) = eg.check_pte(mutant, replay=True).with_code("EG519")
@@ -624,7 +763,11 @@ def test_a_batch_norm_that_torch_meta_accepts_and_executorch_refuses_is_an_error
 
 def _dim_order_copy_out_transposed(program: Program) -> None:
     plan = program.execution_plan[0]
-    out = next(plan.values[c.args[3]].val for c in _calls(program, "dim_order_ops::_to_dim_order_copy") if len(set(plan.values[c.args[3]].val.sizes)) > 1)
+    out = next(
+        plan.values[c.args[3]].val
+        for c in _calls(program, "dim_order_ops::_to_dim_order_copy")
+        if len(set(plan.values[c.args[3]].val.sizes)) > 1
+    )
     out.sizes = list(reversed(out.sizes))
 
 
@@ -633,8 +776,12 @@ def _copy_source_longer(program: Program) -> None:
     source.sizes[0] += 1
 
 
-@pytest.mark.parametrize("edit", [_dim_order_copy_out_transposed, _copy_source_longer], ids=["_to_dim_order_copy", "copy_"])
-def test_a_copy_of_another_shape_is_replayed_and_an_error_the_kernel_refuses(edit, runner, tmp_path, valid_program_bytes) -> None:
+@pytest.mark.parametrize(
+    "edit", [_dim_order_copy_out_transposed, _copy_source_longer], ids=["_to_dim_order_copy", "copy_"]
+)
+def test_a_copy_of_another_shape_is_replayed_and_an_error_the_kernel_refuses(
+    edit, runner, tmp_path, valid_program_bytes
+) -> None:
     original = valid_program_bytes["initialised state" if edit is _copy_source_longer else "bool and int64 inputs"]
     mutant = edit_pte(original, edit)
     operator = "aten::copy_" if edit is _copy_source_longer else "dim_order_ops::_to_dim_order_copy"
@@ -647,10 +794,16 @@ def _out_onto(program: Program, operator: str, source: int, which: int = 0) -> N
     plan = program.execution_plan[0]
     call = _calls(program, operator)[which]
     given, out = (plan.values[call.args[k]].val.allocation_info for k in (source, -2))
-    out.memory_id, out.memory_offset_low, out.memory_offset_high = given.memory_id, given.memory_offset_low, given.memory_offset_high
+    out.memory_id, out.memory_offset_low, out.memory_offset_high = (
+        given.memory_id,
+        given.memory_offset_low,
+        given.memory_offset_high,
+    )
 
 
-def test_a_matrix_product_writing_over_its_own_input_is_an_error_and_misruns(runner, tmp_path, architecture_programs) -> None:
+def test_a_matrix_product_writing_over_its_own_input_is_an_error_and_misruns(
+    runner, tmp_path, architecture_programs
+) -> None:
     original = architecture_programs["transformer block, portable"]
     mutant = edit_pte(original, lambda program: _out_onto(program, "aten::bmm", 0))
     (finding, *_) = eg.check_pte(mutant).with_code("EG518")
@@ -658,7 +811,9 @@ def test_a_matrix_product_writing_over_its_own_input_is_an_error_and_misruns(run
     assert Outcome(runner, tmp_path, original).of(mutant) == "wrong output"
 
 
-def test_an_element_wise_kernel_writing_exactly_over_its_input_is_no_error_and_runs_as_before(runner, tmp_path, architecture_programs) -> None:
+def test_an_element_wise_kernel_writing_exactly_over_its_input_is_no_error_and_runs_as_before(
+    runner, tmp_path, architecture_programs
+) -> None:
     original = architecture_programs["transformer block, portable"]
     mutant = edit_pte(original, lambda program: _out_onto(program, "aten::add", 0, which=-1))  # the residual add
     assert mutant != original
@@ -666,7 +821,11 @@ def test_an_element_wise_kernel_writing_exactly_over_its_input_is_no_error_and_r
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
 
 
-@pytest.mark.parametrize(("program", "operator"), [("xnnpack", "aten::mean"), ("conv net, portable", "aten::max_pool2d_with_indices")], ids=["mean", "pool indices"])
+@pytest.mark.parametrize(
+    ("program", "operator"),
+    [("xnnpack", "aten::mean"), ("conv net, portable", "aten::max_pool2d_with_indices")],
+    ids=["mean", "pool indices"],
+)
 def test_a_reduction_writing_over_its_input_from_its_first_byte_is_no_error_and_runs_as_before(
     program: str, operator: str, seeds, runner, tmp_path, architecture_programs
 ) -> None:
@@ -684,10 +843,16 @@ def _source_onto_out(program: Program, operator: str, source: int) -> None:
     plan = program.execution_plan[0]
     call = _calls(program, operator)[0]
     out, given = (plan.values[call.args[k]].val.allocation_info for k in (-2, source))
-    given.memory_id, given.memory_offset_low, given.memory_offset_high = out.memory_id, out.memory_offset_low, out.memory_offset_high
+    given.memory_id, given.memory_offset_low, given.memory_offset_high = (
+        out.memory_id,
+        out.memory_offset_low,
+        out.memory_offset_high,
+    )
 
 
-def test_a_reduction_over_its_input_whose_out_a_reshape_views_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:
+def test_a_reduction_over_its_input_whose_out_a_reshape_views_is_no_error_and_runs_as_before(
+    runner, tmp_path, valid_program_bytes
+) -> None:
     """Issue 61's false alarm: the conv net's pooled mean, whose out the emitter's static reshape
     (a view, written by no instruction) lies on, with its input moved onto that out. The mean
     reads each byte before it writes over it; the view shares the out's bytes, so the call's order
@@ -698,7 +863,9 @@ def test_a_reduction_over_its_input_whose_out_a_reshape_views_is_no_error_and_ru
     plan, mean = program.execution_plan[0], _calls(program, "aten::mean")[0]
     outs = {c.args[-2] for c in (i.instr_args for i in plan.chains[0].instructions) if isinstance(c, KernelCall)}
     place = _place(plan, mean.args[-2])
-    assert [v for v in range(len(plan.values)) if v not in outs and _place(plan, v) == place], "no reshape lies on the mean's out"
+    assert [v for v in range(len(plan.values)) if v not in outs and _place(plan, v) == place], (
+        "no reshape lies on the mean's out"
+    )
     assert _place(plan, mean.args[0])[:2] == place[:2]
     assert mutant != original and not eg.check_pte(mutant).errors
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
@@ -711,7 +878,9 @@ def _place(plan: object, index: int) -> tuple[int, int, int] | None:
     return (info.memory_id, info.memory_offset_low, math.prod(value.sizes)) if info is not None else None
 
 
-def test_a_reduction_written_over_an_input_that_a_later_call_reads_is_an_error_the_third_run_shows(runner, tmp_path, valid_program_bytes) -> None:
+def test_a_reduction_written_over_an_input_that_a_later_call_reads_is_an_error_the_third_run_shows(
+    runner, tmp_path, valid_program_bytes
+) -> None:
     """The KV cache's sum over the updated cache, its out moved onto that cache, which copy_ then
     writes back as the state: the sum reads each byte before it writes over it, but copy_ reads
     the damaged row. The second run's index overwrites that row before anything reads it; the
@@ -732,7 +901,11 @@ def test_two_outs_of_one_call_that_nothing_reads_may_share_bytes(runner, tmp_pat
         plan = program.execution_plan[0]
         *_, mean, rstd, _ = _calls(program, "aten::native_layer_norm")[0].args
         given, moved = plan.values[mean].val.allocation_info, plan.values[rstd].val.allocation_info
-        moved.memory_id, moved.memory_offset_low, moved.memory_offset_high = given.memory_id, given.memory_offset_low, given.memory_offset_high
+        moved.memory_id, moved.memory_offset_low, moved.memory_offset_high = (
+            given.memory_id,
+            given.memory_offset_low,
+            given.memory_offset_high,
+        )
 
     mutant = edit_pte(original, stats_on_one_slot)
     assert mutant != original and not eg.check_pte(mutant).findings
@@ -745,7 +918,9 @@ def test_the_return_slot_of_an_out_variant_is_neither_read_nor_written(runner, t
 
     def return_slot_on_an_int(program: Program) -> None:
         plan = program.execution_plan[0]
-        _calls(program, "aten::bmm")[0].args[-1] = next(i for i, v in enumerate(plan.values) if type(v.val).__name__ == "Int")
+        _calls(program, "aten::bmm")[0].args[-1] = next(
+            i for i, v in enumerate(plan.values) if type(v.val).__name__ == "Int"
+        )
 
     mutant = edit_pte(original, return_slot_on_an_int)
     assert not eg.check_pte(mutant).errors
@@ -753,7 +928,9 @@ def test_the_return_slot_of_an_out_variant_is_neither_read_nor_written(runner, t
 
 
 @pytest.mark.parametrize(("pointed_at", "outcome"), [("the weight", "error"), ("its source", "same output")])
-def test_the_return_slot_of_an_in_place_kernel_rebinds_its_value(pointed_at: str, outcome: str, seeds, runner, tmp_path) -> None:
+def test_the_return_slot_of_an_in_place_kernel_rebinds_its_value(
+    pointed_at: str, outcome: str, seeds, runner, tmp_path
+) -> None:
     """``copy_``'s wrapper stores its result in the return slot. Pointed at the weight, the weight
     becomes the state buffer and the next run's matrix product fails (EG512); pointed at its
     source, an arena tensor of the same shape, the add that writes it writes the state in place
@@ -765,7 +942,11 @@ def test_the_return_slot_of_an_in_place_kernel_rebinds_its_value(pointed_at: str
 
     mutant = edit_pte(seeds["mutable"], return_slot_elsewhere)
     findings = eg.check_pte(mutant).with_code("EG512")
-    assert [f for f in findings if "returns what aten::copy_ writes in place" in f.message] if outcome == "error" else not findings
+    assert (
+        [f for f in findings if "returns what aten::copy_ writes in place" in f.message]
+        if outcome == "error"
+        else not findings
+    )
     assert Outcome(runner, tmp_path, seeds["mutable"]).of(mutant) == outcome
 
 
@@ -777,8 +958,14 @@ def _renamed_overload(program: Program) -> None:
     program.execution_plan[0].operators[0].overload += "_v2"
 
 
-@pytest.mark.parametrize(("edit", "lacking"), [(_renamed_backend, "backend 'XnnpackBackendV2'"), (_renamed_overload, "_v2, for which")], ids=["backend", "kernel"])
-def test_what_the_runtime_at_hand_lacks_is_an_error_against_it_and_nothing_without(edit, lacking: str, seeds, runner, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("edit", "lacking"),
+    [(_renamed_backend, "backend 'XnnpackBackendV2'"), (_renamed_overload, "_v2, for which")],
+    ids=["backend", "kernel"],
+)
+def test_what_the_runtime_at_hand_lacks_is_an_error_against_it_and_nothing_without(
+    edit, lacking: str, seeds, runner, tmp_path
+) -> None:
     """A kernel the runtime lacks, or a backend id that no ExecuTorch build registers (a
     misspelling): loading fails there, and the file alone cannot say so."""
     original = seeds["xnnpack"]
@@ -812,7 +999,9 @@ def _backend_id(backend_id: str, data: bytes | None = None) -> Callable[[Program
     ],
     ids=["empty", "lower case", "renamed"],
 )
-def test_a_backend_id_that_no_executorch_build_registers_is_an_error_the_runtime_refuses(backend_id: str, code: str, says: str, seeds, runner, tmp_path) -> None:
+def test_a_backend_id_that_no_executorch_build_registers_is_an_error_the_runtime_refuses(
+    backend_id: str, code: str, says: str, seeds, runner, tmp_path
+) -> None:
     mutant = edit_pte(seeds["xnnpack"], _backend_id(backend_id))
     report = eg.check_pte(mutant, against=eg.program.RuntimeInventory.installed())
     (finding,) = report.errors
@@ -821,7 +1010,9 @@ def test_a_backend_id_that_no_executorch_build_registers_is_an_error_the_runtime
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"  # NotFound
 
 
-def test_a_backend_another_executorch_build_has_is_a_warning_that_names_its_build_option(seeds, runner, tmp_path) -> None:
+def test_a_backend_another_executorch_build_has_is_a_warning_that_names_its_build_option(
+    seeds, runner, tmp_path
+) -> None:
     """Vulkan's payload (any bytes here: no runtime at hand reads them) under its own id: the
     runtime at hand lacks the backend, a build with EXECUTORCH_BUILD_VULKAN has it."""
     mutant = edit_pte(seeds["xnnpack"], _backend_id("VulkanBackend", b"\0" * 64))
@@ -832,7 +1023,9 @@ def test_a_backend_another_executorch_build_has_is_a_warning_that_names_its_buil
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == "error"
 
 
-def test_an_xnnpack_payload_under_another_backends_id_is_an_error_and_crashes_that_backend(seeds, runner, tmp_path) -> None:
+def test_an_xnnpack_payload_under_another_backends_id_is_an_error_and_crashes_that_backend(
+    seeds, runner, tmp_path
+) -> None:
     """QnnBackend, which executorch.runtime registers, is handed XNNPACK's bytes."""
     mutant = edit_pte(seeds["xnnpack"], _backend_id("QnnBackend"))
     (finding,) = eg.check_pte(mutant).with_code("EG506")
@@ -899,7 +1092,9 @@ def test_a_list_as_a_method_output_is_an_error_the_runtime_refuses(make, seeds, 
     mutant = edit_pte(seeds["portable"], _returns(make))
     (finding,) = eg.check_pte(mutant).with_code("EG512")
     assert "as its output 1" in finding.message and "cannot state a list" in finding.message
-    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"  # 'Failed to get output type for output 1'
+    assert (
+        Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "error"
+    )  # 'Failed to get output type for output 1'
 
 
 def _scalar_outputs() -> list:
@@ -918,7 +1113,9 @@ def _scalar_outputs() -> list:
 def test_a_scalar_or_none_as_a_method_output_is_no_error_and_runs(make, seeds, runner, tmp_path) -> None:
     mutant = edit_pte(seeds["portable"], _returns(make))
     assert not eg.check_pte(mutant).errors
-    assert Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "wrong output"  # it runs, and returns one value more
+    assert (
+        Outcome(runner, tmp_path, seeds["portable"]).of(mutant) == "wrong output"
+    )  # it runs, and returns one value more
 
 
 def _xnn_header_field(field: slice, change: Callable[[int], int]) -> Callable[[Program], None]:
@@ -951,9 +1148,17 @@ def _graph_identifier(identifier: bytes) -> Callable[[Program], None]:
         (_graph_identifier(b"XN00"), "same output"),
         (_graph_identifier(b"XN02"), "error"),
     ],
-    ids=["graph size 2 short: padding", "graph size 4 short", "graph size 8 short", "identifier XN00", "identifier XN02"],
+    ids=[
+        "graph size 2 short: padding",
+        "graph size 4 short",
+        "graph size 8 short",
+        "identifier XN00",
+        "identifier XN02",
+    ],
 )
-def test_an_xnnpack_header_that_cuts_its_graph_short_is_an_error_the_runtime_refuses(edit, outcome: str, seeds, runner, tmp_path) -> None:
+def test_an_xnnpack_header_that_cuts_its_graph_short_is_an_error_the_runtime_refuses(
+    edit, outcome: str, seeds, runner, tmp_path
+) -> None:
     """The runtime verifies the graph within the size the header states: ExecuTorch's serializer
     writes the graph's version string last, so a size a few bytes short cuts it (two bytes short
     cuts only the padding after its NUL). It takes the identifiers XN00 and XN01."""
@@ -968,12 +1173,16 @@ def test_an_xnnpack_header_that_cuts_its_graph_short_is_an_error_the_runtime_ref
     assert Outcome(runner, tmp_path, seeds["xnnpack"]).of(mutant) == outcome
 
 
-def test_a_max_pool_with_indices_of_another_dtype_is_an_error_the_kernel_refuses(runner, tmp_path, architecture_programs) -> None:
+def test_a_max_pool_with_indices_of_another_dtype_is_an_error_the_kernel_refuses(
+    runner, tmp_path, architecture_programs
+) -> None:
     original = architecture_programs["conv net, portable"]
 
     def double_indices(program: Program) -> None:
         plan = program.execution_plan[0]
-        plan.values[_calls(program, "aten::max_pool2d_with_indices")[0].args[-2]].val.scalar_type = 7  # double, as int64's 8 bytes
+        plan.values[
+            _calls(program, "aten::max_pool2d_with_indices")[0].args[-2]
+        ].val.scalar_type = 7  # double, as int64's 8 bytes
 
     mutant = edit_pte(original, double_indices)
     (finding,) = eg.check_pte(mutant).with_code("EG519")
@@ -1022,7 +1231,9 @@ def test_an_indexed_tensor_of_another_dtype_than_self_is_an_error_the_kernel_ref
     assert Outcome(runner, tmp_path, original).of(mutant) == "error"
 
 
-def test_an_index_put_writing_exactly_over_its_self_is_no_error_and_runs_as_before(runner, tmp_path, valid_program_bytes) -> None:
+def test_an_index_put_writing_exactly_over_its_self_is_no_error_and_runs_as_before(
+    runner, tmp_path, valid_program_bytes
+) -> None:
     """index_put copies its ``self`` into its out first: placed on ``self``'s own bytes, that
     copy changes nothing, and the KV cache is updated in place."""
     original = valid_program_bytes["kv cache, xnnpack"]
@@ -1031,7 +1242,9 @@ def test_an_index_put_writing_exactly_over_its_self_is_no_error_and_runs_as_befo
     assert Outcome(runner, tmp_path, original).of(mutant) == "same output"
 
 
-def test_a_state_that_is_never_updated_is_an_error_and_the_second_run_shows_it(runner, tmp_path, valid_program_bytes) -> None:
+def test_a_state_that_is_never_updated_is_an_error_and_the_second_run_shows_it(
+    runner, tmp_path, valid_program_bytes
+) -> None:
     """The KV cache without its copy_ back into the state: the runner's second run, on other
     inputs (another position), returns what the first run should have left in the cache."""
     original = valid_program_bytes["kv cache, xnnpack"]

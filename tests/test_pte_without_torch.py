@@ -45,6 +45,7 @@ KERNEL_CALL_EXAMPLES = {"segmentation": ("segmentation.py:model", {"size": 72}),
 XNNPACK programs that call kernels (a layer norm, a GELU, a pixel shuffle)."""
 REGRESSION_PARSE_SECONDS = 2.0  # as test_pte_fuzz.test_regression: hang-*.pte would take hours
 
+
 def facts(report: Iterable[Finding]) -> list[dict[str, object]]:
     """What the child and this process compare: every field of each finding that equality compares."""
     import dataclasses
@@ -77,7 +78,10 @@ def kernel_free(data: bytes) -> bool:
     """Whether the program has no kernel call (or cannot be parsed): nothing that needs torch."""
     program = PteFile(data).program
     return program is None or not any(
-        isinstance(i.instr_args, wheel.KernelCall) for plan in program.execution_plan for c in plan.chains for i in c.instructions
+        isinstance(i.instr_args, wheel.KernelCall)
+        for plan in program.execution_plan
+        for c in plan.chains
+        for i in c.instructions
     )
 
 
@@ -97,7 +101,10 @@ def damaged_delegated_program(valid: Mapping[str, bytes]) -> bytes:
     raise AssertionError("no damage of the payload was found")
 
 
-CLI_CHILD = "from __future__ import annotations\n" + FACTS + """
+CLI_CHILD = (
+    "from __future__ import annotations\n"
+    + FACTS
+    + """
 import json, runpy, sys
 sys.argv = ["export_guards", *sys.argv[1:]]
 code = 0
@@ -108,13 +115,18 @@ except SystemExit as exit:
 print("HEAVY " + json.dumps(heavy()), file=sys.stderr)
 sys.exit(code)
 """
+)
 
-API_CHILD = "from __future__ import annotations\n" + FACTS + """
+API_CHILD = (
+    "from __future__ import annotations\n"
+    + FACTS
+    + """
 import json, sys
 import export_guards
 report = export_guards.check_pte(sys.argv[1], replay=sys.argv[2:] == ["replay"])
 print(json.dumps({"findings": facts(report), "heavy": heavy()}))
 """
+)
 
 
 def heavy_of(done: subprocess.CompletedProcess[str]) -> list[str]:
@@ -123,7 +135,9 @@ def heavy_of(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 @pytest.mark.subprocess
-def test_a_delegated_program_is_checked_without_torch(valid_program_bytes: Mapping[str, bytes], cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_a_delegated_program_is_checked_without_torch(
+    valid_program_bytes: Mapping[str, bytes], cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     """The command and the Python API, in a fresh interpreter, on a fully delegated program (as
     written, and with a damaged XNNPACK payload): neither torch nor executorch.exir loads, and
     the findings are those of this process, where both are loaded."""
@@ -135,7 +149,9 @@ def test_a_delegated_program_is_checked_without_torch(valid_program_bytes: Mappi
         done = python(CLI_CHILD, "check", str(path), "--format", "json")
         assert heavy_of(done) == [], f"{path.name}: the command loaded {heavy_of(done)[:5]}"
         here = cli("check", path, "--format", "json")
-        assert (done.returncode, json.loads(done.stdout)) == (here.returncode, json.loads(here.stdout)), done.stderr[-2000:]
+        assert (done.returncode, json.loads(done.stdout)) == (here.returncode, json.loads(here.stdout)), done.stderr[
+            -2000:
+        ]
         api = python(API_CHILD, str(path))
         assert api.returncode == 0, api.stderr[-2000:]
         child = json.loads(api.stdout)
@@ -181,7 +197,9 @@ def check_without_and_with_replay(path: Path, cli: Callable[..., Ran]) -> list[d
 
 
 @pytest.mark.subprocess
-def test_a_program_with_kernel_calls_is_checked_without_torch(written_programs: Mapping[str, Written], cli: Callable[..., Ran]) -> None:
+def test_a_program_with_kernel_calls_is_checked_without_torch(
+    written_programs: Mapping[str, Written], cli: Callable[..., Ran]
+) -> None:
     """A portable program: the schemas its kernel calls need come from the operator table, so
     neither torch nor executorch.exir loads, and the findings are this process's; the replay
     (``replay=True``) loads torch, as it says, and finds what it found before."""
@@ -202,7 +220,9 @@ def _operands_that_do_not_broadcast_and_an_operator_no_runtime_has(program: whee
 
 
 @pytest.mark.subprocess
-def test_the_runtime_run_leaves_torch_and_the_runtime_to_its_child(written_programs: Mapping[str, Written], tmp_path: Path) -> None:
+def test_the_runtime_run_leaves_torch_and_the_runtime_to_its_child(
+    written_programs: Mapping[str, Written], tmp_path: Path
+) -> None:
     """``check --runtime`` (issue 47): the command's own process loads neither torch nor the
     runtime. Its child, which runs the program, answers what needs them: the runtime's kernels
     (EG521 names the operator it lacks) and EG519's replay on meta tensors (operands that do not
@@ -211,14 +231,27 @@ def test_the_runtime_run_leaves_torch_and_the_runtime_to_its_child(written_progr
     from pte_structure import edit_pte
 
     path = tmp_path / "mutant.pte"
-    path.write_bytes(edit_pte(written_programs["portable"].pte.read_bytes(), _operands_that_do_not_broadcast_and_an_operator_no_runtime_has))
+    path.write_bytes(
+        edit_pte(
+            written_programs["portable"].pte.read_bytes(),
+            _operands_that_do_not_broadcast_and_an_operator_no_runtime_has,
+        )
+    )
     done = python(CLI_CHILD, "check", str(path), "--runtime", "--format", "json", "--isolated")
     assert done.returncode == 1 and heavy_of(done) == [], done.stderr[-2000:]
     found = {(f["code"], f["message"]) for f in json.loads(done.stdout)["findings"]}
-    replayed = {(f.code, f.message) for f in check_pte(path, replay=True).with_code("EG519") if "with tensors it refuses" in f.message}
+    replayed = {
+        (f.code, f.message)
+        for f in check_pte(path, replay=True).with_code("EG519")
+        if "with tensors it refuses" in f.message
+    }
     assert replayed and replayed <= found
-    assert not replayed & {(f.code, f.message) for f in check_pte(path).with_code("EG519")}  # torch's words: the child's replay
-    assert any(code == "EG521" and "aten::add_nowhere.out, for which executorch.runtime" in message for code, message in found)
+    assert not replayed & {
+        (f.code, f.message) for f in check_pte(path).with_code("EG519")
+    }  # torch's words: the child's replay
+    assert any(
+        code == "EG521" and "aten::add_nowhere.out, for which executorch.runtime" in message for code, message in found
+    )
     crash = REGRESSIONS / "runtime-sigsegv-portable-287-flip.pte"
     done = python(CLI_CHILD, "check", str(crash), "--runtime", "--format", "json", "--isolated")
     assert done.returncode == 1 and heavy_of(done) == [], done.stderr[-2000:]
@@ -250,7 +283,10 @@ class Job:
     kernel_free: bool = True
 
 
-CORPUS_CHILD = "from __future__ import annotations\n" + FACTS + """
+CORPUS_CHILD = (
+    "from __future__ import annotations\n"
+    + FACTS
+    + """
 import json, sys
 assert not heavy(), heavy()
 import export_guards
@@ -261,6 +297,7 @@ for job in json.loads(open(sys.argv[1]).read()):
     report = export_guards.check_pte(job["pte"], data_files=job["data_files"])
     print(json.dumps({"findings": facts(report), "torch": bool(heavy())}), flush=True)
 """
+)
 
 
 def corpus(written: Mapping[str, Written], valid: Mapping[str, bytes], folder: Path, fuzz_cases: int) -> Iterator[Job]:
@@ -276,7 +313,12 @@ def corpus(written: Mapping[str, Written], valid: Mapping[str, bytes], folder: P
         return Job(name, str(path), tuple(map(str, data_files)), kernel_free=kernel_free(data))
 
     for name, program in written.items():
-        yield Job(name, str(program.pte), tuple(map(str, program.data_files)), kernel_free=kernel_free(program.pte.read_bytes()))
+        yield Job(
+            name,
+            str(program.pte),
+            tuple(map(str, program.data_files)),
+            kernel_free=kernel_free(program.pte.read_bytes()),
+        )
     for name, data in valid.items():
         yield written_as(name, data)
     for path in sorted(REGRESSIONS.glob("*.pte")):
@@ -292,7 +334,11 @@ def corpus(written: Mapping[str, Written], valid: Mapping[str, bytes], folder: P
         segments = delegate_segments(base)
         for number in range(per_seed):
             kind = MUTATIONS[number % len(MUTATIONS)]
-            yield written_as(f"{name} #{number} ({kind})", mutate(base, kind, random.Random(f"{name}-{number}"), segments), program.data_files)
+            yield written_as(
+                f"{name} #{number} ({kind})",
+                mutate(base, kind, random.Random(f"{name}-{number}"), segments),
+                program.data_files,
+            )
     for kind, mutator in sorted(STRUCTURE_MUTATORS.items()):
         for name, program in written.items():
             base = program.pte.read_bytes()
@@ -304,12 +350,17 @@ def corpus(written: Mapping[str, Written], valid: Mapping[str, bytes], folder: P
         base, segments = valid[name], delegate_segments(valid[name])
         for number in range(DELEGATED_MUTANTS):
             kind = MUTATIONS[number % len(MUTATIONS)]
-            yield written_as(f"{name} #{number} ({kind})", mutate(base, kind, random.Random(f"delegated-{name}-{number}"), segments))
+            yield written_as(
+                f"{name} #{number} ({kind})", mutate(base, kind, random.Random(f"delegated-{name}-{number}"), segments)
+            )
 
 
 @pytest.mark.subprocess
 def test_the_findings_without_torch_are_those_with_torch(
-    written_programs: Mapping[str, Written], valid_program_bytes: Mapping[str, bytes], request: pytest.FixtureRequest, tmp_path: Path
+    written_programs: Mapping[str, Written],
+    valid_program_bytes: Mapping[str, bytes],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> None:
     """One fresh interpreter checks the whole corpus without torch (nothing loads it, kernel
     calls or not) and gives, program by program, the findings of this process, where torch is
@@ -362,7 +413,10 @@ def damaged_heads(data: bytes, name: str, count: int = 40) -> Iterator[bytes]:
 
 
 def same_header(ours: object, theirs: object, cls: type) -> bool:
-    return all(getattr(ours, f.name) == getattr(theirs, f.name) for f in dataclasses.fields(cls)) and ours.is_valid() == theirs.is_valid()  # type: ignore[attr-defined]
+    return (
+        all(getattr(ours, f.name) == getattr(theirs, f.name) for f in dataclasses.fields(cls))
+        and ours.is_valid() == theirs.is_valid()
+    )  # type: ignore[attr-defined]
 
 
 def parsed_alike(ours: type, theirs: type, data: bytes) -> bool:
@@ -391,13 +445,19 @@ def test_the_headers_are_executorchs(
         assert getattr(headers.FlatTensorHeader, name) == getattr(FlatTensorHeader, name)
     layout = [n for n in vars(XNNHeader) if n.isupper()]
     assert layout and all(getattr(headers.XNNHeader, n) == getattr(XNNHeader, n) for n in layout)
-    assert {f.name for f in dataclasses.fields(headers.ExtendedHeader)} == {f.name for f in dataclasses.fields(_ExtendedHeader)}
-    assert {f.name for f in dataclasses.fields(headers.FlatTensorHeader)} == {f.name for f in dataclasses.fields(FlatTensorHeader)}
+    assert {f.name for f in dataclasses.fields(headers.ExtendedHeader)} == {
+        f.name for f in dataclasses.fields(_ExtendedHeader)
+    }
+    assert {f.name for f in dataclasses.fields(headers.FlatTensorHeader)} == {
+        f.name for f in dataclasses.fields(FlatTensorHeader)
+    }
 
     payloads = 0
     for name, data in corpus_bytes(written_programs, valid_program_bytes).items():
         for damaged in damaged_heads(data, name):
-            assert parsed_alike(headers.ExtendedHeader, _ExtendedHeader, damaged[8 : 8 + _ExtendedHeader.EXPECTED_LENGTH]), name
+            assert parsed_alike(
+                headers.ExtendedHeader, _ExtendedHeader, damaged[8 : 8 + _ExtendedHeader.EXPECTED_LENGTH]
+            ), name
         for delegate in PteFile(data).delegates:
             payload = delegate.data or b""
             if payload[4:8] != XNNHeader.EXPECTED_MAGIC:
@@ -410,7 +470,9 @@ def test_the_headers_are_executorchs(
     assert payloads >= len(DELEGATED)
     for ptd in written_programs["external"].data_files:
         for damaged in damaged_heads(ptd.read_bytes(), ptd.name):
-            assert parsed_alike(headers.FlatTensorHeader, FlatTensorHeader, damaged[8 : 8 + FlatTensorHeader.EXPECTED_LENGTH]), ptd.name
+            assert parsed_alike(
+                headers.FlatTensorHeader, FlatTensorHeader, damaged[8 : 8 + FlatTensorHeader.EXPECTED_LENGTH]
+            ), ptd.name
 
 
 def test_the_named_data_read_ahead_of_the_reader_is_where_the_reader_finds_it(
@@ -476,7 +538,10 @@ def test_the_schema_classes_are_executorchs() -> None:
     assert wheel.ScalarType is executorch.exir.schema.ScalarType
 
 
-LOADER_CHILD = "from __future__ import annotations\n" + FACTS + """
+LOADER_CHILD = (
+    "from __future__ import annotations\n"
+    + FACTS
+    + """
 import json, sys
 from export_guards.pte.reader import wheel
 light, before = wheel.loaded_light(), heavy()
@@ -496,6 +561,7 @@ print(json.dumps({
     "parsed": isinstance(_flatbuffer_to_program(data), wheel.Program),
 }))
 """
+)
 
 
 @pytest.mark.subprocess

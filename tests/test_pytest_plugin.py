@@ -68,7 +68,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def test_a_model_that_exports_runs_and_matches_eager_passes(project: pytest.Pytester) -> None:
     project.makepyfile(
-        test_model='''
+        test_model="""
         import torch
         from models import Small, image
 
@@ -90,13 +90,15 @@ def test_a_model_that_exports_runs_and_matches_eager_passes(project: pytest.Pyte
 
             warnings.warn("the test's own warning")
             check_export(Warns(), (torch.randn(2, 3),), backend="portable")
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(passed=3)
     # The fixtures' own steps' warnings (torch's and ExecuTorch's deprecations) are not reported;
     # the test's and the model's are (the model's twice: the export traces it, then eager runs it).
-    outcome.stdout.fnmatch_lines(["*test_model.py:*: UserWarning: the test's own warning", "*models.py:*: UserWarning: the model's own warning"])
+    outcome.stdout.fnmatch_lines(
+        ["*test_model.py:*: UserWarning: the test's own warning", "*models.py:*: UserWarning: the model's own warning"]
+    )
     assert outcome.parseoutcomes()["warnings"] == 3, outcome.outlines[-20:]
     assert not [line for line in outcome.outlines if "site-packages" in line or "DeprecationWarning" in line]
 
@@ -108,7 +110,7 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
     runtime has no kernel for (the check's finding, on the user's line), and a runtime refusal
     on inputs of the exported shapes (no advice about shapes)."""
     project.makepyfile(
-        test_model='''
+        test_model="""
         import torch
         from torch import nn
         from models import Branchy, ShapeBranch
@@ -137,13 +139,15 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
 
         def test_refused_at_load(check_export):
             check_export(Sorted(), (torch.randn(4, 8),), ignore=["EG521"])
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
     outcome.assert_outcomes(failed=6)
     # A program the runtime cannot load: the check's finding, at the user's line, in a few lines
     no_kernel = _section(outcome.outlines, "test_no_kernel")
-    assert 3 <= len(no_kernel) <= 20 and not [line for line in no_kernel if "During handling" in line or "Traceback" in line], no_kernel
+    assert 3 <= len(no_kernel) <= 20 and not [
+        line for line in no_kernel if "During handling" in line or "Traceback" in line
+    ], no_kernel
     outcome.stdout.fnmatch_lines(
         [
             "export-guards: the written program would not load or run in executorch.runtime: 1 finding(s) at or above error:",
@@ -152,15 +156,21 @@ def test_each_failure_says_why_in_the_users_terms(project: pytest.Pytester) -> N
         ]
     )
     refused = _section(outcome.outlines, "test_refused_at_load")
-    assert not [line for line in refused if "During handling" in line or "0x:" in line or "dynamic_shapes" in line], refused
+    assert not [line for line in refused if "During handling" in line or "0x:" in line or "dynamic_shapes" in line], (
+        refused
+    )
     assert any("Failed to load method forward, error: 0x14" in line for line in refused), refused
     # A step that fails: its name, the innermost cause, the user's line, the artifacts; a few
     # lines, not the libraries' traceback.
     failure = _section(outcome.outlines, "test_lowering_fails")
-    assert 3 <= len(failure) <= 20 and not [line for line in failure if "site-packages" in line or "Traceback" in line], failure
+    assert 3 <= len(failure) <= 20 and not [
+        line for line in failure if "site-packages" in line or "Traceback" in line
+    ], failure
     # ... and what the test captured holds none of the libraries' log lines or prints either
     captured = _section(outcome.outlines, "test_lowering_fails", with_captured=True)
-    assert not [line for line in captured if "site-packages" in line or "torch/" in line or "executorch" in line.split(":")[0]], captured
+    assert not [
+        line for line in captured if "site-packages" in line or "torch/" in line or "executorch" in line.split(":")[0]
+    ], captured
     outcome.stdout.fnmatch_lines(
         [
             "export-guards: lowering (xnnpack) failed: *SpecViolationError: Operator torch._ops.aten.rand_like.default*",
@@ -213,7 +223,7 @@ def _section(lines: list[str], test: str, *, with_captured: bool = False) -> lis
 def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pytester) -> None:
     project.makeini("[pytest]\nexport_guards_backend = portable\n")
     project.makepyfile(
-        test_model='''
+        test_model="""
         import pytest
         import torch
         from torch import nn
@@ -243,7 +253,7 @@ def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pyt
         @pytest.mark.export_guards(colour="red")
         def test_marker_typo(check_export):
             pass
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(passed=3, failed=1, errors=1)
@@ -254,7 +264,7 @@ def test_marker_and_options_set_backend_rules_and_fail_level(project: pytest.Pyt
 
 def test_eg_device_runs_on_cpu_and_on_trapdev_when_asked(project: pytest.Pytester, trapdev: object) -> None:
     project.makepyfile(
-        test_model='''
+        test_model="""
         import torch
         from torch import nn
 
@@ -262,7 +272,7 @@ def test_eg_device_runs_on_cpu_and_on_trapdev_when_asked(project: pytest.Pyteste
             torch.manual_seed(0)
             model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).to(eg_device)
             check_export(model, (torch.randn(2, 4).to(eg_device),), placement="copy")
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("--eg-trapdev", "-v")
     outcome.assert_outcomes(passed=2)
@@ -271,7 +281,7 @@ def test_eg_device_runs_on_cpu_and_on_trapdev_when_asked(project: pytest.Pyteste
 
 def test_assert_delegated_uses_exact_op_names_and_class_markers_merge(project: pytest.Pytester) -> None:
     project.makepyfile(
-        test_model='''
+        test_model="""
         import pytest
         import torch
         from torch import nn
@@ -287,7 +297,7 @@ def test_assert_delegated_uses_exact_op_names_and_class_markers_merge(project: p
             @pytest.mark.export_guards(fold=False)
             def test_settings_merge(self, export_guards_settings):
                 assert (export_guards_settings.backend, export_guards_settings.fold) == ("portable", False)
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(passed=1, failed=1)
@@ -297,7 +307,7 @@ def test_assert_delegated_uses_exact_op_names_and_class_markers_merge(project: p
 def test_the_fixtures_read_the_projects_pyproject_settings(project: pytest.Pytester) -> None:
     project.makefile(".toml", pyproject='[tool.export-guards]\nbackend = "portable"\nfold = false\nignore = ["EG4"]\n')
     project.makepyfile(
-        test_model='''
+        test_model="""
         import pytest
 
         def test_pyproject(export_guards_settings):
@@ -307,7 +317,7 @@ def test_the_fixtures_read_the_projects_pyproject_settings(project: pytest.Pytes
         @pytest.mark.export_guards(backend="xnnpack")
         def test_marker_wins(export_guards_settings):
             assert (export_guards_settings.backend, export_guards_settings.fold) == ("xnnpack", False)
-        '''
+        """
     )
     project.runpytest_subprocess("-q").assert_outcomes(passed=2)
     project.makefile(".toml", pyproject='[tool.export-guards]\nbackend = "vulkan"\n')
@@ -320,7 +330,7 @@ def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_
     project: pytest.Pytester,
 ) -> None:
     project.makepyfile(
-        test_model='''
+        test_model="""
         import pytest
         import torch
         from torch import nn
@@ -328,7 +338,7 @@ def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_
         @pytest.mark.parametrize("case", ["long"], ids=["a-very-long-case-name/" * 16])
         def test_training_mode(check_export, case):
             check_export(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),))
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
     outcome.assert_outcomes(failed=1)
@@ -341,7 +351,9 @@ def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_
     (kept / "report.txt").write_text("my notes on this failure\n")
     again = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
     again.assert_outcomes(failed=1)
-    again.stdout.fnmatch_lines(["*the artifacts were not saved in *: report.txt there is not export-guards' to replace*"])
+    again.stdout.fnmatch_lines(
+        ["*the artifacts were not saved in *: report.txt there is not export-guards' to replace*"]
+    )
     assert (kept / "report.txt").read_text() == "my notes on this failure\n"
 
     Path(project.path, "blocked").write_text("a file where the artifacts folder should be\n")
@@ -358,7 +370,7 @@ def test_long_test_ids_get_bounded_artifact_folders_and_a_failed_save_keeps_the_
 
 def test_assert_delegated_failures_save_the_report_and_the_pte(project: pytest.Pytester) -> None:
     project.makepyfile(
-        test_model='''
+        test_model="""
         import torch
         from torch import nn
 
@@ -369,7 +381,7 @@ def test_assert_delegated_failures_save_the_report_and_the_pte(project: pytest.P
 
         def test_export_check(check_export, assert_delegated):
             assert_delegated(check_export(Modulated(), (torch.randn(2, 4),)))
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q", "--eg-artifacts", "kept")
     outcome.assert_outcomes(failed=2)
@@ -384,7 +396,7 @@ def test_assert_delegated_failures_save_the_report_and_the_pte(project: pytest.P
 
 def test_failure_reports_carry_no_torch_trace_lines_but_keep_real_log_warnings(project: pytest.Pytester) -> None:
     project.makepyfile(
-        test_model='''
+        test_model="""
         import logging
         import torch
         from torch import nn
@@ -392,7 +404,7 @@ def test_failure_reports_carry_no_torch_trace_lines_but_keep_real_log_warnings(p
         def test_training_mode(check_export):
             logging.getLogger("my.model").warning("a warning of the model's own")
             check_export(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (torch.randn(2, 4),))
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(failed=1)
@@ -405,7 +417,7 @@ def test_under_xdist_each_worker_gives_torch_its_share_of_the_cores(
 ) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     project.makepyfile(
-        test_model='''
+        test_model="""
         import os
         import torch
         from torch import nn
@@ -417,7 +429,7 @@ def test_under_xdist_each_worker_gives_torch_its_share_of_the_cores(
         def test_check_export(check_export):
             torch.manual_seed(0)
             check_export(nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval(), (torch.randn(2, 4),))
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q", "-n", "2")
     outcome.assert_outcomes(passed=2)
@@ -429,22 +441,22 @@ def test_under_xdist_each_worker_gives_torch_its_share_of_the_cores(
 def test_a_runtime_built_for_a_newer_torch_skips_the_run_saying_which_torch_it_needs(project: pytest.Pytester) -> None:
     """Everything before the run is checked; the run itself would fail in C++ on every program."""
     project.makeconftest(
-        '''
+        """
         from importlib import metadata
         from export_guards import compat
 
         compat.RUNTIME_BUILT_FOR[compat._minor(metadata.version("executorch"))] = "9.0"  # as if built for a newer torch
-        '''
+        """
     )
     project.makepyfile(
-        test_model='''
+        test_model="""
         import torch
         from models import Small, image
 
         def test_small(check_export):
             torch.manual_seed(0)
             check_export(Small().eval(), image())
-        '''
+        """
     )
     result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)
@@ -457,7 +469,7 @@ def test_stateful_models_run_as_eager_runs_them_and_a_mismatch_points_at_state(p
     method; a program that starts its state elsewhere than eager fails on the state, not on
     shapes. Fixture options are Python names, and a misspelt one is one clear line."""
     project.makepyfile(
-        test_state='''
+        test_state="""
         import torch
         from torch import nn
 
@@ -487,7 +499,7 @@ def test_stateful_models_run_as_eager_runs_them_and_a_mismatch_points_at_state(p
 
         def test_misspelt_option(check_export):
             check_export(Accumulate(), inputs(0), fail_levle="warning")
-        '''
+        """
     )
     outcome = project.runpytest_subprocess("-q")
     outcome.assert_outcomes(passed=1, failed=2)
@@ -502,4 +514,8 @@ def test_stateful_models_run_as_eager_runs_them_and_a_mismatch_points_at_state(p
     assert not [line for line in state if "dynamic_shapes" in line or "specialised" in line], state
     misspelt = _section(outcome.outlines, "test_misspelt_option")
     assert not [line for line in misspelt if "Traceback" in line or "export_guards/" in line], misspelt
-    outcome.stdout.fnmatch_lines(["export-guards: unknown setting(s) fail_levle (did you mean fail_level?) in the check_export(...) call; accepted: *atol, backend, *extra_inputs, *fail_level*steps*"])
+    outcome.stdout.fnmatch_lines(
+        [
+            "export-guards: unknown setting(s) fail_levle (did you mean fail_level?) in the check_export(...) call; accepted: *atol, backend, *extra_inputs, *fail_level*steps*"
+        ]
+    )

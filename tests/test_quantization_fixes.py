@@ -106,5 +106,12 @@ def test_a_pt2e_program_with_quantize_ops_left_to_the_kernels_is_written_without
         "ref = model(*inputs)\n"
         "assert float((out - ref).norm() / ref.norm()) <= m.RIGHT\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -29,21 +29,29 @@ TABLE_MEASURED_HERE = all(metadata.version(package).startswith(version) for pack
 
 
 @pytest.mark.parametrize(("name", "backend"), CELLS, ids=[f"{name}-{backend}" for name, backend in CELLS])
-def test_each_cell_is_right_on_every_path_and_as_documented(name: str, backend: str, check_export, tmp_path: Path) -> None:
+def test_each_cell_is_right_on_every_path_and_as_documented(
+    name: str, backend: str, check_export, tmp_path: Path
+) -> None:
     cell = matrix.cell(name, backend)
     if name in matrix.NO_PROGRAM:
         assert cell.pte is None and matrix.NO_PROGRAM[name] in cell.error, f"{name} on {backend}: {cell.written}"
-        assert cell.written.startswith("refused, naming "), f"{name} on {backend} names no configuration that works: {cell.error}"
+        assert cell.written.startswith("refused, naming "), (
+            f"{name} on {backend} names no configuration that works: {cell.error}"
+        )
     else:
         assert cell.pte is not None, f"{name} on {backend}: lower_with_guards writes no program: {cell.error}"
         assert cell.relative_error is not None and cell.relative_error <= matrix.RIGHT, (
             f"{name} on {backend}: the program is {cell.relative_error:.3g} off the quantized model ({cell.written})"
         )
-        assert not eg.check_pte(cell.pte).errors, f"{name} on {backend}: check finds errors in what lower_with_guards wrote"
+        assert not eg.check_pte(cell.pte).errors, (
+            f"{name} on {backend}: check finds errors in what lower_with_guards wrote"
+        )
         for path, pte in _other_paths(name, backend, check_export, tmp_path):
             if pte != cell.pte:  # another program (a path that decomposes in its own way): it must be right too
                 error = matrix.relative_error(name, pte)
-                assert error <= matrix.RIGHT, f"{name} on {backend}: {path}'s program is {error:.3g} off the quantized model"
+                assert error <= matrix.RIGHT, (
+                    f"{name} on {backend}: {path}'s program is {error:.3g} off the quantized model"
+                )
     if TABLE_MEASURED_HERE:
         documented = matrix.documented_rows().get(name, "")
         assert cell.row() in documented, (
@@ -64,7 +72,12 @@ def _other_paths(name: str, backend: str, check_export, folder: Path) -> list[tu
         program, _ = eg.fold_non_core_constants(matrix.program_of(name), partitioner=parts)  # the pre-to_edge step
         passes = eg.guard_passes(partitioner=parts) if guarded else eg.guard_passes()
         edge = to_edge_transform_and_lower(program, transform_passes=passes, partitioner=parts)
-        written.append((f"the pass list{' with guard_partitioners' if guarded else ''}", edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer))
+        written.append(
+            (
+                f"the pass list{' with guard_partitioners' if guarded else ''}",
+                edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer,
+            )
+        )
     model, inputs, expected = matrix.model_of(name)
     checked = check_export(model, inputs, backend=backend, atol=matrix.RIGHT * float(expected.abs().max()), rtol=0.0)
     pte = folder / "linted.pte"

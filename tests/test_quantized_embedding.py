@@ -49,7 +49,9 @@ def _config(name: str) -> object:
         "int4-group16": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)),  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
         "int2-group32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int2, granularity=PerGroup(32)),  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
         "int4-group32-asymmetric": lambda: IntxWeightOnlyConfig(
-            weight_dtype=torch.int4, granularity=PerGroup(32), mapping_type=MappingType.ASYMMETRIC  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
+            weight_dtype=torch.int4,
+            granularity=PerGroup(32),
+            mapping_type=MappingType.ASYMMETRIC,  # type: ignore[attr-defined]  # torch's stubs lack the sub-byte dtypes
         ),
     }
     return configs[name]()
@@ -94,7 +96,9 @@ def guarded() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...], eg.Guarded
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-def test_lower_with_guards_writes_the_quantized_table_and_matches_eager(config: str, guarded: dict, float_pte: bytes) -> None:
+def test_lower_with_guards_writes_the_quantized_table_and_matches_eager(
+    config: str, guarded: dict, float_pte: bytes
+) -> None:
     model, inputs, result, pte = guarded[config]
     kernel, bits, group, zero_points = CONFIGS[config]
     (said,) = result.report.with_code("EG408")
@@ -112,7 +116,9 @@ def test_lower_with_guards_writes_the_quantized_table_and_matches_eager(config: 
     assert f"quantized_decomposed::{kernel}".encode() in pte  # the operator table names it
 
 
-def test_check_and_check_runtime_are_clean_on_the_programs(guarded: dict, cli: Callable[..., object], tmp_path: Path) -> None:
+def test_check_and_check_runtime_are_clean_on_the_programs(
+    guarded: dict, cli: Callable[..., object], tmp_path: Path
+) -> None:
     for config, (_, _, _, pte) in guarded.items():
         assert not eg.check_pte(pte, against=eg.program.RuntimeInventory.installed()).findings, config
     written = tmp_path / "int4.pte"
@@ -124,11 +130,15 @@ def test_check_and_check_runtime_are_clean_on_the_programs(guarded: dict, cli: C
 def test_a_runtime_without_the_quantized_kernels_is_told_to_link_them(guarded: dict, tmp_path: Path) -> None:
     kernels = tmp_path / "kernels.txt"
     kernels.write_text("aten::mul.out\n")
-    (lacking,) = eg.check_pte(guarded["int4-group32"][3], against=eg.program.RuntimeInventory.from_file(kernels)).with_code("EG521")
+    (lacking,) = eg.check_pte(
+        guarded["int4-group32"][3], against=eg.program.RuntimeInventory.from_file(kernels)
+    ).with_code("EG521")
     assert "quantized_decomposed::embedding_4bit.out" in lacking.message and "quantized_ops_lib" in (lacking.fix or "")
 
 
-def test_the_stock_wheel_runtime_lacks_the_kernels_and_export_guards_runs_register_them(guarded: dict, tmp_path: Path) -> None:
+def test_the_stock_wheel_runtime_lacks_the_kernels_and_export_guards_runs_register_them(
+    guarded: dict, tmp_path: Path
+) -> None:
     """In a fresh interpreter: ``executorch.runtime`` alone has no quantized embedding kernel and
     does not load the program; ``run_pte`` (the fixtures' runner) registers them and runs it."""
     model, inputs, _, pte = guarded["int2-group32"]
@@ -150,7 +160,10 @@ def test_the_stock_wheel_runtime_lacks_the_kernels_and_export_guards_runs_regist
         "torch.save(out, sys.argv[3])\n"
         "print(json.dumps({'before': before, 'loaded': loaded}))\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(eg.__file__).parent.parent), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(eg.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]),
+    }
     done = subprocess.run(
         [sys.executable, "-c", script, tmp_path / "p.pte", tmp_path / "inputs.pt", tmp_path / "out.pt"],
         capture_output=True, text=True, env=env, timeout=600,
@@ -174,7 +187,9 @@ def test_the_pass_list_writes_a_decoder_with_a_quantized_embedding_and_stock_can
     with torch.no_grad():
         assert torch.allclose(actual, model(*inputs), atol=1e-5, rtol=1e-5)  # the head on XNNPACK: float rounding
     assert b"quantized_decomposed::embedding_4bit" in pte
-    assert str(program.graph) == graph and all(torch.equal(state[k], _plain(v)) for k, v in program.state_dict.items())  # the caller's program kept
+    assert str(program.graph) == graph and all(
+        torch.equal(state[k], _plain(v)) for k, v in program.state_dict.items()
+    )  # the caller's program kept
 
 
 def test_an_embedding_that_is_the_output_is_the_kernels_output() -> None:
@@ -204,7 +219,9 @@ def test_a_program_without_a_quantized_embedding_keeps_stock_bytes() -> None:
 
 
 @pytest.mark.runs_program
-def test_the_lint_writes_and_runs_a_decoder_with_a_quantized_embedding(cli: Callable[..., object], tmp_path: Path) -> None:
+def test_the_lint_writes_and_runs_a_decoder_with_a_quantized_embedding(
+    cli: Callable[..., object], tmp_path: Path
+) -> None:
     factory = tmp_path / "decoder.py"
     factory.write_text(
         "import torch\n"

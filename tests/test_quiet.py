@@ -47,10 +47,15 @@ def test_known_lines_are_dropped_at_their_source_and_every_other_line_passes() -
             warnings.simplefilter("always")
             quiet.show_known_noise()
             quiet.filter_known_noise()
-            warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use TreeSpec.is_leaf()", FutureWarning, stacklevel=1)
+            warnings.warn(
+                "`isinstance(treespec, LeafSpec)` is deprecated, use TreeSpec.is_leaf()", FutureWarning, stacklevel=1
+            )
             warnings.warn("`LeafSpec` will change", FutureWarning, stacklevel=1)
             warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", DeprecationWarning, stacklevel=1)
-        assert [str(w.message) for w in caught] == ["`LeafSpec` will change", "`isinstance(treespec, LeafSpec)` is deprecated"]
+        assert [str(w.message) for w in caught] == [
+            "`LeafSpec` will change",
+            "`isinstance(treespec, LeafSpec)` is deprecated",
+        ]
         assert kept.messages == [cuda_kernels, "Failed to load the checkpoint"]
 
         quiet.show_known_noise()  # the command's -v: the known lines too
@@ -65,7 +70,8 @@ def test_known_lines_are_dropped_at_their_source_and_every_other_line_passes() -
 @pytest.mark.subprocess  # the libraries load in a fresh interpreter, after import export_guards
 def test_the_api_prints_no_library_line_and_the_switch_lets_them_through(tmp_path: Path) -> None:
     script = tmp_path / "use.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch
         import export_guards as eg
 
@@ -73,7 +79,8 @@ def test_the_api_prints_no_library_line_and_the_switch_lets_them_through(tmp_pat
         result = eg.export_with_guards(net, (torch.randn(2, 8),))
         assert not eg.program.check_program(result, result.to_pte()).errors
         print("exported")
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout == "exported\n", done.stderr[-3000:]
     assert done.stderr == ""  # no torchao, pytree or LeafSpec line: nothing at all
@@ -92,7 +99,8 @@ def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> 
     (the emitter's UserWarning, which the lint's own rule answers) print nothing; a buffer that
     starts from ones is still reported, by that rule."""
     script = tmp_path / "use.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch
         import export_guards as eg
 
@@ -113,7 +121,8 @@ def test_recipes_and_a_buffer_written_in_place_print_nothing(tmp_path: Path) -> 
         backend = eg.export_with_guards(Counter(torch.ones).eval(), (torch.randn(2, 4),))
         backend.to_pte()
         print(sorted({eg.RULES[f.code].name for f in recipe.report.errors}), sorted({eg.RULES[f.code].name for f in backend.report.errors}))
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "[] ['buffer-initial-value-dropped']\n"
@@ -136,7 +145,9 @@ def test_native_lines_pass_except_the_cpu_probe_and_the_tokenizers_registration(
     assert done.returncode == 0 and done.stderr == "[method.cpp:744] Op index 12 out of range\nafter\n", done.stderr
 
 
-def test_a_library_error_held_through_a_step_that_ends_well_is_logged_after_it(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_library_error_held_through_a_step_that_ends_well_is_logged_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The plugin's steps hold the libraries' ERROR records and log them once the step ends
     without raising (it iterated the held dict's keys, and raised AttributeError instead)."""
     from export_guards.pytest_plugin.quiet import libraries_kept_quiet

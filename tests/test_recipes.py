@@ -48,7 +48,9 @@ def error_against_eager(model: nn.Module, inputs: tuple[torch.Tensor, ...], pte:
 
 def delegated(session) -> int:
     """Convs and matrix products inside a delegate."""
-    return eg.delegation_summary(session.get_edge_program_manager()).count("convolution", "linear", "addmm", "mm", "bmm")[0]
+    return eg.delegation_summary(session.get_edge_program_manager()).count(
+        "convolution", "linear", "addmm", "mm", "bmm"
+    )[0]
 
 
 @pytest.mark.parametrize("name", STOCK_AGAINST_GUARDED)
@@ -59,7 +61,9 @@ def test_a_guarded_recipe_delegates_at_least_as_much_as_stock_runs_and_matches(n
         stock = export(model, [inputs], recipe_named(name))
     except KeyError as error:  # torchao cannot quantize a reparametrized layer: the stock recipe fails
         assert "torchao" in name and "already exists" in str(error)  # noqa: PT017 - the stock recipe's known failure, then the test goes on
-        stock = export(eg.fold.fold_parametrizations(model)[0], [inputs], recipe_named(name))  # the same model, folded by hand
+        stock = export(
+            eg.fold.fold_parametrizations(model)[0], [inputs], recipe_named(name)
+        )  # the same model, folded by hand
     model, inputs = MODELS[model_name]()  # a fresh model: some recipes transform the one they are given
     guarded = export(model, [inputs], eg.guard_recipe(recipe_named(name)))
 
@@ -98,7 +102,10 @@ def test_the_callers_recipe_is_left_as_it_was() -> None:
     assert list(recipe.executorch_backend_config.passes) == passes
     assert all(isinstance(p, eg.placement.GuardedPartitioner) for p in guarded.lowering_recipe.partitioners)
     emit = [type(p) for p in eg.emit_passes()]  # the placement guard, then the copies of cond results
-    assert eg.placement.EmitPlacementPass in emit and [type(p) for p in guarded.executorch_backend_config.passes[-len(emit):]] == emit
+    assert (
+        eg.placement.EmitPlacementPass in emit
+        and [type(p) for p in guarded.executorch_backend_config.passes[-len(emit) :]] == emit
+    )
     assert isinstance(guarded, ExportRecipe)
 
 
@@ -120,14 +127,18 @@ def test_a_multi_method_recipe_export_is_guarded_per_method() -> None:
 def test_device_constants_are_stopped_or_copied_in_a_recipe_export(trapdev: torch.device) -> None:
     model, inputs = transformer_block()
     on_device = model.to(trapdev)
-    stopped = eg.export_with_guards(on_device, [x.to(trapdev) for x in inputs], config=eg.Settings(recipe="xnnpack_fp32"))
+    stopped = eg.export_with_guards(
+        on_device, [x.to(trapdev) for x in inputs], config=eg.Settings(recipe="xnnpack_fp32")
+    )
     assert stopped.edge is None
     assert {f.code for f in stopped.report.errors} == {"EG101"}
     readers = {f.constant: f.message.rsplit("; ", 1)[-1] for f in stopped.report.errors}
     assert readers["qkv.weight"] == "XnnpackBackend's preprocess will read it from host memory"
     assert readers["norm1.weight"].startswith("no partition takes it, so the emitter will copy it")
 
-    copied = eg.export_with_guards(on_device, [x.to(trapdev) for x in inputs], config=eg.Settings(placement="copy", recipe="xnnpack_fp32"))
+    copied = eg.export_with_guards(
+        on_device, [x.to(trapdev) for x in inputs], config=eg.Settings(placement="copy", recipe="xnnpack_fp32")
+    )
     with torch.no_grad():
         expected = on_device(*(x.to(trapdev) for x in inputs)).cpu()
     torch.testing.assert_close(run_pte(copied.to_pte(), inputs)[0], expected, atol=1e-4, rtol=1e-4)
@@ -174,7 +185,9 @@ def test_the_command_takes_a_recipe_by_name(cli: Callable[..., Ran], tmp_path: P
         return cli(*args, cwd=ROOT)
 
     out = tmp_path / "decoder.pte"
-    done = run("lint", "examples/decoder.py:model", "--recipe", "xnnpack_pt2e_int8_static_per_channel", "--pte", str(out))
+    done = run(
+        "lint", "examples/decoder.py:model", "--recipe", "xnnpack_pt2e_int8_static_per_channel", "--pte", str(out)
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "xnnpack_pt2e_int8_static_per_channel" in done.stderr
     assert out.read_bytes()[4:8] == b"ET12"

@@ -102,7 +102,10 @@ def test_eg304_float64_is_not_delegated_and_float32_is() -> None:
     assert "EG304" in codes(model.double(), *double)
     assert eg.export_with_guards(model.double(), double).delegation.count("linear", "mm", "addmm") == (0, 1)
     assert "EG304" not in codes(model.float(), double[0].float())  # the fix: model.float()
-    assert eg.export_with_guards(model.float(), (double[0].float(),)).delegation.count("linear", "mm", "addmm") == (1, 1)
+    assert eg.export_with_guards(model.float(), (double[0].float(),)).delegation.count("linear", "mm", "addmm") == (
+        1,
+        1,
+    )
 
 
 def test_eg305_a_parameter_written_in_place_loses_its_writes_in_the_program() -> None:
@@ -168,14 +171,23 @@ def test_eg308_a_written_buffer_starts_from_zeros_in_the_program_and_the_fix_kee
     with torch.no_grad():
         program = torch.export.export(Nested(start), (x,))
     (finding,) = eg.lint(program).with_code("EG308")
-    assert finding.constant == "inner.total" and finding.location is not None and "self.total.add_(x)" in finding.location.code
+    assert (
+        finding.constant == "inner.total"
+        and finding.location is not None
+        and "self.total.add_(x)" in finding.location.code
+    )
     assert "buffer 'inner.total'" in finding.message and "by up to 2" in finding.message  # 2 * the ones it drops
     stock = to_edge_transform_and_lower(program).to_executorch().buffer
     (first,) = Runtime.get().load_program(stock).load_method("forward").execute([x])
     torch.testing.assert_close(first, Nested(torch.zeros(2, 4))(x))  # the claim: it starts from zeros
     assert not torch.allclose(first, Nested(start)(x))
-    kept = ExecutorchBackendConfig(passes=[eg.passes.keep_initial_values("inner.total")])  # the fix, as the finding names it
-    assert "keep_initial_values('inner.total')" in (finding.fix or "") and "inner_total" not in (finding.fix or "") + finding.message
+    kept = ExecutorchBackendConfig(
+        passes=[eg.passes.keep_initial_values("inner.total")]
+    )  # the fix, as the finding names it
+    assert (
+        "keep_initial_values('inner.total')" in (finding.fix or "")
+        and "inner_total" not in (finding.fix or "") + finding.message
+    )
     fixed = to_edge_transform_and_lower(program).to_executorch(kept).buffer
     (first,) = Runtime.get().load_program(fixed).load_method("forward").execute([x])
     torch.testing.assert_close(first, Nested(start)(x))
@@ -206,7 +218,9 @@ def test_eg308_sits_on_the_unmasked_read_and_offers_keep_initial_values_last_wit
         assert finding.node is not None and read in finding.node and line in finding.location.code
         assert "through this read of it, which no mask covers" in finding.message
         fix = finding.fix
-        assert fix.startswith("mask the read") and fix.index("start the buffer at zeros") < fix.index("keep_initial_values(")
+        assert fix.startswith("mask the read") and fix.index("start the buffer at zeros") < fix.index(
+            "keep_initial_values("
+        )
         assert "bakes the value into the program" in fix[fix.index("keep_initial_values(") :]
     from export_guards.ruleset.catalog import CATALOG
 
@@ -285,12 +299,18 @@ def test_eg310_the_stated_shape_and_dim_order_are_what_the_runtime_takes(tmp_pat
     pte = to_edge_transform_and_lower(torch.export.export(model, (x,))).to_executorch().buffer
     refused, _ = _run_in_a_child(pte, [torch.randn(2, 3, 8, 8)], tmp_path)  # another shape: refused
     assert "ran forward" not in refused.steps and (refused.failure or refused.signal), refused
-    _, (wrong,) = _run_in_a_child(pte, [x.to(memory_format=torch.channels_last)], tmp_path)  # another dim order: read as this one
+    _, (wrong,) = _run_in_a_child(
+        pte, [x.to(memory_format=torch.channels_last)], tmp_path
+    )  # another dim order: read as this one
     assert not torch.allclose(wrong, model(x), atol=1e-4)
     channels_last = x.to(memory_format=torch.channels_last)
     (finding,) = eg.lint(torch.export.export(model, (channels_last,))).with_code("EG310")
     assert "(channels-last, dim order [0, 2, 3, 1])" in finding.message
-    method = Runtime.get().load_program(to_edge_transform_and_lower(torch.export.export(model, (channels_last,))).to_executorch().buffer).load_method("forward")
+    method = (
+        Runtime.get()
+        .load_program(to_edge_transform_and_lower(torch.export.export(model, (channels_last,))).to_executorch().buffer)
+        .load_method("forward")
+    )
     (right,) = method.execute([channels_last])
     torch.testing.assert_close(right, model(x))
     batch = torch.export.Dim("batch", max=8)  # the fix where the batch should vary
@@ -311,7 +331,9 @@ def test_eg520_a_program_without_a_delegate_runs_its_compute_on_portable_kernels
     assert "1 aten::addmm, 1 aten::convolution" in finding.message
     lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
     assert not eg.check_pte(lowered).with_code("EG520")  # the fix
-    assert not {"aten::convolution", "aten::addmm"} & {op.name for op in eg_program(lowered).execution_plan[0].operators}
+    assert not {"aten::convolution", "aten::addmm"} & {
+        op.name for op in eg_program(lowered).execution_plan[0].operators
+    }
 
 
 def test_eg525_a_kernel_call_in_a_dtype_the_kernel_has_no_path_for_fails_in_the_runtime_and_the_cast_runs() -> None:
@@ -405,9 +427,13 @@ def test_eg401_a_quantized_linear_decomposed_before_the_fold_is_explained_and_it
     features = (torch.randn(2, 8),)
     program = torch.export.export(_quantized(model, features, fold_quantize=False), features)
     with capture_partitioner_reasons() as reasons:  # the pass-list form, without the line before to_edge
-        edge = to_edge_transform_and_lower(program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()])
+        edge = to_edge_transform_and_lower(
+            program, transform_passes=eg.guard_passes(), partitioner=[XnnpackPartitioner()]
+        )
     (left_out,) = eg.lint(edge, stage="partitioned", reasons={"forward": reasons}).with_code("EG401")
-    assert "Expected weight to be a static param" in left_out.message and "fold_non_core_constants" in (left_out.fix or "")
+    assert "Expected weight to be a static param" in left_out.message and "fold_non_core_constants" in (
+        left_out.fix or ""
+    )
     assert eg.delegation_summary(edge).count("addmm") == (0, 1)  # the claim
 
     folded, _ = eg.fold_non_core_constants(program)  # the fix

@@ -50,13 +50,19 @@ def test_a_failure_on_made_up_integers_is_a_warning_and_real_inputs_decide(behin
     (made_up,) = check_pte(behind, runtime=True).with_code("EG511")
     assert made_up.severity is Severity.WARNING, made_up
     assert "on inputs that export-guards made up (#0 float32[2, 4] random, #1 int64[2] zeros)" in made_up.message
-    assert "Index -1 is out of bounds" in made_up.message and made_up.fix is not None and "--inputs inputs.pt" in made_up.fix
+    assert (
+        "Index -1 is out of bounds" in made_up.message
+        and made_up.fix is not None
+        and "--inputs inputs.pt" in made_up.fix
+    )
     real, wrong = tmp_path / "real.pt", tmp_path / "wrong.pt"
     torch.save([torch.randn(2, 4), torch.tensor([9, 10])], real)
     torch.save([torch.randn(2, 4), torch.tensor([0, 1])], wrong)
     assert check_pte(behind, runtime=True, inputs=real).findings == ()
     (failed,) = check_pte(behind, runtime=True, inputs=wrong).with_code("EG511")
-    assert failed.severity is Severity.ERROR and f"failed in {behind} on the inputs in {wrong}" in failed.message, failed
+    assert failed.severity is Severity.ERROR and f"failed in {behind} on the inputs in {wrong}" in failed.message, (
+        failed
+    )
 
 
 class _Bucketed(nn.Module):
@@ -85,7 +91,9 @@ def test_inputs_go_with_runtime_and_one_program(cli: Callable[..., Any], tmp_pat
     inputs = tmp_path / "inputs.pt"
     inputs.write_bytes(b"not read before the run")
     without = cli("check", REGRESSION, "--inputs", inputs)
-    assert without.returncode == 2 and "--inputs are what --runtime runs the program on: add --runtime" in without.stderr
+    assert (
+        without.returncode == 2 and "--inputs are what --runtime runs the program on: add --runtime" in without.stderr
+    )
     two = cli("check", REGRESSION, REGRESSION, "--runtime", "--inputs", inputs)
     assert two.returncode == 2 and "--inputs goes with one program (2 were given)" in two.stderr
     missing = cli("check", REGRESSION, "--runtime", "--inputs", tmp_path / "nowhere.pt")
@@ -95,7 +103,11 @@ def test_inputs_go_with_runtime_and_one_program(cli: Callable[..., Any], tmp_pat
     mine = tmp_path / "notes.txt"
     mine.write_text("the user's own")
     kept = cli("lint", f"{MODELS}:cache_at_position", "--save-inputs", mine)  # refused before any export
-    assert kept.returncode == 2 and "is not a file of inputs saved with torch.save" in kept.stderr and mine.read_text() == "the user's own"
+    assert (
+        kept.returncode == 2
+        and "is not a file of inputs saved with torch.save" in kept.stderr
+        and mine.read_text() == "the user's own"
+    )
     several = cli("lint", f"{MODELS}:clean", f"{MODELS}:gated", "--save-inputs", inputs)
     assert several.returncode == 2 and "--save-inputs writes one target's inputs" in several.stderr
 
@@ -110,8 +122,12 @@ def test_check_runtime_keeps_a_made_up_cache_position_in_range(cli: Callable[...
     checked = cli("check", out, "--runtime", "--isolated")
     assert checked.returncode == 0 and "EG511" not in checked.stdout, checked.stdout
     assert "ran in executorch.runtime on inputs it made up (--inputs FILE runs real ones)" in checked.stdout
-    real = cli("check", out, "--runtime", "--inputs", inputs, "--isolated")  # the factory's: a position of 0 and 4 tokens
-    assert real.returncode == 0 and f"ran in executorch.runtime: forward on the inputs in {inputs}" in real.stdout, real.stdout
+    real = cli(
+        "check", out, "--runtime", "--inputs", inputs, "--isolated"
+    )  # the factory's: a position of 0 and 4 tokens
+    assert real.returncode == 0 and f"ran in executorch.runtime: forward on the inputs in {inputs}" in real.stdout, (
+        real.stdout
+    )
 
 
 def test_the_bounds_keep_an_input_given_as_none() -> None:
@@ -120,10 +136,18 @@ def test_the_bounds_keep_an_input_given_as_none() -> None:
     model, inputs, dynamic_shapes = optional_embeds()
     program = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
     made = shape_bounds(program, inputs)
-    assert [b.label for b in made.inputs] == ["seq=1 (the lower bound)", "seq=32 (the upper bound)"] and made.not_made == []
-    assert [[None if x is None else tuple(x.shape) for x in b.inputs] for b in made.inputs] == [[(1, 1), None, (1,)], [(1, 32), None, (32,)]]
+    assert [b.label for b in made.inputs] == [
+        "seq=1 (the lower bound)",
+        "seq=32 (the upper bound)",
+    ] and made.not_made == []
+    assert [[None if x is None else tuple(x.shape) for x in b.inputs] for b in made.inputs] == [
+        [(1, 1), None, (1,)],
+        [(1, 32), None, (32,)],
+    ]
     unpaired = shape_bounds(program, [inputs[0], inputs[2]])  # the None left out: nothing to pair by
-    assert unpaired.inputs == [] and unpaired.not_made == ["every bound: the example's 2 inputs (flattened) do not pair with the program's 3 inputs"]
+    assert unpaired.inputs == [] and unpaired.not_made == [
+        "every bound: the example's 2 inputs (flattened) do not pair with the program's 3 inputs"
+    ]
 
 
 @pytest.mark.slow
@@ -142,7 +166,10 @@ def test_lint_and_check_run_a_factory_whose_inputs_hold_none(cli: Callable[..., 
     out = tmp_path / "embeds.pte"
     linted = cli("lint", f"{MODELS}:optional_embeds", "--pte", out, "--isolated", "--format", "json")
     assert linted.returncode == 0, linted.stdout + linted.stderr[-2000:]
-    assert "ran the program on the example inputs and at seq=1 (the lower bound), seq=32 (the upper bound)" in linted.stderr
+    assert (
+        "ran the program on the example inputs and at seq=1 (the lower bound), seq=32 (the upper bound)"
+        in linted.stderr
+    )
     checked = cli("check", out, "--runtime", "--isolated", "--format", "json")  # the None made up as None
     assert checked.returncode == 0 and json.loads(checked.stdout)["findings"] == [], checked.stdout
 
@@ -160,7 +187,10 @@ def test_the_inputs_the_parent_reads_are_the_ones_the_child_would_make(behind: P
         def forward(self, image: torch.Tensor, index: torch.Tensor, scale: float) -> torch.Tensor:
             return image[:, :, 0, 0].index_select(1, index) * scale
 
-    program = torch.export.export(_Mixed(), (torch.randn(1, 3, 4, 4).to(memory_format=torch.channels_last), torch.zeros(2, dtype=torch.int64), 2.0))
+    program = torch.export.export(
+        _Mixed(),
+        (torch.randn(1, 3, 4, 4).to(memory_format=torch.channels_last), torch.zeros(2, dtype=torch.int64), 2.0),
+    )
     written = behind.parent / "mixed.pte"
     written.write_bytes(to_edge_transform_and_lower(program).to_executorch().buffer)
     for path in (behind, written):

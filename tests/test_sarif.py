@@ -111,9 +111,21 @@ def test_lint_points_at_the_users_line_and_tells_repeated_findings_apart() -> No
 
 def test_distinct_findings_at_one_line_and_rule_never_share_a_fingerprint() -> None:
     line = eg.SourceLocation(str(TESTS / "models.py"), 12, "x = self.drop(x)")
-    same = eg.Finding("EG301", eg.Severity.ERROR, "dropout 'dropout' runs in training mode", "forward", "dropout", location=line)
-    twin = eg.Finding("EG301", eg.Severity.ERROR, "dropout 'dropout_1' runs in training mode", "forward", "dropout_1", location=line)
-    other = eg.Finding("EG301", eg.Severity.ERROR, "dropout 'dropout_2' runs in training mode", "forward", "dropout_2", location=line, module="head (Dropout)")
+    same = eg.Finding(
+        "EG301", eg.Severity.ERROR, "dropout 'dropout' runs in training mode", "forward", "dropout", location=line
+    )
+    twin = eg.Finding(
+        "EG301", eg.Severity.ERROR, "dropout 'dropout_1' runs in training mode", "forward", "dropout_1", location=line
+    )
+    other = eg.Finding(
+        "EG301",
+        eg.Severity.ERROR,
+        "dropout 'dropout_2' runs in training mode",
+        "forward",
+        "dropout_2",
+        location=line,
+        module="head (Dropout)",
+    )
     document = validated(render_sarif(eg.Report.of([same, twin, other]), root=TESTS.parent))
     fingerprints = [r["partialFingerprints"][FINGERPRINT] for r in results(document)]
     assert len(set(fingerprints)) == 3
@@ -141,7 +153,9 @@ def test_no_location_inside_torch_or_generated_code() -> None:
     document = validated(render_sarif(library_only, root=TESTS.parent))
     (result,) = results(document, "EG301")
     assert physical(result)["artifactLocation"]["uri"] == "."  # the project: code scanning needs a file
-    assert result["locations"][0]["logicalLocations"] == [{"name": "dropout", "fullyQualifiedName": "forward/dropout", "kind": "variable"}]
+    assert result["locations"][0]["logicalLocations"] == [
+        {"name": "dropout", "fullyQualifiedName": "forward/dropout", "kind": "variable"}
+    ]
     factory = eg.SourceLocation(str(TESTS / "cli_models.py"), 14, "def training_mode():")
     placed = validated(render_sarif(library_only.located_at(factory), root=TESTS.parent))
     assert all(physical(r)["artifactLocation"]["uri"] == "tests/cli_models.py" for r in results(placed))
@@ -194,7 +208,10 @@ def test_check_of_a_clean_and_of_a_damaged_program_validates(tmp_path: Path, cle
         "region": {"byteOffset": 0, "byteLength": finding.region[1]},
     }
     (as_json,) = json.loads(render_json(report))["findings"]
-    assert as_json["artifact"] == str(damaged) and as_json["region"] == {"offset": 0, "length": finding.region[1]}  # outside the root: absolute
+    assert as_json["artifact"] == str(damaged) and as_json["region"] == {
+        "offset": 0,
+        "length": finding.region[1],
+    }  # outside the root: absolute
     # Every format names the file as SARIF does: relative to the project root.
     (as_json,) = json.loads(render_json(report, root=tmp_path))["findings"]
     assert as_json["artifact"] == "models/damaged.pte"
@@ -215,7 +232,9 @@ def test_check_of_a_clean_and_of_a_damaged_program_validates(tmp_path: Path, cle
 
     as_bytes = check_pte(truncated.read_bytes())  # no file: the project, and the method or program
     assert all(f.artifact is None for f in as_bytes)
-    assert {physical(r)["artifactLocation"]["uri"] for r in results(validated(render_sarif(as_bytes, root=tmp_path)))} == {"."}
+    assert {
+        physical(r)["artifactLocation"]["uri"] for r in results(validated(render_sarif(as_bytes, root=tmp_path)))
+    } == {"."}
 
 
 def test_a_data_file_finding_points_at_the_data_file(tmp_path: Path, clean_pte: Path) -> None:
@@ -230,7 +249,7 @@ def test_a_data_file_finding_points_at_the_data_file(tmp_path: Path, clean_pte: 
     assert physical(results(outside, "EG509")[0])["artifactLocation"] == {"uri": bad.resolve().as_uri()}
 
 
-MODEL = '''
+MODEL = """
 import torch
 from torch import nn
 
@@ -252,7 +271,7 @@ class Net(nn.Module):
 def factory():
     torch.manual_seed(0)
     return nn.Sequential(Net(), nn.Dropout(0.2)).train(), (torch.randn(2, 4),)
-'''
+"""
 
 
 def lint_copy(folder: Path, source: str) -> eg.Report:
@@ -288,11 +307,21 @@ def test_fingerprints_hold_across_roots_working_directories_and_node_numbering(
     assert {physical(r)["artifactLocation"]["uri"] for r in results(from_one, "EG301")} <= {"model.py", "."}
 
     # An extra node before the others renumbers them (dropout -> dropout_1); what was found keeps its fingerprint.
-    renumbered = lint_copy(tmp_path / "three", MODEL.replace("x = self.linear(x)  # FIRST", "x = self.first(self.linear(x))"))
+    renumbered = lint_copy(
+        tmp_path / "three", MODEL.replace("x = self.linear(x)  # FIRST", "x = self.first(self.linear(x))")
+    )
     document = validated(render_sarif(renumbered, root=tmp_path / "three"))
     assert {f.node for f in renumbered.with_code("EG301")} != {f.node for f in first.with_code("EG301")}
-    kept = {physical(r)["region"]["startLine"]: r["partialFingerprints"][FINGERPRINT] for r in results(document, "EG301") if "region" in physical(r)}
-    before = {physical(r)["region"]["startLine"]: r["partialFingerprints"][FINGERPRINT] for r in results(from_one, "EG301") if "region" in physical(r)}
+    kept = {
+        physical(r)["region"]["startLine"]: r["partialFingerprints"][FINGERPRINT]
+        for r in results(document, "EG301")
+        if "region" in physical(r)
+    }
+    before = {
+        physical(r)["region"]["startLine"]: r["partialFingerprints"][FINGERPRINT]
+        for r in results(from_one, "EG301")
+        if "region" in physical(r)
+    }
     assert before and all(kept[line] == fingerprint for line, fingerprint in before.items())
 
 
@@ -302,7 +331,9 @@ def command(cli: Callable[..., Ran], *args: str, cwd: Path) -> dict[str, Any]:
     return validated(done.stdout)
 
 
-def test_the_command_writes_the_same_fingerprints_from_any_working_directory(cli: Callable[..., Ran], tmp_path: Path) -> None:
+def test_the_command_writes_the_same_fingerprints_from_any_working_directory(
+    cli: Callable[..., Ran], tmp_path: Path
+) -> None:
     project = tmp_path / "project"
     (project / "models").mkdir(parents=True)
     (project / ".git").mkdir()
@@ -313,14 +344,19 @@ def test_the_command_writes_the_same_fingerprints_from_any_working_directory(cli
     inside = command(cli, "lint", "net.py:factory", cwd=project / "models")
     assert fingerprints(at_root) == fingerprints(inside) and len(fingerprints(at_root)) >= 4
     assert at_root["runs"][0]["results"] == inside["runs"][0]["results"]
-    assert {physical(r)["artifactLocation"]["uri"] for r in results(at_root)} == {"models/net.py"}  # the factory places the rest
+    assert {physical(r)["artifactLocation"]["uri"] for r in results(at_root)} == {
+        "models/net.py"
+    }  # the factory places the rest
     lines = (project / "models" / "net.py").read_text().splitlines()
     assert {lines[physical(r)["region"]["startLine"] - 1].strip() for r in results(at_root, "EG301")} == {
         "x = self.drop(x)",
         "def factory():",  # the outer nn.Dropout: no user frame, so the factory's line
     }
 
-    checked = [command(cli, "check", path, cwd=cwd) for path, cwd in (("models/damaged.pte", project), ("damaged.pte", project / "models"))]
+    checked = [
+        command(cli, "check", path, cwd=cwd)
+        for path, cwd in (("models/damaged.pte", project), ("damaged.pte", project / "models"))
+    ]
     assert fingerprints(checked[0]) == fingerprints(checked[1])
     assert checked[0]["runs"][0]["results"] == checked[1]["runs"][0]["results"]
     assert physical(results(checked[0])[0])["artifactLocation"] == {"uri": "models/damaged.pte", "uriBaseId": ROOT_ID}

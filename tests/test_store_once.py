@@ -103,7 +103,10 @@ def test_the_tied_weight_is_stored_once_and_the_program_runs_as_stocks(tied: Bui
 def test_the_finding_says_the_weight_is_stored_once(tied: Built) -> None:
     (once,) = tied.guarded.report.with_code("EG404")
     assert once.severity is Severity.INFO
-    assert f"stores them once ({tied.model.embed.weight.nbytes:,} bytes that stock ExecuTorch stores twice)" in once.message
+    assert (
+        f"stores them once ({tied.model.embed.weight.nbytes:,} bytes that stock ExecuTorch stores twice)"
+        in once.message
+    )
     assert "aten::embedding" in once.message and "XnnpackBackend keeps a copy" in once.message
     assert once.location is not None and "self.embed(tokens)" in once.location.code
 
@@ -123,7 +126,10 @@ def test_a_damaged_alias_is_still_caught(tied: Built) -> None:
     (shared,) = eg.program.shared_copies(tied.stock)
     at = segment_offset_fields(tied.pte)[shared.segment]
     assert at is not None
-    for offset, says in ((shared.offset + 16, "overlapping segment 0 (constant data)"), (len(tied.pte), "past the end of the file")):
+    for offset, says in (
+        (shared.offset + 16, "overlapping segment 0 (constant data)"),
+        (len(tied.pte), "past the end of the file"),
+    ):
         damaged = bytearray(tied.pte)
         damaged[at : at + 8] = offset.to_bytes(8, "little")
         found = [f for f in eg.check_pte(bytes(damaged)).errors if f.code == "EG503"]
@@ -160,10 +166,16 @@ class SharedWeight(torch.nn.Module):
 
 def test_a_pair_of_readers_that_is_no_embedding_shares_too() -> None:
     model, inputs = SharedWeight().eval(), (torch.randn(2, 32), torch.tensor([1, 5, 7]))
-    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    stock = (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     guarded = eg.lower_with_guards(torch.export.export(model, inputs))
     pte = guarded.to_pte()
-    assert 0 <= len(stock) - len(pte) - model.weight.nbytes < 128  # the copy and the padding before it (segments are 128-aligned)
+    assert (
+        0 <= len(stock) - len(pte) - model.weight.nbytes < 128
+    )  # the copy and the padding before it (segments are 128-aligned)
     (once,) = guarded.report.with_code("EG404")
     assert "aten::index_select" in once.message and once.severity is Severity.INFO
     expected = LoadedMethod(stock)(inputs)
@@ -193,7 +205,11 @@ def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> N
     """Data is hashed only where its size and first bytes match another's; what decides is
     every byte."""
     model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
-    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    stock = (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     shared = eg.program.shared_copies(stock)
     pte = eg.program.store_once(stock)
     if equal:
@@ -204,13 +220,19 @@ def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> N
     assert all(torch.equal(a, b) for a, b in zip(expected, LoadedMethod(pte)(inputs), strict=True))
 
 
-def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The rewrite's own check (each segment it moves or points elsewhere read back), on a
     copy pointed 16 bytes off its constant: the program comes back unchanged."""
     from export_guards.pte import store_once as module
 
     model, inputs = TwoWeights(equal=True).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
-    stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    stock = (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
     layout = module._layout
     (copy,) = eg.program.shared_copies(stock)
 

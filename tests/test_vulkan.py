@@ -14,7 +14,9 @@ import export_guards as eg
 pytestmark = [pytest.mark.slow]  # Vulkan's partitioner preprocesses real models
 
 
-vulkan = pytest.importorskip("executorch.backends.vulkan.partitioner.vulkan_partitioner", reason="this ExecuTorch has no Vulkan backend")
+vulkan = pytest.importorskip(
+    "executorch.backends.vulkan.partitioner.vulkan_partitioner", reason="this ExecuTorch has no Vulkan backend"
+)
 
 
 class Reparametrized(nn.Module):
@@ -50,7 +52,9 @@ def weight_ops(edge) -> list[str]:
 
 def test_vulkan_lowers_with_the_guards_and_delegates_the_folded_weights() -> None:
     stock = to_edge_transform_and_lower(program(), partitioner=[vulkan.VulkanPartitioner()])
-    guarded = to_edge_transform_and_lower(program(), transform_passes=eg.guard_passes(), partitioner=[vulkan.VulkanPartitioner()])
+    guarded = to_edge_transform_and_lower(
+        program(), transform_passes=eg.guard_passes(), partitioner=[vulkan.VulkanPartitioner()]
+    )
 
     for edge in (stock, guarded):
         summary = eg.delegation_summary(edge)
@@ -70,4 +74,6 @@ def test_vulkan_lowers_with_the_guards_and_delegates_the_folded_weights() -> Non
 def test_vulkan_is_a_host_reader_for_device_constants(trapdev: torch.device) -> None:
     partitioner = eg.guard_partitioners([vulkan.VulkanPartitioner()])
     with pytest.raises(eg.ConstantPlacementError, match="VulkanBackend's preprocess will read it from host memory"):
-        to_edge_transform_and_lower(program(trapdev), transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner)
+        to_edge_transform_and_lower(
+            program(trapdev), transform_passes=eg.guard_passes(partitioner=partitioner), partitioner=partitioner
+        )

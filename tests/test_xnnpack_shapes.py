@@ -50,7 +50,9 @@ def _zoo() -> bytes:
 @pytest.fixture(scope="module")
 def programs(architecture_programs: dict[str, bytes]) -> dict[str, bytes]:
     programs = {"node zoo": _zoo()}
-    programs.update((name, data) for name, data in architecture_programs.items() if "xnnpack" in name and "dynamic" not in name)
+    programs.update(
+        (name, data) for name, data in architecture_programs.items() if "xnnpack" in name and "dynamic" not in name
+    )
     return programs
 
 
@@ -59,7 +61,9 @@ def test_following_each_graph_from_the_program_inputs_gives_the_serialized_dims(
     for name, data in programs.items():
         context = PteContext(PteFile(data, name))
         for plan in context.pte.program.execution_plan:
-            calls = [i.instr_args for c in plan.chains for i in c.instructions if isinstance(i.instr_args, DelegateCall)]
+            calls = [
+                i.instr_args for c in plan.chains for i in c.instructions if isinstance(i.instr_args, DelegateCall)
+            ]
             for call in calls:
                 payload = context.xnnpack_graphs[(plan.name, call.delegate_index)]
                 inputs = {}
@@ -90,7 +94,12 @@ def test_shapes_a_node_cannot_take_are_refused_with_the_reason(programs) -> None
         # the same graph, with every input one longer in its last dimension: the linear refuses it
         widened = {k: (*d[:-1], d[-1] + 1) if d else d for k, d in inputs.items()}
         refused = infer_shapes(payload, widened).refused
-        assert refused is not None and ("channels" in refused[1] or "broadcast" in refused[1] or "multiply" in refused[1] or "reshapes" in refused[1])
+        assert refused is not None and (
+            "channels" in refused[1]
+            or "broadcast" in refused[1]
+            or "multiply" in refused[1]
+            or "reshapes" in refused[1]
+        )
         return
     pytest.fail("the zoo has no fully connected node")
 

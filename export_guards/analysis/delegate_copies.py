@@ -58,7 +58,9 @@ def delegate_copies(program: ExportedProgram) -> Callable[[str, torch.Tensor], l
 
     def copies(fqn: str, tensor: torch.Tensor) -> list[DelegateCopy]:
         if not delegates:
-            delegates.extend((lowered, _constant_tensors(lowered.original_module)) for lowered in _lowered_modules(program))
+            delegates.extend(
+                (lowered, _constant_tensors(lowered.original_module)) for lowered in _lowered_modules(program)
+            )
         found: list[DelegateCopy] = []
         digest: bytes | None = None
         for position, (lowered, tensors) in enumerate(delegates):
@@ -98,7 +100,9 @@ def _constant_tensors(program: ExportedProgram) -> dict[str, tuple[str, torch.Te
     return found
 
 
-def _quantized_copy(node: Node, tensors: dict[str, tuple[str, torch.Tensor]], tensor: torch.Tensor) -> tuple[str, int, str] | None:
+def _quantized_copy(
+    node: Node, tensors: dict[str, tuple[str, torch.Tensor]], tensor: torch.Tensor
+) -> tuple[str, int, str] | None:
     """``(name, bytes, op)`` when ``node`` dequantizes a constant of the delegate's program to
     ``tensor``, within its rounding."""
     if node.op != "call_function" or "dequantize" not in str(node.target) or not node.args:
@@ -134,4 +138,8 @@ def _digest(tensor: torch.Tensor) -> bytes:
 def _named_digests(lowered: LoweredBackendModule) -> frozenset[bytes]:
     """The SHA-256 of each blob the delegate put in the program's named data."""
     output = getattr(lowered, "named_data_store_output", None)
-    return frozenset(hashlib.sha256(bytes(buffer)).digest() for buffer in getattr(output, "buffers", None) or () if isinstance(buffer, (bytes, bytearray)))
+    return frozenset(
+        hashlib.sha256(bytes(buffer)).digest()
+        for buffer in getattr(output, "buffers", None) or ()
+        if isinstance(buffer, (bytes, bytearray))
+    )

@@ -45,7 +45,9 @@ class DelegationSummary:
         backends = ", ".join(sorted(self.backends)) or "no delegate"
         others = sum(self.other_portable.values())
         rest = f"; {others} other op{'s' if others != 1 else ''} on the runtime's kernels" if others else ""
-        if total:  # the other ops are of another kind: said so, lest "35 of 35" beside "100 other" read as a contradiction
+        if (
+            total
+        ):  # the other ops are of another kind: said so, lest "35 of 35" beside "100 other" read as a contradiction
             kind = " (conv / linear / matmul)" if others else ""
             return f"{delegated} of {total} compute ops delegated ({self.fraction_delegated:.0%}) to {backends}{kind}{rest}"
         return f"no conv / linear / matmul to delegate ({backends}){rest}"

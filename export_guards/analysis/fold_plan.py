@@ -133,10 +133,16 @@ def plan_fold(program: ExportedProgram, *, max_growth: float = DEFAULT_MAX_GROWT
         elif fold.computes:
             declined.append(DeclinedFold(fold.roots, fold.growth, reason))
     # An assertion on constants alone is checked once, by the fold, and leaves with it.
-    foldable |= {n for n in computable if _is_assertion(n) and all(i in foldable or i in constants for i in n.all_input_nodes)}
+    foldable |= {
+        n for n in computable if _is_assertion(n) and all(i in foldable or i in constants for i in n.all_input_nodes)
+    }
     order = {node: index for index, node in enumerate(program.graph.nodes)}
     return FoldPlan(
-        constants, frozenset(computable), frozenset(foldable), tuple(sorted(roots, key=order.__getitem__)), tuple(declined)
+        constants,
+        frozenset(computable),
+        frozenset(foldable),
+        tuple(sorted(roots, key=order.__getitem__)),
+        tuple(declined),
     )
 
 
@@ -186,7 +192,9 @@ class _Fold:
         )
 
 
-def _folds(candidates: tuple[Node, ...], computable: set[Node], constants: Mapping[Node, ProgramConstant]) -> list[_Fold]:
+def _folds(
+    candidates: tuple[Node, ...], computable: set[Node], constants: Mapping[Node, ProgramConstant]
+) -> list[_Fold]:
     """The candidate roots grouped into folds: roots that share a computed node or a constant
     are one fold, since a constant leaves the program only when every reader of it is folded."""
     reach = {root: ancestors(root, lambda n: n in computable or n in constants) for root in candidates}
@@ -200,7 +208,9 @@ def _folds(candidates: tuple[Node, ...], computable: set[Node], constants: Mappi
     return [_judged(tuple(roots), nodes, computable, constants) for roots, nodes in groups]
 
 
-def _judged(roots: tuple[Node, ...], reached: set[Node], computable: set[Node], constants: Mapping[Node, ProgramConstant]) -> _Fold:
+def _judged(
+    roots: tuple[Node, ...], reached: set[Node], computable: set[Node], constants: Mapping[Node, ProgramConstant]
+) -> _Fold:
     nodes = frozenset(n for n in reached if n in computable)
     return _Fold(
         roots,
@@ -221,7 +231,9 @@ def written_growth(roots: Iterable[Node], nodes: Iterable[Node], constants: Mapp
     removed = [n for n in nodes if n in roots or all(u in nodes for u in n.users)]
     gone = set(removed)
     leaving = {
-        i for n in gone for i in n.all_input_nodes
+        i
+        for n in gone
+        for i in n.all_input_nodes
         if i in constants and all(u in gone or _is_assertion(u) for u in i.users)
     }
     return (
@@ -262,7 +274,9 @@ def outside_core_aten(target: object) -> bool:
     its decompositions; folding either here computes with the op eager runs. Ops without
     results (graph asserts, which ``to_edge`` drops) do not count. Quantization ops are not
     core ATen either: a foldable one (a quantize of constants) counts too."""
-    return isinstance(target, torch._ops.OpOverload) and bool(target._schema.returns) and torch.Tag.core not in target.tags
+    return (
+        isinstance(target, torch._ops.OpOverload) and bool(target._schema.returns) and torch.Tag.core not in target.tags
+    )
 
 
 def _plan(graph: torch.fx.Graph, constants: Mapping[Node, ProgramConstant]) -> tuple[set[Node], tuple[Node, ...]]:
@@ -279,11 +293,13 @@ def _plan(graph: torch.fx.Graph, constants: Mapping[Node, ProgramConstant]) -> t
         computable, reads_constant = _computable_nodes(graph, constants, excluded)
         outputs = set(graph.output_node().all_input_nodes)
         read_outside = [
-            n for n in graph.nodes
+            n
+            for n in graph.nodes
             if n in computable and n in reads_constant and any(u not in computable for u in n.users)
         ]
         unstorable = {
-            n for n in read_outside
+            n
+            for n in read_outside
             if n in outputs
             or not isinstance(n.meta.get("val"), torch.Tensor)
             or _transposes_a_linear_weight(n, linear_patterns)

@@ -19,7 +19,20 @@ __all__ = ["initial_values_that_matter", "unmasked_read"]
 
 # Ops that overwrite part of their first argument and pass the rest on unread (a KV cache's
 # write): the buffer's old value flows through them to its readers, and they compute nothing from it.
-_OVERWRITES = frozenset({"index_put", "index_put_", "index_copy", "index_copy_", "copy", "copy_", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter"})
+_OVERWRITES = frozenset(
+    {
+        "index_put",
+        "index_put_",
+        "index_copy",
+        "index_copy_",
+        "copy",
+        "copy_",
+        "slice_scatter",
+        "select_scatter",
+        "diagonal_scatter",
+        "as_strided_scatter",
+    }
+)
 
 
 def initial_values_that_matter(program: ExportedProgram, buffers: Collection[str]) -> dict[str, float] | None:
@@ -59,7 +72,10 @@ def unmasked_read(program: ExportedProgram, fqn: str) -> Node | None:
     a mask computes the same from both and is passed over. ``None`` when that cannot be told
     (no example inputs, a run that fails) or no read differs."""
     signature = program.graph_signature
-    placeholder = next((n for n in program.graph.nodes if n.op == "placeholder" and signature.inputs_to_buffers.get(n.name) == fqn), None)
+    placeholder = next(
+        (n for n in program.graph.nodes if n.op == "placeholder" and signature.inputs_to_buffers.get(n.name) == fqn),
+        None,
+    )
     if placeholder is None or program.example_inputs is None:
         return None
     readers = _readers(placeholder)
@@ -117,7 +133,9 @@ def _node_results(program: ExportedProgram, fqn: str, nodes: Collection[Node], z
         def run_node(self, node: Node) -> object:
             result = super().run_node(node)
             if node in nodes:
-                seen[node] = result.clone() if isinstance(result, torch.Tensor) else result  # a later write must not change it
+                seen[node] = (
+                    result.clone() if isinstance(result, torch.Tensor) else result
+                )  # a later write must not change it
             return result
 
     with torch.no_grad():
@@ -125,7 +143,13 @@ def _node_results(program: ExportedProgram, fqn: str, nodes: Collection[Node], z
     return seen
 
 
-def _outputs(module: torch.nn.Module, values: dict[str, torch.Tensor], zeroed: Collection[str], args: object, kwargs: dict[str, Any] | None) -> list[object]:
+def _outputs(
+    module: torch.nn.Module,
+    values: dict[str, torch.Tensor],
+    zeroed: Collection[str],
+    args: object,
+    kwargs: dict[str, Any] | None,
+) -> list[object]:
     """One call's outputs, flat, with the written buffers as copies (the program's own stay as
     they are): ``zeroed`` ones at zeros, the others at their values."""
     state = {fqn: torch.zeros_like(value) if fqn in zeroed else value.clone() for fqn, value in values.items()}

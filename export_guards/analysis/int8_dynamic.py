@@ -85,13 +85,22 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
     quantized = _source(activation, _RESHAPES)
     codes = _source(transposed, _TRANSPOSES) if _called(transposed, *_TRANSPOSES) else None
     part = weight_part(codes) if codes is not None else None
-    if not _called(quantized, "quantize_affine") or quantized.args[4:5] != (torch.int8,) or codes is None or part is None or part[1] != "qdata":
+    if (
+        not _called(quantized, "quantize_affine")
+        or quantized.args[4:5] != (torch.int8,)
+        or codes is None
+        or part is None
+        or part[1] != "qdata"
+    ):
         return None
     weight = part[0]
     out_features, in_features = codes.meta["val"].shape
     activation_value = input_node(quantized, 0).meta["val"]
     shape = (*activation_value.shape[:-1], out_features)
-    if activation_value.shape[-1] != in_features or tuple(input_node(matmul, 1).meta["val"].shape) != (in_features, out_features):
+    if activation_value.shape[-1] != in_features or tuple(input_node(matmul, 1).meta["val"].shape) != (
+        in_features,
+        out_features,
+    ):
         return None
     found = _scaled(matmul, quantized.args[2], weight, shape, activation_value.dtype)
     if found is None:
@@ -103,7 +112,9 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
     return Int8DynamicLinear(matmul, quantized, weight, codes, scale, bias, computed[-1], (matmul, *computed))
 
 
-def _scaled(matmul: Node, activation_scale: object, weight: Node, shape: tuple[object, ...], dtype: torch.dtype) -> tuple[Node, tuple[Node, ...]] | None:
+def _scaled(
+    matmul: Node, activation_scale: object, weight: Node, shape: tuple[object, ...], dtype: torch.dtype
+) -> tuple[Node, tuple[Node, ...]] | None:
     """The weight's scale and the nodes from ``matmul`` to the scaled product in the linear's
     ``shape`` and ``dtype``: casts and reshapes, and one multiplication each by the activation's
     scale and the weight's; ``None`` if the product is not scaled so."""
@@ -129,7 +140,13 @@ def _scaled(matmul: Node, activation_scale: object, weight: Node, shape: tuple[o
             break
         chain.append(user)
         value = user.meta.get("val")
-        if seen_activation and weight_scale is not None and isinstance(value, torch.Tensor) and tuple(value.shape) == shape and value.dtype == dtype:
+        if (
+            seen_activation
+            and weight_scale is not None
+            and isinstance(value, torch.Tensor)
+            and tuple(value.shape) == shape
+            and value.dtype == dtype
+        ):
             last = len(chain)
         node = user
     if not last or weight_scale is None:
@@ -146,7 +163,13 @@ def _bias(product: Node, out_features: int) -> Node | None:
     other = user.args[1] if user.args[0] is product else user.args[0]
     value = other.meta.get("val") if isinstance(other, Node) else None
     wanted = product.meta["val"]
-    if isinstance(other, Node) and isinstance(value, torch.Tensor) and tuple(value.shape) == (out_features,) and value.dtype == wanted.dtype and user.args[0] is product:
+    if (
+        isinstance(other, Node)
+        and isinstance(value, torch.Tensor)
+        and tuple(value.shape) == (out_features,)
+        and value.dtype == wanted.dtype
+        and user.args[0] is product
+    ):
         return other
     return None
 
@@ -170,4 +193,9 @@ def _source(node: object, through: frozenset[str]) -> Node | None:
 
 
 def _called(node: object, *names: str) -> TypeIs[Node]:
-    return isinstance(node, Node) and node.op == "call_function" and node.target is not operator.getitem and aten_name(node.target) in names
+    return (
+        isinstance(node, Node)
+        and node.op == "call_function"
+        and node.target is not operator.getitem
+        and aten_name(node.target) in names
+    )

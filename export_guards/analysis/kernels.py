@@ -33,12 +33,16 @@ def write_backs(program: ExportedProgram) -> int:
     ``insert_write_back_for_buffers_pass``). After emission each has its ``copy_`` in the graph,
     writing it in place: then none is still to add."""
     signature = program.graph_signature
-    placeholder_of = {fqn: name for name, fqn in signature.inputs_to_buffers.items()} | {name: name for name in signature.user_inputs}
+    placeholder_of = {fqn: name for name, fqn in signature.inputs_to_buffers.items()} | {
+        name: name for name in signature.user_inputs
+    }
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
     return sum(
         1
         for spec in signature.output_specs
-        if spec.kind in _MUTATIONS and (node := placeholders.get(placeholder_of.get(spec.target or "", ""))) is not None and not is_written(node)
+        if spec.kind in _MUTATIONS
+        and (node := placeholders.get(placeholder_of.get(spec.target or "", ""))) is not None
+        and not is_written(node)
     )
 
 

@@ -27,7 +27,16 @@ from export_guards.analysis.known_wrong_entries import (
 )
 from export_guards.analysis.ops import aten_name
 
-__all__ = ["FINDERS", "KNOWN_WRONG", "LINEAR_SOURCES", "XNNPACK_LINEAR_WEIGHT_MATH", "KnownWrong", "WrongDelegation", "executorch_release", "known_wrong_in"]
+__all__ = [
+    "FINDERS",
+    "KNOWN_WRONG",
+    "LINEAR_SOURCES",
+    "XNNPACK_LINEAR_WEIGHT_MATH",
+    "KnownWrong",
+    "WrongDelegation",
+    "executorch_release",
+    "known_wrong_in",
+]
 
 LINEAR_SOURCES: tuple[object, ...] = (torch.nn.Linear, torch.nn.functional.linear)
 """What XNNPACK's partitioner groups a decomposed linear's nodes by (their source partition)."""

@@ -135,13 +135,21 @@ def _arguments(dequantize: Node) -> tuple[int, int, torch.dtype]:
 
 
 def _kernel(dequantize: Node, sources: dict[Node, ProgramConstant], group: int) -> EmbeddingKernel | None:
-    codes_node, scale_node, zero_node = input_node(dequantize, 0), input_node(dequantize, 2), cast("Node | None", dequantize.args[3])
+    codes_node, scale_node, zero_node = (
+        input_node(dequantize, 0),
+        input_node(dequantize, 2),
+        cast("Node | None", dequantize.args[3]),
+    )
     codes, scale = sources[codes_node].tensor.detach(), sources[scale_node].tensor.detach()
     zero = sources[zero_node].tensor.detach() if zero_node is not None else None
     quant_min, quant_max, out_dtype = _arguments(dequantize)
     rows, columns = codes.shape
     per_row = (rows, columns // group)
-    if codes.dtype not in (torch.int8, torch.uint8) or scale.dtype not in KERNEL_DTYPES or out_dtype not in KERNEL_DTYPES:
+    if (
+        codes.dtype not in (torch.int8, torch.uint8)
+        or scale.dtype not in KERNEL_DTYPES
+        or out_dtype not in KERNEL_DTYPES
+    ):
         return None
     if scale.numel() != per_row[0] * per_row[1] or (zero is not None and zero.numel() != scale.numel()):
         return None
@@ -172,7 +180,9 @@ def _bits(low: int, high: int, quant_min: object, quant_max: object, columns: in
     return 8
 
 
-def _zero_point(zero: torch.Tensor | None, shift: int, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor | None:
+def _zero_point(
+    zero: torch.Tensor | None, shift: int, shape: tuple[int, int], dtype: torch.dtype
+) -> torch.Tensor | None:
     """The zero point as the kernel reads it: in the kernel's parameter dtype, moved by
     ``shift``; ``None`` where every one is 0."""
     if zero is None and not shift:
@@ -194,4 +204,3 @@ def pack_codes(stored: torch.Tensor, bits: int) -> torch.Tensor:
     for i, shift in enumerate(shifts):
         packed |= parts[:, :, i] << shift
     return packed
-

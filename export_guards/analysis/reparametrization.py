@@ -40,7 +40,9 @@ def reparametrized(names: Iterable[str]) -> dict[str, list[str]]:
         for state in _HOOK_STATES:
             tensor = fqn.removesuffix(state[0])
             if tensor != fqn and tensor + state[1] in names:
-                tensors.setdefault(tensor, set()).update(tensor + suffix for suffix in state if tensor + suffix in names)
+                tensors.setdefault(tensor, set()).update(
+                    tensor + suffix for suffix in state if tensor + suffix in names
+                )
     return {tensor: sorted(state) for tensor, state in sorted(tensors.items())}
 
 

@@ -93,7 +93,9 @@ def shape_bounds(program: ExportedProgram, example_inputs: Sequence[object]) -> 
             label = f"{names.get(symbol, str(symbol))}={value} ({which})"
             moved = _moved(leaves, sizes, {**example, symbol: value})
             if moved is None:
-                not_made.append(f"{label}: a size that depends on it cannot be told from the example, or the example's is 0")
+                not_made.append(
+                    f"{label}: a size that depends on it cannot be told from the example, or the example's is 0"
+                )
             else:
                 found.append(BoundInputs(label, pytree.tree_unflatten(moved, spec)))
     return ShapeBounds(found, not_made)
@@ -104,7 +106,10 @@ def _exported_inputs(program: ExportedProgram) -> list[object]:
     fake value, or the constant torch.export kept in its place (``None`` for an input given as
     ``None``, which ``user_inputs`` lists by value, not by name)."""
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
-    return [placeholders[name].meta.get("val") if isinstance(name, str) and name in placeholders else name for name in program.graph_signature.user_inputs]
+    return [
+        placeholders[name].meta.get("val") if isinstance(name, str) and name in placeholders else name
+        for name in program.graph_signature.user_inputs
+    ]
 
 
 def _symbolic_sizes(exported: Sequence[object], leaves: Sequence[object]) -> dict[tuple[int, int, Any], int]:
@@ -120,7 +125,9 @@ def _symbolic_sizes(exported: Sequence[object], leaves: Sequence[object]) -> dic
     return sizes
 
 
-def _moved(leaves: Sequence[object], sizes: dict[tuple[int, int, Any], int], values: dict[sympy.Symbol, int]) -> list[object] | None:
+def _moved(
+    leaves: Sequence[object], sizes: dict[tuple[int, int, Any], int], values: dict[sympy.Symbol, int]
+) -> list[object] | None:
     """``leaves`` with each symbolic dimension resized to its size at ``values``; ``None`` when a
     size cannot be told or made (a symbol only seen in a derived size, an empty example)."""
     moved = list(leaves)

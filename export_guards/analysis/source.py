@@ -17,7 +17,15 @@ from export_guards.analysis.ops import call_nodes, kernel_op_name
 from export_guards.analysis.programs import Program, methods_of
 from export_guards.report import SourceLocation
 
-__all__ = ["location_named_in", "node_location", "node_module", "node_origin", "node_site", "operator_sites", "source_lines"]
+__all__ = [
+    "location_named_in",
+    "node_location",
+    "node_module",
+    "node_origin",
+    "node_site",
+    "operator_sites",
+    "source_lines",
+]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*\n(?P<code>[^\n]*)')
 

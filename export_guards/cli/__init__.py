@@ -32,7 +32,13 @@ from export_guards.targets import StepFailed
 
 __all__ = ["main"]
 
-_COMMANDS = {LintOptions: lint.run, CheckOptions: check.run, DiffOptions: diff.run, RulesOptions: codes.rules, ExplainOptions: codes.explain}
+_COMMANDS = {
+    LintOptions: lint.run,
+    CheckOptions: check.run,
+    DiffOptions: diff.run,
+    RulesOptions: codes.rules,
+    ExplainOptions: codes.explain,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,24 +38,37 @@ class UsageError(Error):
 def parser() -> argparse.ArgumentParser:
     """The parser of ``export-guards`` and its commands (``args.command`` names the one given)."""
     # allow_abbrev=False: a gate must not read a typo such as `--runtim` as `--runtime`
-    top = argparse.ArgumentParser(prog="export-guards", description="Safety checks for PyTorch to ExecuTorch exports.", allow_abbrev=False)
+    top = argparse.ArgumentParser(
+        prog="export-guards", description="Safety checks for PyTorch to ExecuTorch exports.", allow_abbrev=False
+    )
     top.add_argument("--version", action="store_true", help="print the version and exit")
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
 
     linting = _lint_command(commands)
 
-    checking = commands.add_parser("check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False)
+    checking = commands.add_parser(
+        "check", help="check a written .pte file, or that a model exports to the same bytes twice", allow_abbrev=False
+    )
     _check_options(checking)
 
     diffing = commands.add_parser(
-        "diff", help="what shipping a new build as an app update does to XNNPACK's packed-weight cache, weight by weight", allow_abbrev=False
+        "diff",
+        help="what shipping a new build as an app update does to XNNPACK's packed-weight cache, weight by weight",
+        allow_abbrev=False,
     )
     diffing.add_argument("old", type=Path, metavar="OLD", help="the shipped program (.pte)")
     diffing.add_argument("new", type=Path, metavar="NEW", help="the new build (.pte)")
     _report_options(diffing)
 
     rules = commands.add_parser("rules", help="list every code", allow_abbrev=False)
-    rules.add_argument("--output-format", "--format", dest="output_format", choices=("text", "json"), default="text", help="text (default) or json")
+    rules.add_argument(
+        "--output-format",
+        "--format",
+        dest="output_format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default) or json",
+    )
 
     explain = commands.add_parser("explain", help="print one code's documentation", allow_abbrev=False)
     explain.add_argument("code", help="a code, such as EG210")
@@ -66,11 +79,29 @@ def parser() -> argparse.ArgumentParser:
 
 def _lint_command(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``export-guards lint`` and its arguments."""
-    linting = commands.add_parser("lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False)
-    linting.add_argument("targets", nargs="+", metavar="TARGET", help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs); several are linted one after another")
-    linting.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="an argument for the factory, as a Python literal (else text); repeat for several")
+    linting = commands.add_parser(
+        "lint", help="export a model with the guards and report what would go wrong", allow_abbrev=False
+    )
+    linting.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="path/to/file.py:factory or package.module:factory; factory() returns (model, example_inputs); several are linted one after another",
+    )
+    linting.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an argument for the factory, as a Python literal (else text); repeat for several",
+    )
     _export_options(linting)
-    linting.add_argument("--pte", type=Path, metavar="PATH", help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)")
+    linting.add_argument(
+        "--pte",
+        type=Path,
+        metavar="PATH",
+        help="write the program here, atomically, when nothing at or above the fail level was found (one target; missing folders are made)",
+    )
     linting.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # the former name of --pte
     linting.add_argument(
         "--save-inputs", type=Path, metavar="PATH",
@@ -95,13 +126,19 @@ def unrecognized(arguments: Sequence[str], command: argparse.ArgumentParser) -> 
     said, rest = [], list(arguments)
     while rest:
         argument = rest.pop(0)
-        close = difflib.get_close_matches(argument.split("=", 1)[0], list(actions), n=1) if argument.startswith("--") else []
+        close = (
+            difflib.get_close_matches(argument.split("=", 1)[0], list(actions), n=1)
+            if argument.startswith("--")
+            else []
+        )
         if not close:
             said.append(argument)
             continue
         takes_value = actions[close[0]].nargs != 0 and "=" not in argument
         value = f" {rest.pop(0)}" if takes_value and rest and not rest[0].startswith("-") else ""
-        said.append(f"{argument}{value} (did you mean {close[0]}{value or ('=' + argument.split('=', 1)[1] if '=' in argument else '')}?)")
+        said.append(
+            f"{argument}{value} (did you mean {close[0]}{value or ('=' + argument.split('=', 1)[1] if '=' in argument else '')}?)"
+        )
     return f"unrecognized arguments: {' '.join(said)}"
 
 
@@ -112,19 +149,47 @@ def short_usage(command: argparse.ArgumentParser) -> str:
 
 def _check_options(checking: argparse.ArgumentParser) -> None:
     """``export-guards check``'s arguments."""
-    checking.add_argument("programs", nargs="*", type=Path, metavar="PROGRAM", help=".pte files, or folders: each .pte in a folder (and below) with the .ptd files beside it")
-    checking.add_argument("--data", type=Path, action="append", default=[], metavar="PTD", help="an external data file (.ptd) the one program given uses; repeat for several")
-    checking.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="check N programs at once (their --runtime runs in parallel); default 1")
+    checking.add_argument(
+        "programs",
+        nargs="*",
+        type=Path,
+        metavar="PROGRAM",
+        help=".pte files, or folders: each .pte in a folder (and below) with the .ptd files beside it",
+    )
+    checking.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PTD",
+        help="an external data file (.ptd) the one program given uses; repeat for several",
+    )
+    checking.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="check N programs at once (their --runtime runs in parallel); default 1",
+    )
     _runtime_options(checking)
     _kernels_option(checking, "; with --runtime the installed executorch.runtime's")
-    checking.add_argument("--reproducible", metavar="TARGET", help="export path/to/file.py:factory twice, in separate processes, and compare")
+    checking.add_argument(
+        "--reproducible",
+        metavar="TARGET",
+        help="export path/to/file.py:factory twice, in separate processes, and compare",
+    )
     _export_options(checking, " (with --reproducible)")
     _report_options(checking)
 
 
 def _runtime_options(checking: argparse.ArgumentParser) -> None:
     """``export-guards check``'s arguments for running the program and replaying its calls."""
-    checking.add_argument("--runtime", action="store_true", help="also load and run each method once in executorch.runtime, in a child process")
+    checking.add_argument(
+        "--runtime",
+        action="store_true",
+        help="also load and run each method once in executorch.runtime, in a child process",
+    )
     checking.add_argument(
         "--runtime-timeout", type=float, default=120.0, metavar="SECONDS",
         help="with --runtime: how long each program's run may take before it is reported (a warning: a busy machine "
@@ -154,9 +219,22 @@ def _kernels_option(command: argparse.ArgumentParser, default: str) -> None:
 def _export_options(command: argparse.ArgumentParser, suffix: str = "") -> None:
     lowering = command.add_mutually_exclusive_group()
     lowering.add_argument("--backend", choices=BACKENDS, help=f"partitioner to lower with (default xnnpack){suffix}")
-    lowering.add_argument("--recipe", metavar="NAME", help=f"export with this ExecuTorch recipe instead (xnnpack_fp32, xnnpack_pt2e_int8_static_per_channel, ...){suffix}")
-    command.add_argument("--placement", choices=PLACEMENT_POLICIES, help=f"device constants: report them, or copy them to the host (default error){suffix}")
-    command.add_argument("--fold", action=argparse.BooleanOptionalAction, default=None, help=f"fold constant-only weights (default on){suffix}")
+    lowering.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help=f"export with this ExecuTorch recipe instead (xnnpack_fp32, xnnpack_pt2e_int8_static_per_channel, ...){suffix}",
+    )
+    command.add_argument(
+        "--placement",
+        choices=PLACEMENT_POLICIES,
+        help=f"device constants: report them, or copy them to the host (default error){suffix}",
+    )
+    command.add_argument(
+        "--fold",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"fold constant-only weights (default on){suffix}",
+    )
     command.add_argument(
         "--fold-max-growth",
         type=float,
@@ -174,33 +252,88 @@ def _report_options(command: argparse.ArgumentParser) -> None:
 
 def _selection_options(command: argparse.ArgumentParser) -> None:
     """Which findings are reported, and which fail the run."""
-    command.add_argument("--select", help="comma-separated codes or prefixes to report (default: EG, all of ours, and every installed project rule)")
+    command.add_argument(
+        "--select",
+        help="comma-separated codes or prefixes to report (default: EG, all of ours, and every installed project rule)",
+    )
     command.add_argument("--ignore", help="comma-separated codes or prefixes not to report")
     command.add_argument("--extend-select", metavar="CODES", help="codes or prefixes to report besides those selected")
-    command.add_argument("--extend-ignore", metavar="CODES", help="codes or prefixes not to report, besides those ignored")
-    command.add_argument("--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error")
-    command.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings reach the fail level (errors of the tool itself still exit 2)")
+    command.add_argument(
+        "--extend-ignore", metavar="CODES", help="codes or prefixes not to report, besides those ignored"
+    )
+    command.add_argument(
+        "--fail-level", choices=["error", "warning", "info"], help="lowest severity that fails (exit 1); default error"
+    )
+    command.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 even when findings reach the fail level (errors of the tool itself still exit 2)",
+    )
 
 
 def _output_options(command: argparse.ArgumentParser) -> None:
     """Where the report goes and in what form; the baseline."""
-    command.add_argument("--output-format", "--format", dest="output_format", choices=tuple(FORMATS), default="text", help="report format: text (default), json, sarif, or github (Actions annotations)")
-    command.add_argument("--report-file", type=Path, metavar="PATH", help="write the report here, atomically, instead of stdout (missing folders are made)")
-    command.add_argument("--force", action="store_true", help="replace a file at an output path even when it is not a program or report that export-guards writes")
-    command.add_argument("--statistics", action="store_true", help="count the findings per code instead of listing them")
-    command.add_argument("--show-info", action="store_true", default=None, help="list info findings too (text; default: counted on the summary line; config key show-info)")
-    command.add_argument("--baseline", type=Path, metavar="FILE", help="report and fail only on findings that this baseline does not hold")
-    command.add_argument("--write-baseline", type=Path, metavar="FILE", help="write the findings of this run to FILE as a baseline (then exit 0 unless a step failed)")
+    command.add_argument(
+        "--output-format",
+        "--format",
+        dest="output_format",
+        choices=tuple(FORMATS),
+        default="text",
+        help="report format: text (default), json, sarif, or github (Actions annotations)",
+    )
+    command.add_argument(
+        "--report-file",
+        type=Path,
+        metavar="PATH",
+        help="write the report here, atomically, instead of stdout (missing folders are made)",
+    )
+    command.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a file at an output path even when it is not a program or report that export-guards writes",
+    )
+    command.add_argument(
+        "--statistics", action="store_true", help="count the findings per code instead of listing them"
+    )
+    command.add_argument(
+        "--show-info",
+        action="store_true",
+        default=None,
+        help="list info findings too (text; default: counted on the summary line; config key show-info)",
+    )
+    command.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        help="report and fail only on findings that this baseline does not hold",
+    )
+    command.add_argument(
+        "--write-baseline",
+        type=Path,
+        metavar="FILE",
+        help="write the findings of this run to FILE as a baseline (then exit 0 unless a step failed)",
+    )
 
 
 def _configuration_options(command: argparse.ArgumentParser) -> None:
     """Which configuration is read; how much is printed."""
     configuration = command.add_mutually_exclusive_group()
-    configuration.add_argument("--config", type=Path, help="the pyproject.toml to read [tool.export-guards] from (default: the nearest one that has the table, from the working folder up)")
-    configuration.add_argument("--isolated", action="store_true", help="read no configuration file: defaults and the command line only")
+    configuration.add_argument(
+        "--config",
+        type=Path,
+        help="the pyproject.toml to read [tool.export-guards] from (default: the nearest one that has the table, from the working folder up)",
+    )
+    configuration.add_argument(
+        "--isolated", action="store_true", help="read no configuration file: defaults and the command line only"
+    )
     loudness = command.add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", action="store_true", help="print no progress, only problems")
-    loudness.add_argument("-v", "--verbose", action="store_true", help="list info findings too; show the libraries' warnings and log lines, and full tracebacks")
+    loudness.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list info findings too; show the libraries' warnings and log lines, and full tracebacks",
+    )
 
 
 def options_from(args: argparse.Namespace) -> CommandOptions:

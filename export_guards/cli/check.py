@@ -66,7 +66,11 @@ def run(options: CheckOptions, interrupts: Interrupts) -> int:
     if options.inputs is not None:
         with quiet_libraries(report.verbose, load_torch=True):
             _inputs_loaded(options.inputs)
-    with outputs, quiet_libraries(report.verbose, load_torch=False), reported_if_failed(report, outputs, first, options.reproducible):
+    with (
+        outputs,
+        quiet_libraries(report.verbose, load_torch=False),
+        reported_if_failed(report, outputs, first, options.reproducible),
+    ):
         digests = _hashing(programs[0]) if programs and settings.enabled(HASH_CHECK) else None
         checked = _checked_programs(options, programs, against, digests, lines)
         if options.reproducible is not None:
@@ -79,7 +83,11 @@ def run(options: CheckOptions, interrupts: Interrupts) -> int:
 
 
 def _checked_programs(
-    options: CheckOptions, programs: list[Program], against: RuntimeInventory | None, digests: ContentDigests | None, lines: ProgressLines
+    options: CheckOptions,
+    programs: list[Program],
+    against: RuntimeInventory | None,
+    digests: ContentDigests | None,
+    lines: ProgressLines,
 ) -> list[Checked]:
     """Each program's report, ``options.jobs`` at once, as one timed step."""
     if not programs:
@@ -163,7 +171,9 @@ def _inputs_screened(path: Path) -> None:
         what = "it is empty (0 bytes)"
     elif file_kind(head) is not None:
         what = f"it is an ExecuTorch {'program (.pte)' if file_kind(head) == 'program' else 'data file (.ptd)'}, not inputs"
-    elif not zipfile.is_zipfile(path) and not head.startswith(b"\x80"):  # a pickle: torch.save's legacy format, torch.load's to judge
+    elif not zipfile.is_zipfile(path) and not head.startswith(
+        b"\x80"
+    ):  # a pickle: torch.save's legacy format, torch.load's to judge
         what = "it is a text file" if looks_like_text(head) else "it is not a torch.save file"
         what += " (truncated, or not a zip archive)" if head.startswith(b"PK") else ""
     elif zipfile.is_zipfile(path):
@@ -195,9 +205,15 @@ def _inputs_loaded(path: Path) -> None:
         loaded = torch.load(path, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UsageError(f"--inputs {path} cannot be read as inputs: torch.load refuses it ({first}); {_SAVE_INPUTS}") from None
+        raise UsageError(
+            f"--inputs {path} cannot be read as inputs: torch.load refuses it ({first}); {_SAVE_INPUTS}"
+        ) from None
     if not isinstance(loaded, (list, tuple)):
-        held = f"a tensor of shape {tuple(loaded.shape)}" if isinstance(loaded, torch.Tensor) else f"a {type(loaded).__name__}"
+        held = (
+            f"a tensor of shape {tuple(loaded.shape)}"
+            if isinstance(loaded, torch.Tensor)
+            else f"a {type(loaded).__name__}"
+        )
         raise UsageError(f"--inputs {path} holds {held}, not a list or tuple of the inputs; {_SAVE_INPUTS}")
 
 
@@ -252,7 +268,9 @@ def programs_to_check(options: CheckOptions) -> list[Program]:
             continue
         _readable_file(given, "the program")
         if file_kind_of(given) == "data":
-            raise UsageError(f"{given} is an external data file (.ptd), not a program: pass it with --data next to its .pte")
+            raise UsageError(
+                f"{given} is an external data file (.ptd), not a program: pass it with --data next to its .pte"
+            )
         programs.append((given, ()))
     for path, _ in programs:  # before any is checked: one that cannot be read at all is exit 2, however many are given
         _readable_program(path)
@@ -262,11 +280,15 @@ def programs_to_check(options: CheckOptions) -> list[Program]:
             raise UsageError(f"--data {path} is a program (.pte), not a data file: give it as the program to check")
     if options.data:
         if len(programs) != 1 or options.programs[0].is_dir():
-            raise UsageError("--data goes with one program file; with several, give their folder: each .pte there is checked with the .ptd files beside it")
+            raise UsageError(
+                "--data goes with one program file; with several, give their folder: each .pte there is checked with the .ptd files beside it"
+            )
         programs = [(programs[0][0], options.data)]
     for program, data in programs:
         if options.runtime and len(data) > 1:
-            raise UsageError(f"--runtime loads one data file (executorch.runtime takes one data_path); {len(data)} were given for {program}")
+            raise UsageError(
+                f"--runtime loads one data file (executorch.runtime takes one data_path); {len(data)} were given for {program}"
+            )
     _inputs_fit(options, programs)
     return programs
 

@@ -39,7 +39,9 @@ def rules(options: RulesOptions, interrupts: Interrupts) -> int:
         write_stdout(json.dumps(table, indent=2) + "\n")
         return EXIT_CLEAN
     width = max(len(r.name) for r in known.values())
-    write_stdout("".join(f"{code}  {r.name:<{width}}  {r.severity.value:<7}  {r.summary}\n" for code, r in known.items()))
+    write_stdout(
+        "".join(f"{code}  {r.name:<{width}}  {r.severity.value:<7}  {r.summary}\n" for code, r in known.items())
+    )
     return EXIT_CLEAN
 
 

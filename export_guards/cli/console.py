@@ -18,7 +18,15 @@ from typing import IO, TextIO, final
 from export_guards.progress import shown_by
 from export_guards.quiet import libraries_quiet, show_known_noise
 
-__all__ = ["ProgressLines", "colour_report", "colours", "problem", "quiet_libraries", "stdout_to_stderr", "write_stdout"]
+__all__ = [
+    "ProgressLines",
+    "colour_report",
+    "colours",
+    "problem",
+    "quiet_libraries",
+    "stdout_to_stderr",
+    "write_stdout",
+]
 
 
 _ERASE = "\r\x1b[K"  # back to the line's start, and clear it: a terminal's live line goes
@@ -42,7 +50,9 @@ class ProgressLines:
     a line that its end line replaces (a carriage return, on a terminal only: a CI log gets the
     end lines alone)."""
 
-    def __init__(self, *, quiet: bool, clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self, *, quiet: bool, clock: Callable[[], float] = time.monotonic, stream: IO[str] | None = None
+    ) -> None:
         self._quiet = quiet
         self._clock = clock
         self._stream = stream
@@ -163,7 +173,14 @@ def quiet_libraries(verbose: bool, *, load_torch: bool = True) -> Iterator[None]
     original = warnings.showwarning
     roots = (*(str(Path(p).resolve()) for p in sys.path if "-packages" in p), os.path.dirname(os.__file__))
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if not str(Path(filename).resolve()).startswith(roots):  # the user's code warned
             original(message, category, filename, lineno, file, line)
 

@@ -35,7 +35,9 @@ def run(options: DiffOptions, interrupts: Interrupts) -> int:
             try:
                 diff = read_update(old, new)
             except ValueError as error:
-                raise UsageError(f"{error}: give the .pte files that the export wrote (export-guards check FILE says what is wrong with one)") from None
+                raise UsageError(
+                    f"{error}: give the .pte files that the export wrote (export-guards check FILE says what is wrong with one)"
+                ) from None
             checked = [Checked(f"{new} (update of {old})", update_report(diff, settings), (diff.summary(),))]
         if report.output_format == "text" and not settings.show_info and merged(checked).at_least(Severity.WARNING):
             lines.say(diff.summary(), ongoing=False)  # the summary line gives it only when all passed

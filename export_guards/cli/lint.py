@@ -77,14 +77,18 @@ def run(options: LintOptions, interrupts: Interrupts) -> int:
     against = kernels_from(options.kernels)
     try:
         arguments = parse_arguments(options.arguments)
-        sources = [check_target(target) for target in options.targets]  # missing, unparsable, no such factory: before any import
+        sources = [
+            check_target(target) for target in options.targets
+        ]  # missing, unparsable, no such factory: before any import
     except TargetError as error:
         raise UsageError(str(error)) from None
     several = len(options.targets) > 1
     if several and (options.pte or options.former_pte):
         raise UsageError(f"--pte writes one program: give one target with it ({len(options.targets)} were given)")
     if several and options.save_inputs:
-        raise UsageError(f"--save-inputs writes one target's inputs: give one target with it ({len(options.targets)} were given)")
+        raise UsageError(
+            f"--save-inputs writes one target's inputs: give one target with it ({len(options.targets)} were given)"
+        )
     outputs = Outputs(inputs=sources, force=report.force, interrupts=interrupts)
     pte_path = outputs.claim(_pte_path(options), "program", "--pte" if options.former_pte is None else "--output")
     inputs_path = outputs.claim(options.save_inputs, "inputs", "--save-inputs")
@@ -93,13 +97,24 @@ def run(options: LintOptions, interrupts: Interrupts) -> int:
     baseline = baseline_from(report.baseline)
     lines = ProgressLines(quiet=report.quiet)
     with outputs, quiet_libraries(report.verbose):
-        linted = [_lint_target(options, target, source, arguments, against, outputs, interrupts, lines) for target, source in zip(options.targets, sources, strict=True)]
+        linted = [
+            _lint_target(options, target, source, arguments, against, outputs, interrupts, lines)
+            for target, source in zip(options.targets, sources, strict=True)
+        ]
         root = project_root(sources[0])
-        checked, baselined = against_baseline(report, [one.checked for one in linted], baseline, outputs, root=root, lines=lines)
+        checked, baselined = against_baseline(
+            report, [one.checked for one in linted], baseline, outputs, root=root, lines=lines
+        )
         failing = merged(checked).at_least(settings.fail_level)
         if pte_path is not None and linted[0].program is not None and failing:
-            lines.say(f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}", ongoing=False)
-        kept = [(pte_path, linted[0].program, str(pte_path)), (inputs_path, linted[0].inputs, f"the example inputs to {inputs_path}")]
+            lines.say(
+                f"not writing {pte_path}: {len(failing)} finding(s) at or above {settings.fail_level.value}",
+                ongoing=False,
+            )
+        kept = [
+            (pte_path, linted[0].program, str(pte_path)),
+            (inputs_path, linted[0].inputs, f"the example inputs to {inputs_path}"),
+        ]
         written = True if failing else _written(outputs, kept, lines)  # nothing is kept when something fails
         delivered = deliver(report, checked, outputs, root=root, show_info=settings.show_info)
     if any(one.failed_step for one in linted):
@@ -131,7 +146,13 @@ def _lint_target(
         return Linted(Checked(target, with_factory_location(failed.report, target)), failed_step=True)
 
 
-def _export_and_check(options: LintOptions, target: str, arguments: dict[str, object], against: RuntimeInventory | None, lines: ProgressLines) -> Linted:
+def _export_and_check(
+    options: LintOptions,
+    target: str,
+    arguments: dict[str, object],
+    against: RuntimeInventory | None,
+    lines: ProgressLines,
+) -> Linted:
     """Export one target with the guards (the lint runs in the export), write its program,
     check it as ``check`` would and run it on the example inputs (unless ``--no-run`` or
     ``--kernels``): its report, its program (``None`` when a constant the host cannot read
@@ -139,25 +160,39 @@ def _export_and_check(options: LintOptions, target: str, arguments: dict[str, ob
     (with ``--save-inputs``)."""
     settings = options.settings
     fold = "on" if settings.fold else "off"
-    lines.say(f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})")
+    lines.say(
+        f"exporting and linting {target} ({settings.recipe or settings.backend}, placement={settings.placement}, fold={fold})"
+    )
     # Imported here: the rest of the command (its usage errors, `rules`) answers without ExecuTorch.
     from export_guards.pte.smoke import SmokeWorker
 
     # the run's child starts now: its import of the runtime overlaps the export
-    with stdout_to_stderr(), SmokeWorker() if options.runs_program else contextlib.nullcontext() as worker:  # stdout carries only the report, whatever the model prints
+    with (
+        stdout_to_stderr(),
+        SmokeWorker() if options.runs_program else contextlib.nullcontext() as worker,
+    ):  # stdout carries only the report, whatever the model prints
         made, result, saved = _exported(options, target, arguments, lines)
         found, program, runs = result.report, None, None
         if result.edge is not None:  # written and checked whether or not it is kept: the verdict is the program's
-            with lines.timed("writing the program (to_executorch)"), failing_step("writing the program (to_executorch)"):
+            with (
+                lines.timed("writing the program (to_executorch)"),
+                failing_step("writing the program (to_executorch)"),
+            ):
                 program = result.to_pte(refuse=False)  # checked below, each error a finding
             found, runs = _checked_and_run(options, result, program, made, against, worker, lines)
     if program is None:
         lines.say("the export stopped before lowering (see the EG101 / EG102 findings)", ongoing=False)
         return Linted(Checked(target, with_factory_location(found, target)), None, saved)
-    return Linted(Checked(target, with_factory_location(found, target), _what_ran(result, program, runs, settings.backend)), program, saved)
+    return Linted(
+        Checked(target, with_factory_location(found, target), _what_ran(result, program, runs, settings.backend)),
+        program,
+        saved,
+    )
 
 
-def _exported(options: LintOptions, target: str, arguments: dict[str, object], lines: ProgressLines) -> tuple[Exportable, GuardedExport, bytes | None]:
+def _exported(
+    options: LintOptions, target: str, arguments: dict[str, object], lines: ProgressLines
+) -> tuple[Exportable, GuardedExport, bytes | None]:
     """What the target's factory made, its guarded export (each step a timed line), and its
     example inputs saved as given, before the export runs the model (with ``--save-inputs``)."""
     with lines.timed("loading ExecuTorch"):
@@ -173,7 +208,9 @@ def _exported(options: LintOptions, target: str, arguments: dict[str, object], l
     saved = _saved(made.inputs) if options.save_inputs is not None else None
     if made.partitioners is not None and settings.recipe is None:  # the header named the backend before the factory ran
         named = ", ".join(type(p).__name__ for p in made.lowering.partitioners or ()) or "none: the portable kernels"
-        lines.say(f"lowering with the factory's partitioners ({named}), not {settings.backend}'s default", ongoing=False)
+        lines.say(
+            f"lowering with the factory's partitioners ({named}), not {settings.backend}'s default", ongoing=False
+        )
     result = export_in_steps(
         made.model,
         made.inputs,
@@ -188,7 +225,13 @@ def _exported(options: LintOptions, target: str, arguments: dict[str, object], l
 
 
 def _checked_and_run(
-    options: LintOptions, result: GuardedExport, program: bytes, made: Exportable, against: RuntimeInventory | None, worker: SmokeWorker | None, lines: ProgressLines
+    options: LintOptions,
+    result: GuardedExport,
+    program: bytes,
+    made: Exportable,
+    against: RuntimeInventory | None,
+    worker: SmokeWorker | None,
+    lines: ProgressLines,
 ) -> tuple[Report, ProgramRuns | None]:
     """The export's report with the written program's check (against the runtime that will load
     it) and, unless ``--no-run`` or ``--kernels``, its run on the example inputs in
@@ -218,10 +261,15 @@ def _what_ran(result: GuardedExport, program: bytes, runs: ProgramRuns | None, b
     """What the text summary line says the lint did: the delegation, the program's size, and
     where it ran."""
     delegation = result.delegation
-    ran = ((delegation.stated(),) if delegation is not None and backend != "portable" else ()) + (f"program {len(program):,} bytes",)
+    ran = ((delegation.stated(),) if delegation is not None and backend != "portable" else ()) + (
+        f"program {len(program):,} bytes",
+    )
     if runs is not None:
         at = " and ".join(shape.partition(" (")[0] for shape in runs.shapes[1:])
-        ran += ("ran in executorch.runtime and matched eager" + (f" on the example inputs and at the dynamic bounds {at}" if at else ""),)
+        ran += (
+            "ran in executorch.runtime and matched eager"
+            + (f" on the example inputs and at the dynamic bounds {at}" if at else ""),
+        )
     return ran
 
 

@@ -10,7 +10,15 @@ from typing import final
 
 from export_guards.settings import Settings
 
-__all__ = ["CheckOptions", "CommandOptions", "DiffOptions", "ExplainOptions", "LintOptions", "ReportOptions", "RulesOptions"]
+__all__ = [
+    "CheckOptions",
+    "CommandOptions",
+    "DiffOptions",
+    "ExplainOptions",
+    "LintOptions",
+    "ReportOptions",
+    "RulesOptions",
+]
 
 
 @final

@@ -30,7 +30,11 @@ from export_guards.written import WHAT, OutputKind, is_kind, write_atomically
 
 __all__ = ["OutputKind", "Outputs"]
 
-_EXAMPLE_NAME = {"program": "model.pte", "report": "report.txt", "inputs": "inputs.pt"}  # a file to name, where a folder was
+_EXAMPLE_NAME = {
+    "program": "model.pte",
+    "report": "report.txt",
+    "inputs": "inputs.pt",
+}  # a file to name, where a folder was
 
 
 @final
@@ -91,7 +95,9 @@ class Outputs:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise UsageError(f"{option} {path}: cannot make the folder {path.parent}: {error.strerror or error}") from None
+            raise UsageError(
+                f"{option} {path}: cannot make the folder {path.parent}: {error.strerror or error}"
+            ) from None
         if not os.access(path.parent, os.W_OK | os.X_OK):
             raise UsageError(f"{option} {path}: the folder {path.parent} is not writable")
         self._claims.append(_Claim(path, kind, option))
@@ -117,7 +123,9 @@ class Outputs:
     def __enter__(self) -> Outputs:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         with self._interrupts.deferred():  # a second signal must not cut the clean-up short
             interrupted = self._interrupts.received is not None or isinstance(error, KeyboardInterrupt)
             for claim in self._claims:
@@ -126,7 +134,11 @@ class Outputs:
                     continue
                 if written or (claim.path.is_file() and is_kind(claim.path, claim.kind)):
                     claim.path.unlink(missing_ok=True)
-                    why = "the run was interrupted" if interrupted else "this run did not write it, so it was not this run's result"
+                    why = (
+                        "the run was interrupted"
+                        if interrupted
+                        else "this run did not write it, so it was not this run's result"
+                    )
                     print(f"export-guards: removed {claim.path}: {why}", file=sys.stderr)
 
 

@@ -21,7 +21,20 @@ from export_guards.render.text import render_text
 from export_guards.report import Report, Severity, SourceLocation
 from export_guards.targets import StepFailed, target_file
 
-__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "Checked", "against_baseline", "deliver", "exit_code", "merged", "project_root", "reported_if_failed", "said_failed", "with_factory_location"]
+__all__ = [
+    "EXIT_CLEAN",
+    "EXIT_ERROR",
+    "EXIT_FINDINGS",
+    "Checked",
+    "against_baseline",
+    "deliver",
+    "exit_code",
+    "merged",
+    "project_root",
+    "reported_if_failed",
+    "said_failed",
+    "with_factory_location",
+]
 
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -47,7 +60,9 @@ def merged(checked: Sequence[Checked]) -> Report:
     return sum((c.report for c in checked), Report())
 
 
-def deliver(options: ReportOptions, checked: Sequence[Checked], outputs: Outputs, *, root: Path, show_info: bool = False) -> bool:
+def deliver(
+    options: ReportOptions, checked: Sequence[Checked], outputs: Outputs, *, root: Path, show_info: bool = False
+) -> bool:
     """Render the reports and write them to the claimed ``--report-file``, else to stdout.
     Text gives each input's findings and summary line, then, for several inputs, one line
     over them all; the machine formats and ``--statistics`` hold every input's findings as one
@@ -56,7 +71,14 @@ def deliver(options: ReportOptions, checked: Sequence[Checked], outputs: Outputs
     :func:`~export_guards.cli.console.colours` says so; a file and the machine formats never are."""
     if options.output_format != "text" or options.statistics or len(checked) == 1:
         one = checked[0] if len(checked) == 1 else Checked("", merged(checked))
-        text = render(one.report, options.output_format, statistics=options.statistics, show_info=show_info, root=root, ran=one.ran)
+        text = render(
+            one.report,
+            options.output_format,
+            statistics=options.statistics,
+            show_info=show_info,
+            root=root,
+            ran=one.ran,
+        )
     else:
         blocks = [render_text(c.report, show_info=show_info, root=root, ran=c.ran, subject=c.subject) for c in checked]
         text = "\n".join(blocks) + "\n" + _over_all(checked) + "\n"
@@ -75,7 +97,9 @@ def _over_all(checked: Sequence[Checked]) -> str:
     problems = [c for c in checked if any(f.severity.rank > 0 for f in c.report)]
     total = merged(checked)
     errors, warnings = len(total.errors), len(total.at_least(Severity.WARNING)) - len(total.errors)
-    counts = ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((errors, "error"), (warnings, "warning")) if n)
+    counts = ", ".join(
+        f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((errors, "error"), (warnings, "warning")) if n
+    )
     kind = "program" if all(c.subject.endswith(".pte") for c in checked) else "target"
     said = f"Checked {len(checked)} {kind}s: {len(checked) - len(problems)} passed"
     return said + (f", {len(problems)} with problems ({counts})." if problems else ".")
@@ -86,7 +110,13 @@ def _to_stdout(output_format: str, text: str) -> None:
 
 
 def against_baseline(
-    options: ReportOptions, checked: Sequence[Checked], baseline: frozenset[str] | None, outputs: Outputs, *, root: Path, lines: ProgressLines
+    options: ReportOptions,
+    checked: Sequence[Checked],
+    baseline: frozenset[str] | None,
+    outputs: Outputs,
+    *,
+    root: Path,
+    lines: ProgressLines,
 ) -> tuple[list[Checked], bool]:
     """Each input's report less what ``--baseline`` holds (said on stderr); with
     ``--write-baseline``, every input's findings written there and then left out whole, as the
@@ -97,12 +127,16 @@ def against_baseline(
     if options.write_baseline is not None:
         written = outputs.write(options.write_baseline, render_baseline(merged(checked), root=root).encode())
         if written:
-            lines.say(f"wrote {len(merged(checked))} finding(s) to the baseline {options.write_baseline}", ongoing=False)
+            lines.say(
+                f"wrote {len(merged(checked))} finding(s) to the baseline {options.write_baseline}", ongoing=False
+            )
         return [replace(c, report=Report((), c.report.suppressed)) for c in checked], written
     if baseline is None:
         return checked, True
     held = iter(held_by(merged(checked), baseline, root=root))
-    kept = [replace(c, report=Report(tuple(f for f in c.report if not next(held)), c.report.suppressed)) for c in checked]
+    kept = [
+        replace(c, report=Report(tuple(f for f in c.report if not next(held)), c.report.suppressed)) for c in checked
+    ]
     left_out = len(merged(checked)) - len(merged(kept))
     if left_out:
         lines.say(f"{left_out} finding(s) in the baseline {options.baseline} left out", ongoing=False)
@@ -124,7 +158,9 @@ def project_root(subject: Path | None) -> Path:
 
 
 @contextlib.contextmanager
-def reported_if_failed(options: ReportOptions, outputs: Outputs, source: Path | None, target: str | None) -> Iterator[None]:
+def reported_if_failed(
+    options: ReportOptions, outputs: Outputs, source: Path | None, target: str | None
+) -> Iterator[None]:
     """A step that fails is a report too (one EG002 finding: the step, the innermost cause,
     the user's line), for a reader of JSON, SARIF, annotations or a report file; the error
     still goes to stderr and the exit code is still 2. Text on stdout would repeat stderr."""

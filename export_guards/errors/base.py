@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from export_guards.report import SourceLocation
 
-__all__ = ["Error", "ExportFailed", "GradModeWriteError", "NotAModule", "ProjectRulesError", "RuntimeMismatch", "TargetError"]
+__all__ = [
+    "Error",
+    "ExportFailed",
+    "GradModeWriteError",
+    "NotAModule",
+    "ProjectRulesError",
+    "RuntimeMismatch",
+    "TargetError",
+]
 
 
 class Error(Exception):

@@ -53,7 +53,9 @@ class LoweringFailed(GuardError):
     names, when it names one; ``hint``, how to fix a known cause (an op outside core ATen: the
     compile config), as the lint says it."""
 
-    def __init__(self, message: str, report: Report, location: SourceLocation | None = None, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, report: Report, location: SourceLocation | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(message + (f"\n  hint: {hint}" if hint else ""), report)
         self.location = location
         self.hint = hint
@@ -76,5 +78,13 @@ class SharedMemoryError(ProgramRefused):
     findings, each naming both values and the operators that write them."""
 
 
-for _error in (GuardError, ConstantPlacementError, KnownWrongDelegationError, LintError, LoweringFailed, ProgramRefused, SharedMemoryError):
+for _error in (
+    GuardError,
+    ConstantPlacementError,
+    KnownWrongDelegationError,
+    LintError,
+    LoweringFailed,
+    ProgramRefused,
+    SharedMemoryError,
+):
     _error.__module__ = "export_guards.errors"  # their one place, as users name them

@@ -53,7 +53,16 @@ def lint(
         TypeError: ``program`` is none of the accepted forms.
     """
     reports = (
-        lint_method(ep, method, config, stage=stage, fold=fold, reasons=(reasons or {}).get(method, {}), rules=rules, fold_plan=(fold_plans or {}).get(method))
+        lint_method(
+            ep,
+            method,
+            config,
+            stage=stage,
+            fold=fold,
+            reasons=(reasons or {}).get(method, {}),
+            rules=rules,
+            fold_plan=(fold_plans or {}).get(method),
+        )
         for method, ep in methods_of(program).items()
     )
     return sum(reports, Report())
@@ -75,7 +84,9 @@ def lint_method(
     settings = config or Settings()
     context = LintContext(program, method, settings.fold if fold is None else fold, reasons or {}, fold_plan)
     where = f"method '{method}'" if method else "the program"
-    return run(rules or with_project_rules(LINT_RULES), stage, context, settings, name=where, method=method, locate=node_site)
+    return run(
+        rules or with_project_rules(LINT_RULES), stage, context, settings, name=where, method=method, locate=node_site
+    )
 
 
 def lint_guarded(program: Program, config: Settings, *, fold_plans: Mapping[str, FoldPlan] | None = None) -> Report:

@@ -10,4 +10,13 @@ from export_guards.passes.known_wrong import KnownWrongDelegationPass
 from export_guards.passes.lint import LintPass
 from export_guards.passes.result import GuardGraphPassResult, GuardPassResult
 
-__all__ = ["ControlFlowOutputsPass", "GuardGraphPassResult", "GuardPassResult", "GuardPasses", "KnownWrongDelegationPass", "LintPass", "guard_passes", "keep_initial_values"]
+__all__ = [
+    "ControlFlowOutputsPass",
+    "GuardGraphPassResult",
+    "GuardPassResult",
+    "GuardPasses",
+    "KnownWrongDelegationPass",
+    "LintPass",
+    "guard_passes",
+    "keep_initial_values",
+]

@@ -108,7 +108,8 @@ def _outliving(graph_module: GraphModule, *, escapes: bool) -> list[Node]:
         for node in nodes
         if node.op == "call_function" and node.target in _CONTROL_FLOW
         for result in list(node.users)
-        if isinstance(result.meta.get("val"), torch.Tensor) and _outlives_branch(result, order[node], order, calls, escapes=escapes)
+        if isinstance(result.meta.get("val"), torch.Tensor)
+        and _outlives_branch(result, order[node], order, calls, escapes=escapes)
     ]
 
 

@@ -127,17 +127,27 @@ def guard_passes(
         _hand_the_copy_to(lists)
     fold_pass = [FoldConstantsPass(max_growth=settings.fold_max_growth)] if settings.fold else []
     placement_pass = ConstantPlacementPass(settings.placement, defer_device_constants=bool(lists))
-    return GuardPasses([placement_pass, *fold_pass, QuantizedEmbeddingPass(), KnownWrongDelegationPass(_backend_ids(lists))])
+    return GuardPasses(
+        [placement_pass, *fold_pass, QuantizedEmbeddingPass(), KnownWrongDelegationPass(_backend_ids(lists))]
+    )
 
 
-def _partitioner_lists(partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None) -> list[Sequence[Partitioner]]:
+def _partitioner_lists(
+    partitioner: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]] | None,
+) -> list[Sequence[Partitioner]]:
     """Each method's list of ``partitioner`` (one list for all methods, when it is a list).
 
     Raises:
         TypeError: a partitioner is not guarded.
         ValueError: a list is empty.
     """
-    lists = list(partitioner.values()) if isinstance(partitioner, Mapping) else [partitioner] if partitioner is not None else []
+    lists = (
+        list(partitioner.values())
+        if isinstance(partitioner, Mapping)
+        else [partitioner]
+        if partitioner is not None
+        else []
+    )
     for parts in lists:
         if not parts:
             raise ValueError(

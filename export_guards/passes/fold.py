@@ -178,7 +178,8 @@ def _evaluate(plan: FoldPlan) -> dict[Node, torch.Tensor]:
     with torch.no_grad():
         for node in order:
             args, kwargs = torch.fx.node.map_arg(
-                (node.args, node.kwargs), lambda n: cast("Argument", constants[n].tensor if n in constants else values[n])
+                (node.args, node.kwargs),
+                lambda n: cast("Argument", constants[n].tensor if n in constants else values[n]),
             )
             values[node] = node.target(*args, **kwargs)
             if node in roots:
@@ -216,7 +217,9 @@ def _apply(ep: ExportedProgram, plan: FoldPlan) -> tuple[ExportedProgram, Report
             parameters[same] = value
             by_layout.setdefault(key, []).append(same)
         stored_as[root] = same
-    findings = [_folded(fqn, [r for r in plan.roots if stored_as[r] == fqn], parameters[fqn], plan) for fqn in parameters]
+    findings = [
+        _folded(fqn, [r for r in plan.roots if stored_as[r] == fqn], parameters[fqn], plan) for fqn in parameters
+    ]
     return _rebuilt(ep, plan, stored_as, parameters, fqn_of), Report.of(findings)
 
 
@@ -237,14 +240,20 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     kept = f"; {', '.join(_named(plan.constants[s]) for s in staying)} stay, read elsewhere" if staying else ""
     # Identical results are stored once: one constant for all of ``roots``.
     growth = written_growth(roots, ops, plan.constants) - constant_cost(value) * (len(roots) - 1)
-    instructions = sum(1 for n in ops if aten_name(n.target) and n.op == "call_function" and n.target is not operator.getitem)
+    instructions = sum(
+        1 for n in ops if aten_name(n.target) and n.op == "call_function" and n.target is not operator.getitem
+    )
     written = (
-        f"the written program about {-growth:,} bytes smaller" if growth < 0
-        else f"the written program about {growth:,} bytes larger" if growth > 0
+        f"the written program about {-growth:,} bytes smaller"
+        if growth < 0
+        else f"the written program about {growth:,} bytes larger"
+        if growth > 0
         else "the written program no smaller"
     )
     constants = (
-        f"constants {before:,} -> {value.nbytes:,} bytes" if before != value.nbytes else f"constants of the same size, {before:,} bytes"
+        f"constants {before:,} -> {value.nbytes:,} bytes"
+        if before != value.nbytes
+        else f"constants of the same size, {before:,} bytes"
     )
     message = (
         f"folded {len(ops)} op{'s' if len(ops) != 1 else ''} ({_summary(list(ops))}) on "
@@ -266,7 +275,6 @@ def _folded(fqn: str, roots: list[Node], value: torch.Tensor, plan: FoldPlan) ->
     # (to_edge decomposed its reader) keeps its name, and is one finding, the first.
     subjects = (f"constant '{fqn}'", *dict.fromkeys(node_origin(r) for r in roots))
     return finding(CATALOG["EG201"], Hit(message, shown, fqn, fix=fix, subjects=subjects), locate=node_site)
-
 
 
 def _rebuilt(
@@ -335,9 +343,7 @@ def _copied_graph(
             add_parameters()
         if node not in kept:
             continue
-        new[node] = graph.node_copy(
-            node, lambda n: placeholder_of[stored_as[n]] if n in stored_as else new[n]
-        )
+        new[node] = graph.node_copy(node, lambda n: placeholder_of[stored_as[n]] if n in stored_as else new[n])
         if node.op == "placeholder":
             new[node].name = node.name  # node_copy renames names such as "input"
             input_specs.append(specs[node.name])

@@ -79,12 +79,22 @@ def _rewrite(found: Int8DynamicLinear, copies: dict[Node, Node]) -> None:
     _, block, x_scale, x_zero, dtype, low, high = (*quantized.args, *(None,) * 7)[:7]
     out_dtype = input_node(quantized, 0).meta["val"].dtype
     with graph.inserting_before(result):
-        activation = _call(graph, torch.ops.torchao.dequantize_affine.default, (quantized, block, x_scale, x_zero, dtype, low, high), matmul, output_dtype=out_dtype)
+        activation = _call(
+            graph,
+            torch.ops.torchao.dequantize_affine.default,
+            (quantized, block, x_scale, x_zero, dtype, low, high),
+            matmul,
+            output_dtype=out_dtype,
+        )
         zero = _call(graph, _INNER, (weight, "zero_point"), matmul) if _has_zero_point(weight) else None
         info = torch.iinfo(torch.int8)
         weight_block = _weight_block(weight, codes)
         dequantized = _call(
-            graph, torch.ops.torchao.dequantize_affine.default, (codes, weight_block, scale, zero, torch.int8, info.min, info.max), matmul, output_dtype=out_dtype
+            graph,
+            torch.ops.torchao.dequantize_affine.default,
+            (codes, weight_block, scale, zero, torch.int8, info.min, info.max),
+            matmul,
+            output_dtype=out_dtype,
         )
         bias = copies[found.bias] if found.bias is not None else None
         linear = _call(graph, torch.ops.aten.linear.default, (activation, dequantized, bias), matmul)
@@ -113,7 +123,9 @@ def _weight_block(weight: Node, codes: Node) -> list[int]:
     """The block each of the weight's scales applies to: the quantized weight's own
     (``block_size``: a row per output feature for per-channel scales), else a row."""
     block = getattr(weight.meta["val"], "block_size", None)
-    return [int(size) for size in block] if block is not None and len(block) == 2 else [1, int(codes.meta["val"].shape[1])]
+    return (
+        [int(size) for size in block] if block is not None and len(block) == 2 else [1, int(codes.meta["val"].shape[1])]
+    )
 
 
 def _has_zero_point(weight: Node) -> bool:
@@ -147,6 +159,14 @@ def _finding(found: Int8DynamicLinear, *, rewritten: bool = True) -> Finding:
         )
         hit = Hit(message, found.matmul, subjects=(node_origin(found.matmul),))
     else:
-        message = f"the {linear} reaches to_edge as '{INT_MM}', which to_edge rejects (not core ATen): no step rewrote it"
-        hit = Hit(message, found.matmul, fix=f"Rewrite it first: {PRE_STEP}", severity=Severity.ERROR, subjects=(node_origin(found.matmul),))
+        message = (
+            f"the {linear} reaches to_edge as '{INT_MM}', which to_edge rejects (not core ATen): no step rewrote it"
+        )
+        hit = Hit(
+            message,
+            found.matmul,
+            fix=f"Rewrite it first: {PRE_STEP}",
+            severity=Severity.ERROR,
+            subjects=(node_origin(found.matmul),),
+        )
     return finding(CATALOG["EG407"], hit, locate=node_site)

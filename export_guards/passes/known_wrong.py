@@ -77,7 +77,9 @@ class KnownWrongDelegationPass(ExportedProgramPassBase):
             if aten_name(original.target) == "addmm":
                 _split_addmm(copied[original])
         report = Report.of([_finding(match, kept=True) for match in matches])
-        return GuardPassResult(updated_program(exported_program, module, exported_program.graph_signature), True, report)
+        return GuardPassResult(
+            updated_program(exported_program, module, exported_program.graph_signature), True, report
+        )
 
 
 def copied_module(module: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
@@ -141,11 +143,17 @@ def decompose_dequantize(node: Node) -> None:
     """``torchao.dequantize_affine`` as torchao defines it: ``(q - zero_point) * scale`` per
     block, in the output dtype."""
     quantized, block_size, scale, zero_point, *_ = node.args
-    out_dtype = cast(torch.dtype, node.kwargs.get("output_dtype", node.args[7] if len(node.args) > 7 else torch.float32))
+    out_dtype = cast(
+        torch.dtype, node.kwargs.get("output_dtype", node.args[7] if len(node.args) > 7 else torch.float32)
+    )
     shape = list(input_node(node, 0).meta["val"].shape)
     blocked, per_block = _block_shapes(cast("Sequence[int]", block_size), shape)
     graph = node.graph
-    view, sub, mul = (exir_ops.edge.aten.view_copy.default, exir_ops.edge.aten.sub.Tensor, exir_ops.edge.aten.mul.Tensor)
+    view, sub, mul = (
+        exir_ops.edge.aten.view_copy.default,
+        exir_ops.edge.aten.sub.Tensor,
+        exir_ops.edge.aten.mul.Tensor,
+    )
     with graph.inserting_before(node):
         value = _to(graph, _call(graph, view, (quantized, blocked), node), out_dtype, node)
         if zero_point is not None:
@@ -176,7 +184,9 @@ def _to(graph: Graph, value: Node, dtype: torch.dtype, like: Node) -> Node:
     if value.meta["val"].dtype == dtype:
         return value
     order = list(range(value.meta["val"].dim()))
-    return _call(graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), like, dtype=dtype, dim_order=order)
+    return _call(
+        graph, exir_ops.edge.dim_order_ops._to_dim_order_copy.default, (value,), like, dtype=dtype, dim_order=order
+    )
 
 
 def _call(graph: Graph, op: object, args: tuple[object, ...], like: Node, **kwargs: object) -> Node:

@@ -26,7 +26,6 @@ from export_guards.ruleset import CATALOG, Hit, finding
 __all__ = ["fold_parametrizations", "is_reparametrized"]
 
 
-
 def fold_parametrizations(model: nn.Module, *, inplace: bool = False) -> tuple[nn.Module, Report]:
     """Replace every reparametrized weight of ``model`` by a plain ``nn.Parameter``.
 
@@ -108,4 +107,3 @@ def _remove(module: nn.Module, tensor_name: str, api: str) -> None:
         own_parametrized_class(module)  # deepcopy shares the class that holds the parametrized property
         with torch.no_grad():
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
-

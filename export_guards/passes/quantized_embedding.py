@@ -100,7 +100,9 @@ def _is_constant(spec: InputSpec) -> bool:
     return spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
 
-def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torch.Tensor], taken: set[str]) -> Callable[[str, torch.Tensor], Node]:
+def _adder(
+    graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torch.Tensor], taken: set[str]
+) -> Callable[[str, torch.Tensor], Node]:
     """A function that adds a parameter holding a tensor, after the existing parameters (the
     signature orders them first), and returns its placeholder."""
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -124,12 +126,16 @@ def _adder(graph: Graph, specs: dict[str, InputSpec], parameters: dict[str, torc
     return add
 
 
-def _replace(graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, add: Callable[[str, torch.Tensor], Node]) -> None:
+def _replace(
+    graph: Graph, copies: dict[Node, Node], match: QuantizedEmbedding, add: Callable[[str, torch.Tensor], Node]
+) -> None:
     """Put the kernel's call in place of ``match``'s embedding in the copied graph."""
     kernel, dequantize = match.kernel, match.dequantize
     codes, scale = input_node(dequantize, 0), input_node(dequantize, 2)
     prefix = _table_name(match)
-    codes_node = copies[codes] if kernel.bits == 8 else add(f"{prefix}_{kernel.bits}bit", kernel.codes)  # 8 bits: the codes as they are
+    codes_node = (
+        copies[codes] if kernel.bits == 8 else add(f"{prefix}_{kernel.bits}bit", kernel.codes)
+    )  # 8 bits: the codes as they are
     same_scale = kernel.scale.shape == match.sources[scale].tensor.shape
     scale_node = copies[scale] if same_scale else add(f"{prefix}_scale", kernel.scale.clone())
     zero_node = add(f"{prefix}_zero_point", kernel.zero_point) if kernel.zero_point is not None else None

@@ -66,9 +66,7 @@ def _dtype(node: Node) -> torch.dtype | None:
 
 def torchao_quantize_ops(nodes: Iterable[Node]) -> list[Node]:
     """The calls of torchao's quantize ops among ``nodes`` (aten or edge dialect)."""
-    return [
-        node for node in nodes if _namespace(node) == "torchao" and aten_name(node.target) in _TORCHAO_QUANTIZE_OPS
-    ]
+    return [node for node in nodes if _namespace(node) == "torchao" and aten_name(node.target) in _TORCHAO_QUANTIZE_OPS]
 
 
 def _namespace(node: Node) -> str | None:
@@ -84,7 +82,9 @@ def decompose_torchao_quantize_ops(program: ExportedProgram) -> ExportedProgram:
     ``to_edge``; a delegate that matches them (XNNPACK's quantized linears) must see them whole,
     so only where none takes them. ``dequantize_affine`` is left for later: an embedding's goes to
     its kernel (EG408), any other becomes core ATen at emission (:class:`QuantizedKernelsPass`)."""
-    found = {node.target for node in torchao_quantize_ops(program.graph.nodes) if aten_name(node.target) in _BEFORE_TO_EDGE}
+    found = {
+        node.target for node in torchao_quantize_ops(program.graph.nodes) if aten_name(node.target) in _BEFORE_TO_EDGE
+    }
     if not found:
         return program
     from torch._inductor.decomposition import decompositions  # torchao registers its definitions here
@@ -131,4 +131,9 @@ def _no_kernel_error(left: list[Node]) -> LoweringFailed:
         "dynamically quantized linears: Int8DynamicActivationIntxWeightConfig), or, for the portable kernels, "
         f"decompose them before to_edge: {PRE_STEP} (lower_with_guards(program, config=Settings(backend='portable')) does)"
     )
-    return LoweringFailed(f"{names} {'is' if len(left) == 1 else 'are'} left outside every delegate{where}, and ExecuTorch has no kernel for them", Report(), site, hint)
+    return LoweringFailed(
+        f"{names} {'is' if len(left) == 1 else 'are'} left outside every delegate{where}, and ExecuTorch has no kernel for them",
+        Report(),
+        site,
+        hint,
+    )

@@ -28,7 +28,9 @@ class GuardGraphPassResult(PassResult):
 
     report: Report
 
-    def __new__(cls, graph_module: torch.nn.Module, modified: bool, report: Report | None = None) -> GuardGraphPassResult:
+    def __new__(
+        cls, graph_module: torch.nn.Module, modified: bool, report: Report | None = None
+    ) -> GuardGraphPassResult:
         result = cast(GuardGraphPassResult, super().__new__(cls, graph_module, modified))
         result.report = report if report is not None else Report()
         return result

@@ -82,8 +82,12 @@ def check_pte(
     pte, ptds = _opened(program, data_files)
     rules = rules or with_project_rules(PTE_RULES)
     needed = needs_of(rules, config)
-    context = functools.partial(PteContext, pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests(), needs=needed)
-    found = functools.partial(run, rules, settings=config, name=pte.name, artifact=None if isinstance(program, bytes) else pte.name)
+    context = functools.partial(
+        PteContext, pte, ptds, against, replay=replay and not runtime, digests=digests or ContentDigests(), needs=needed
+    )
+    found = functools.partial(
+        run, rules, settings=config, name=pte.name, artifact=None if isinstance(program, bytes) else pte.name
+    )
     if not runtime:
         return found("pte", context(), locate=locate)
     with SmokeWorker() as worker, _as_file(program) as path:  # the child imports the runtime meanwhile
@@ -108,12 +112,29 @@ def _started(
     runtime survives them is the question). It started first, and imports the runtime (most
     of the run's cost) while this process reads the program; it also answers what needs the
     runtime or torch (the inventory, EG519's replay), so that this process loads neither."""
-    runs = [SmokeInputs(os.fspath(inputs), os.devnull, f"{pte.name} on the inputs in {os.fspath(inputs)}")] if inputs is not None else []
-    made_up = input_specs(pte.program) if pte.program is not None else None  # parsed here already: the child need not parse it
-    return worker.start(path, [p.name for p in ptds], timeout_s, name=pte.name, runs=runs, inventory=inventory, replay=replay, made_up=made_up)
+    runs = (
+        [SmokeInputs(os.fspath(inputs), os.devnull, f"{pte.name} on the inputs in {os.fspath(inputs)}")]
+        if inputs is not None
+        else []
+    )
+    made_up = (
+        input_specs(pte.program) if pte.program is not None else None
+    )  # parsed here already: the child need not parse it
+    return worker.start(
+        path,
+        [p.name for p in ptds],
+        timeout_s,
+        name=pte.name,
+        runs=runs,
+        inventory=inventory,
+        replay=replay,
+        made_up=made_up,
+    )
 
 
-def _normalized(program: PathOrBytes, data_files: Iterable[str | os.PathLike[str]]) -> tuple[PathOrBytes, tuple[str | os.PathLike[str], ...]]:
+def _normalized(
+    program: PathOrBytes, data_files: Iterable[str | os.PathLike[str]]
+) -> tuple[PathOrBytes, tuple[str | os.PathLike[str], ...]]:
     """``program`` as a path or ``bytes``, and the data files as a tuple (one path alone too)."""
     if isinstance(program, (bytearray, memoryview)):
         program = bytes(program)
@@ -122,9 +143,13 @@ def _normalized(program: PathOrBytes, data_files: Iterable[str | os.PathLike[str
     return program, tuple(data_files)
 
 
-def _opened(program: PathOrBytes, data_files: tuple[str | os.PathLike[str], ...]) -> tuple[PteFile, tuple[PtdFile, ...]]:
+def _opened(
+    program: PathOrBytes, data_files: tuple[str | os.PathLike[str], ...]
+) -> tuple[PteFile, tuple[PtdFile, ...]]:
     """The program file and its data files, memory-mapped (a program given as bytes, as they are)."""
-    pte = PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
+    pte = (
+        PteFile(program, "<bytes>") if isinstance(program, bytes) else PteFile(open_bytes(program), os.fspath(program))
+    )
     return pte, tuple(PtdFile(open_bytes(path), os.fspath(path)) for path in data_files)
 
 
@@ -173,20 +198,23 @@ def check_reproducible(
     """
     config = with_keywords(config, "check_reproducible", backend=backend, placement=placement, fold=fold, recipe=recipe)
     pair = export_twice(target, config, timeout_s=timeout_s)
-    return run(with_project_rules(PTE_RULES), "reproducible", pair, config, name=pair.target) + check_pte(pair.first, config=config)
+    return run(with_project_rules(PTE_RULES), "reproducible", pair, config, name=pair.target) + check_pte(
+        pair.first, config=config
+    )
 
 
 def compare_pte(first: PathOrBytes, second: PathOrBytes, *, config: Settings | None = None) -> Report:
     """EG510 for two programs you exported yourself: each difference named by method, delegate,
     constant and named-data key. Clean when the bytes are equal."""
-    first_bytes, second_bytes = (bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else Path(p).read_bytes() for p in (first, second))
+    first_bytes, second_bytes = (
+        bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else Path(p).read_bytes() for p in (first, second)
+    )
     pair = ExportPair(f"{_name(first)} and {_name(second)}", first_bytes, second_bytes, {})
     return run(with_project_rules(PTE_RULES), "reproducible", pair, config or Settings(), name=pair.target)
 
 
 def _name(program: PathOrBytes) -> str:
     return "<bytes>" if isinstance(program, (bytes, bytearray, memoryview)) else os.fspath(program)
-
 
 
 def diff_pte(old: PathOrBytes, new: PathOrBytes, *, config: Settings | None = None) -> Report:
@@ -231,7 +259,11 @@ def read_update(old: PathOrBytes, new: PathOrBytes) -> CacheDiff:
 
 
 def _same_path(old: PathOrBytes, new: PathOrBytes) -> bool:
-    return not isinstance(old, (bytes, bytearray, memoryview)) and not isinstance(new, (bytes, bytearray, memoryview)) and os.fspath(old) == os.fspath(new)
+    return (
+        not isinstance(old, (bytes, bytearray, memoryview))
+        and not isinstance(new, (bytes, bytearray, memoryview))
+        and os.fspath(old) == os.fspath(new)
+    )
 
 
 def _refuse_damaged(pte: PteFile, role: str) -> None:

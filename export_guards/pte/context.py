@@ -49,7 +49,9 @@ def needs(*wanted: Need) -> Callable[[F], F]:
 
 def needs_of(rules: RuleSet, settings: Selection) -> frozenset[Need]:
     """What the program-file rules of ``rules`` that ``settings`` enable need arranged."""
-    return frozenset(need for r in rules.stage("pte") if settings.enabled(r.code) for need in getattr(r.check, "needs", ()))
+    return frozenset(
+        need for r in rules.stage("pte") if settings.enabled(r.code) for need in getattr(r.check, "needs", ())
+    )
 
 
 class RuntimeAnswers(Protocol):

@@ -44,7 +44,9 @@ class ContentDigests:
         pool: ThreadPoolExecutor | None = None
         for name, data, start, end in regions:
             if (name, start, end) not in self._started:
-                pool = pool or ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="eg-hash")
+                pool = pool or ThreadPoolExecutor(
+                    max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="eg-hash"
+                )
                 self._started[name, start, end] = pool.submit(_sha256, data, start, end)
         if pool is not None:
             pool.shutdown(wait=False)  # the submitted hashes still run; the pool takes no more

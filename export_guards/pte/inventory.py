@@ -50,7 +50,11 @@ class RuntimeInventory:
             name = f"executorch.runtime {version('executorch')}"
         except PackageNotFoundError:
             name = "executorch.runtime"
-        return cls(name, frozenset(runtime.operator_registry.operator_names), frozenset(runtime.backend_registry.registered_backend_names))
+        return cls(
+            name,
+            frozenset(runtime.operator_registry.operator_names),
+            frozenset(runtime.backend_registry.registered_backend_names),
+        )
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> RuntimeInventory:

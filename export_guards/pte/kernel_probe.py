@@ -64,11 +64,17 @@ def probe(operators: Iterable[str] | None = None) -> dict[str, dict[str, object]
     table: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="export-guards-kernel-probe-") as folder:
         for attempt in range(_ATTEMPTS):
-            programs = {name: found for name, calls in made.items() if name not in table and (found := next(calls, None)) is not None}
+            programs = {
+                name: found
+                for name, calls in made.items()
+                if name not in table and (found := next(calls, None)) is not None
+            }
             if not programs:
                 break
             based = list(_variants(programs, Path(folder, str(attempt)), base_only=True))
-            running = {name for (name, *_), outcome in zip(based, _run([path for *_, path in based])) if outcome == "ok"}
+            running = {
+                name for (name, *_), outcome in zip(based, _run([path for *_, path in based])) if outcome == "ok"
+            }
             jobs = list(_variants({n: p for n, p in programs.items() if n in running}, Path(folder, f"{attempt}-all")))
             for (name, dtype, key, _path), outcome in zip(jobs, _run([path for *_, path in jobs])):
                 row = table.setdefault(name, {"takes": [], "calls": {}})
@@ -110,7 +116,9 @@ def _one_op_programs(torch: Any, name: str) -> Iterator[tuple[Any, str]]:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     # on meta tensors: torch's shape and dtype checks, and no kernel that a made-up call could crash
-                    functional(*_on_meta(torch, positional), **dict(zip(keywords, _on_meta(torch, list(keywords.values())))))
+                    functional(
+                        *_on_meta(torch, positional), **dict(zip(keywords, _on_meta(torch, list(keywords.values()))))
+                    )
             except Exception:  # noqa: BLE001, S112 - torch refuses this made-up call: the next one
                 continue
             program = _lowered(torch, name, functional, positional, keywords)
@@ -121,7 +129,10 @@ def _one_op_programs(torch: Any, name: str) -> Iterator[tuple[Any, str]]:
 
 
 def _on_meta(torch: Any, values: list[object]) -> list[object]:
-    return [v.to("meta") if isinstance(v, torch.Tensor) else _on_meta(torch, v) if isinstance(v, list) else v for v in values]
+    return [
+        v.to("meta") if isinstance(v, torch.Tensor) else _on_meta(torch, v) if isinstance(v, list) else v
+        for v in values
+    ]
 
 
 def _functional(torch: Any, name: str) -> Any | None:
@@ -140,7 +151,9 @@ def _functional(torch: Any, name: str) -> Any | None:
         return None  # not an out variant
     for candidate in packet.overloads():
         schema = getattr(packet, candidate)._schema
-        if [(a.name, str(a.type)) for a in schema.arguments] == taken and not any(a.alias_info is not None for a in schema.arguments):
+        if [(a.name, str(a.type)) for a in schema.arguments] == taken and not any(
+            a.alias_info is not None for a in schema.arguments
+        ):
             return getattr(packet, candidate)
     return None
 
@@ -149,7 +162,10 @@ def _calls(torch: Any, schema: Any, base: Any) -> Iterator[tuple[list[object], d
     """Made-up calls of ``schema`` with tensors of dtype ``base``, most likely first: per shape,
     each argument's candidates."""
     for shape in _SHAPES:
-        choices = [_candidates(torch, argument, shape, base, k == _first_tensor(schema)) for k, argument in enumerate(schema.arguments)]
+        choices = [
+            _candidates(torch, argument, shape, base, k == _first_tensor(schema))
+            for k, argument in enumerate(schema.arguments)
+        ]
         for combination in itertools.islice(itertools.product(*choices), 48):
             positional = [v for a, v in zip(schema.arguments, combination) if not a.kwarg_only]
             keywords = {a.name: v for a, v in zip(schema.arguments, combination) if a.kwarg_only}
@@ -206,7 +222,9 @@ def _tensor(torch: Any, name: str, shape: tuple[int, ...], base: Any) -> Any:
     return torch.ones(shape, dtype=base)  # as the runtime's run has them: log, sqrt and pow of them are numbers
 
 
-def _lowered(torch: Any, name: str, functional: Any, positional: list[object], keywords: dict[str, object]) -> Any | None:
+def _lowered(
+    torch: Any, name: str, functional: Any, positional: list[object], keywords: dict[str, object]
+) -> Any | None:
     from executorch.exir import EdgeCompileConfig, to_edge
 
     tensors: list[Any] = []
@@ -215,13 +233,19 @@ def _lowered(torch: Any, name: str, functional: Any, positional: list[object], k
 
     class Call(torch.nn.Module):
         def forward(self, *inputs: Any) -> Any:
-            return functional(*(_filled(v, inputs) for v in template), **{k: _filled(v, inputs) for k, v in named.items()})
+            return functional(
+                *(_filled(v, inputs) for v in template), **{k: _filled(v, inputs) for k, v in named.items()}
+            )
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exported = torch.export.export(Call(), tuple(tensors))
-            program = to_edge(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch().executorch_program
+            program = (
+                to_edge(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+                .to_executorch()
+                .executorch_program
+            )
     except Exception:  # noqa: BLE001 - torch.export or ExecuTorch refuses the call: not probed
         return None
     plan = program.execution_plan[0]
@@ -247,7 +271,9 @@ def _filled(value: object, inputs: Sequence[object]) -> object:
     return value
 
 
-def _variants(programs: dict[str, tuple[Any, str]], folder: Path, *, base_only: bool = False) -> Iterator[tuple[str, str, str, Path]]:
+def _variants(
+    programs: dict[str, tuple[Any, str]], folder: Path, *, base_only: bool = False
+) -> Iterator[tuple[str, str, str, Path]]:
     """Each operator's program in each dtype (its base dtype alone with ``base_only``) and with
     each kind of ``Scalar``: (operator, dtype, its call's signature as the written bytes give
     it, the file)."""
@@ -258,7 +284,12 @@ def _variants(programs: dict[str, tuple[Any, str]], folder: Path, *, base_only: 
     folder.mkdir(parents=True, exist_ok=True)
     for n, (name, (program, base)) in enumerate(programs.items()):
         for dtype, scalars in itertools.product((base,) if base_only else DTYPES, (int, float)):
-            variant = _retargeted(copy.deepcopy(program), scalar_type_enum(getattr(torch, dtype)), scalars, scalar_type_enum(getattr(torch, base)))
+            variant = _retargeted(
+                copy.deepcopy(program),
+                scalar_type_enum(getattr(torch, dtype)),
+                scalars,
+                scalar_type_enum(getattr(torch, base)),
+            )
             if variant is None:
                 continue
             path = folder / f"{n}-{dtype}-{scalars.__name__}.pte"
@@ -349,7 +380,11 @@ def _child(jobs: list[dict[str, object]]) -> tuple[list[str], bool]:
     """The outcomes of ``jobs`` in one child, up to the one it died in, and whether it died."""
     child = subprocess.run(
         [sys.executable, "-m", "export_guards.workers.kernel_probe"],
-        check=False, input=json.dumps(jobs), capture_output=True, text=True, timeout=_PER_METHOD_SECONDS * len(jobs) + 60,
+        check=False,
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        timeout=_PER_METHOD_SECONDS * len(jobs) + 60,
     )
     lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
     outcomes = [line["outcome"] for line in lines if "outcome" in line]

@@ -62,7 +62,9 @@ def export_twice(
         for output in outputs:
             command = [sys.executable, "-m", WORKER, target, str(output), settings.to_json()]
             try:
-                done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+                done = subprocess.run(
+                    command, check=False, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+                )
             except subprocess.TimeoutExpired:
                 raise ExportFailed(f"exporting {target} took longer than {timeout_s:.0f} s") from None
             if done.returncode != 0 or not output.is_file():
@@ -79,4 +81,3 @@ def _why(done: subprocess.CompletedProcess[str]) -> str:
         return stderr.rsplit(EXPORT_FAILED, 1)[1]
     lines = stderr.splitlines()
     return lines[-1] if lines else f"exit status {done.returncode}"
-

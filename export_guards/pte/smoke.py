@@ -24,7 +24,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
-__all__ = ["MARKER", "SmokeInputs", "SmokeRun", "SmokeWorker", "StartedSmoke", "input_specs", "smoke_test", "start_smoke_test"]
+__all__ = [
+    "MARKER",
+    "SmokeInputs",
+    "SmokeRun",
+    "SmokeWorker",
+    "StartedSmoke",
+    "input_specs",
+    "smoke_test",
+    "start_smoke_test",
+]
 
 WORKER = "export_guards.workers.runtime_smoke"
 MARKER = "export-guards: input set"
@@ -154,7 +163,9 @@ class StartedSmoke:
             self._process.wait()
             timed_out = True
         limit = self._timeout_s if timed_out else None
-        return _described(self._names, self._process.returncode, self._pipes.stdout(), self._pipes.stderr(), time_limit_s=limit)
+        return _described(
+            self._names, self._process.returncode, self._pipes.stdout(), self._pipes.stderr(), time_limit_s=limit
+        )
 
 
 def start_smoke_test(
@@ -170,7 +181,9 @@ def start_smoke_test(
     files named) must stay until ``result()`` returns."""
     given = ["--inputs", inputs, "--outputs", outputs or os.devnull] if inputs is not None else []
     command = [sys.executable, "-m", WORKER, *given, os.fspath(program), *data_files[:1]]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
     return StartedSmoke(process, _Pipes(process), [name or os.fspath(program)], timeout_s)
 
 
@@ -183,7 +196,9 @@ def input_specs(program: Any) -> dict[str, list[list[object]]]:
     for plan in program.execution_plan if program is not None else ():
         if plan.name not in specs:  # the first method of a name, as the child's next() finds it
             with contextlib.suppress(Exception):  # a value damaged past this reading: the child reads the file itself
-                specs[plan.name] = [spec for index in plan.inputs if (spec := _input_spec(plan.values[index].val)) is not None]
+                specs[plan.name] = [
+                    spec for index in plan.inputs if (spec := _input_spec(plan.values[index].val)) is not None
+                ]
             specs.setdefault(plan.name, None)  # type: ignore[arg-type]
     return {name: found for name, found in specs.items() if found is not None}
 
@@ -206,7 +221,11 @@ class SmokeWorker:
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", WORKER, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-m", WORKER, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self._pipes = _Pipes(self._process)
 
@@ -261,7 +280,13 @@ class SmokeWorker:
         runs = [SmokeInputs(inputs, outputs or os.devnull, name or os.fspath(program))] if inputs is not None else []
         return self.start(program, data_files, timeout_s, name=name, runs=runs).result()
 
-    def run_each(self, program: str | os.PathLike[str], runs: Sequence[SmokeInputs], data_files: Sequence[str] = (), timeout_s: float = 120.0) -> tuple[SmokeRun, ...]:
+    def run_each(
+        self,
+        program: str | os.PathLike[str],
+        runs: Sequence[SmokeInputs],
+        data_files: Sequence[str] = (),
+        timeout_s: float = 120.0,
+    ) -> tuple[SmokeRun, ...]:
         """Load ``program`` once in this worker and run ``forward`` on each of ``runs`` in turn,
         the same loaded method, each run seeing the state (mutable buffers) the runs before it left, within
         ``timeout_s`` a run; a crash ends the runs after it. One :class:`SmokeRun` for each run
@@ -343,7 +368,9 @@ class _Pipes:
                     stream.close()
 
 
-def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, *, time_limit_s: float | None = None) -> tuple[SmokeRun, ...]:
+def _described(
+    names: Sequence[str], returncode: int, stdout: str, stderr: str, *, time_limit_s: float | None = None
+) -> tuple[SmokeRun, ...]:
     """A :class:`SmokeRun` for each run (named ``names``) that the child's lines say started,
     the first always; a death, a time-out (the child ran past ``time_limit_s``) or an exit code
     is the last started run's."""
@@ -364,7 +391,9 @@ def _described(names: Sequence[str], returncode: int, stdout: str, stderr: str, 
     described = []
     for run, name in enumerate(names[: last + 1]):
         said = "\n".join(lines.get(run, ()))
-        failure = next((json.loads(line)["failure"] for line in lines.get(run, ()) if line.startswith('{"failure"')), None)
+        failure = next(
+            (json.loads(line)["failure"] for line in lines.get(run, ()) if line.startswith('{"failure"')), None
+        )
         made_up = [json.loads(line)["made_up"] for line in lines.get(run, ()) if line.startswith('{"made_up"')][-1:]
         if run == last and failure is None and returncode > 0:
             failure = f"the smoke run exited with {returncode}"
@@ -391,7 +420,9 @@ def _telling(lines: Iterable[str]) -> list[str]:
     """The runtime log lines that say what went wrong (``Check failed (...)``, ``KernelCall
     failed ... in operator ...``): at most two; else the last line."""
     lines = list(lines)
-    telling = [line for line in lines if any(word in line.lower() for word in ("fail", "error", "missing", "out of range"))]
+    telling = [
+        line for line in lines if any(word in line.lower() for word in ("fail", "error", "missing", "out of range"))
+    ]
     return telling[:2] or lines[-1:]
 
 

@@ -151,7 +151,12 @@ def _plan(pte: PteFile, alignments: Mapping[str, int]) -> list[SharedCopy]:
     # A segment can be another's copy only when named data alone reads it: never the constant
     # or a mutable segment, never a delegate's processed data (named by its index, not read).
     others = {table.table.segment_index for table in pte.subsegment_tables}
-    others |= {d.processed.index for plan in program.execution_plan for d in plan.delegates if d.processed.location == DataLocation.SEGMENT}
+    others |= {
+        d.processed.index
+        for plan in program.execution_plan
+        for d in plan.delegates
+        if d.processed.location == DataLocation.SEGMENT
+    }
     named = [
         (index, region)
         for index, region in enumerate(pte.segments)
@@ -169,10 +174,24 @@ def _plan(pte: PteFile, alignments: Mapping[str, int]) -> list[SharedCopy]:
         if starts[start] < 2 and start not in targets:
             continue
         at = region.start - base
-        equal = [(what, where) for what, where in targets.get(start, ()) if _same(pte.data, region.start, base + where, region.size)]
-        earlier = next(((what, where) for what, where in kept.get(start, ()) if _same(pte.data, region.start, base + where, region.size)), None)
+        equal = [
+            (what, where)
+            for what, where in targets.get(start, ())
+            if _same(pte.data, region.start, base + where, region.size)
+        ]
+        earlier = next(
+            (
+                (what, where)
+                for what, where in kept.get(start, ())
+                if _same(pte.data, region.start, base + where, region.size)
+            ),
+            None,
+        )
         needs = max(MIN_ALIGNMENT, *(alignments.get(key, MIN_ALIGNMENT) for key in keys[index]))
-        found = next(((what, where) for what, where in (*equal, *([earlier] if earlier else [])) if (base + where) % needs == 0), None)
+        found = next(
+            ((what, where) for what, where in (*equal, *([earlier] if earlier else [])) if (base + where) % needs == 0),
+            None,
+        )
         if found is None or found[1] == at:  # unique, or stored once already
             if earlier is None:
                 kept.setdefault(start, []).append((f"segment {index}", at))
@@ -191,7 +210,8 @@ def _same(data: bytes | memoryview, first: int, second: int, size: int) -> bool:
     at a time where they lie (memcmp's speed, where a memoryview compares byte by byte)."""
     view = memoryview(data)
     return all(
-        bytes(view[first + i : first + min(i + _PIECE, size)]) == bytes(view[second + i : second + min(i + _PIECE, size)])
+        bytes(view[first + i : first + min(i + _PIECE, size)])
+        == bytes(view[second + i : second + min(i + _PIECE, size)])
         for i in range(0, size, _PIECE)
     )
 
@@ -214,7 +234,12 @@ def _constant_targets(pte: PteFile, starts: set[tuple[int, bytes]]) -> dict[tupl
     found: dict[tuple[int, bytes], list[tuple[str, int]]] = {}
     for index, size in sorted(nbytes.items()):
         buffer = table.buffer(index)
-        if buffer is None or buffer.size < size or not pte.in_file(buffer) or (start := _start(pte, buffer.start, size)) not in starts:
+        if (
+            buffer is None
+            or buffer.size < size
+            or not pte.in_file(buffer)
+            or (start := _start(pte, buffer.start, size)) not in starts
+        ):
             continue
         found.setdefault(start, []).append((f"constant buffer {index}", buffer.start - pte.segment_base))
     return found
@@ -225,7 +250,12 @@ def _layout(pte: PteFile, copies: list[SharedCopy]) -> dict[int, int] | None:
     laid out again; ``None`` where an offset cannot be rewritten in place."""
     fields = segment_offset_fields(pte.data)
     header = pte.header
-    if fields is None or header is None or len(fields) != len(pte.segments) or header.length < ExtendedHeader.EXPECTED_LENGTH:
+    if (
+        fields is None
+        or header is None
+        or len(fields) != len(pte.segments)
+        or header.length < ExtendedHeader.EXPECTED_LENGTH
+    ):
         return None
     aliased = {copy.segment: copy for copy in copies}
     base = pte.segment_base
@@ -260,7 +290,9 @@ def _writes(pte: PteFile, offsets: dict[int, int]) -> tuple[list[tuple[int, int,
         region = regions[index]
         if offset + region.size <= at:  # a copy, or a segment stored once before: inside bytes laid already
             continue
-        if at < offset and pte.data[base + at : base + offset] != bytes(offset - at):  # padding zeros already is not written
+        if at < offset and pte.data[base + at : base + offset] != bytes(
+            offset - at
+        ):  # padding zeros already is not written
             writes.append((base + at, base + offset, None))
         if base + offset != region.start:
             writes.append((base + offset, base + offset + region.size, region.start))
@@ -268,7 +300,9 @@ def _writes(pte: PteFile, offsets: dict[int, int]) -> tuple[list[tuple[int, int,
     return writes, at
 
 
-def _move(view: memoryview, pte: PteFile, offsets: dict[int, int], writes: list[tuple[int, int, int | None]], end: int) -> None:
+def _move(
+    view: memoryview, pte: PteFile, offsets: dict[int, int], writes: list[tuple[int, int, int | None]], end: int
+) -> None:
     """Rewrite ``view`` in place: ``writes`` (:func:`_writes`) done, the offsets and the header's
     segment data size (``end``) written."""
     fields = segment_offset_fields(view)

@@ -145,7 +145,9 @@ class CacheDiff:
 
     def summary(self) -> str:
         """``3 weights: 2 reused, 1 re-packed (1,024 bytes), 1 orphaned (1,024 bytes)``."""
-        counts = {status: len({c.weight.cache_key for c in self.of(status)}) for status in ("reused", "repacked", "orphaned")}
+        counts = {
+            status: len({c.weight.cache_key for c in self.of(status)}) for status in ("reused", "repacked", "orphaned")
+        }
         weights = len(self.changes) - len(self.of("orphaned"))
         return (
             f"{weights} weight{'s' if weights != 1 else ''} in {counts['reused'] + counts['repacked']} cache entries: "
@@ -171,11 +173,17 @@ def diff_weights(update: ProgramUpdate) -> CacheDiff:
     for weight in new:
         if weight.cache_key in old_entries:
             stale = _stale(old_entries[weight.cache_key], new_entries[weight.cache_key])
-            changes.append(WeightChange(weight, "reused", "stale" if stale else "", at_source.get(weight.source), stale))
+            changes.append(
+                WeightChange(weight, "reused", "stale" if stale else "", at_source.get(weight.source), stale)
+            )
             continue
         cause, why = causes[weight]
         if cause == "unchanged":  # then its entry re-packs for a partner's change, or for nothing
-            partners = [p for p in new_entries[weight.cache_key] if p is not weight and (p.method, p.delegate) == (weight.method, weight.delegate)]
+            partners = [
+                p
+                for p in new_entries[weight.cache_key]
+                if p is not weight and (p.method, p.delegate) == (weight.method, weight.delegate)
+            ]
             changed = [p for p in partners if causes[p][0] in ("new", "changed")]
             cause = "partner" if changed else "same-source"
             if changed:
@@ -217,7 +225,9 @@ def weights_of(pte: PteFile) -> Iterator[Weight]:
             filter_, bias = node.operand("FilterId"), node.operand("BiasId")
             if filter_ is None or not keys.get(filter_):
                 continue
-            cache_key = keys[filter_] + (keys.get(bias, "") if bias is not None else "")  # as XNNWeightsCache::look_up names it
+            cache_key = keys[filter_] + (
+                keys.get(bias, "") if bias is not None else ""
+            )  # as XNNWeightsCache::look_up names it
             entry.setdefault(filter_, ("filter", cache_key))
             if bias is not None and keys.get(bias):
                 entry.setdefault(bias, ("bias", cache_key))
@@ -246,7 +256,19 @@ def weights_of(pte: PteFile) -> Iterator[Weight]:
             )
     for key, region in named.items():
         if key not in read:
-            yield Weight("", -1, -1, (), "", key, key, "constant", region.size, _content(pte, key, region.size), region=(region.start, region.size))
+            yield Weight(
+                "",
+                -1,
+                -1,
+                (),
+                "",
+                key,
+                key,
+                "constant",
+                region.size,
+                _content(pte, key, region.size),
+                region=(region.start, region.size),
+            )
 
 
 def _content(pte: PteFile, key: str, size: int | None) -> memoryview | None:
@@ -283,7 +305,11 @@ def _stale(old: list[Weight], new: list[Weight]) -> str:
         before = next((w for w in old if w.key == weight.key), None)
         if before is None:
             continue
-        if before.content is not None and weight.content is not None and not _same_bytes(before.content, weight.content):
+        if (
+            before.content is not None
+            and weight.content is not None
+            and not _same_bytes(before.content, weight.content)
+        ):
             return f"named data '{_short(weight.key)}' holds other bytes in each program under the same key"
         if _scales(before) != _scales(weight):
             return f"the scales of {weight.role} value {weight.value_id} changed under the same integers"
@@ -309,18 +335,31 @@ def _cause(new: Weight, old: Weight | None) -> tuple[str, str]:
     if (old.dims, old.datatype) != (new.dims, new.datatype):
         return "changed", f"its source was {old.datatype.removeprefix('xnn_datatype_')}{list(old.dims)}"
     if old.content is None or new.content is None:
-        return "changed", "its bytes are outside the program (a .ptd), so its source cannot be compared: taken as changed"
+        return (
+            "changed",
+            "its bytes are outside the program (a .ptd), so its source cannot be compared: taken as changed",
+        )
     if _same_bytes(old.content, new.content) and _scales(old) == _scales(new):
-        return "unchanged", f"its bytes are the same in both programs, under the key '{_short(old.key)}' and now '{_short(new.key)}'"
+        return (
+            "unchanged",
+            f"its bytes are the same in both programs, under the key '{_short(old.key)}' and now '{_short(new.key)}'",
+        )
     close = _same_reals(old, new)
     if close is not None:
-        return "unchanged", f"its integers dequantize to the same reals within a quantization step ({close}): the same float weight, quantized to other bytes"
+        return (
+            "unchanged",
+            f"its integers dequantize to the same reals within a quantization step ({close}): the same float weight, quantized to other bytes",
+        )
     return "changed", "its values differ"
 
 
 def _scales(weight: Weight) -> tuple[tuple[float, ...], bytes | None, int] | None:
     quant = weight.quantization
-    return None if quant is None else (quant.scales, None if weight.scale_content is None else bytes(weight.scale_content), quant.zero_point)
+    return (
+        None
+        if quant is None
+        else (quant.scales, None if weight.scale_content is None else bytes(weight.scale_content), quant.zero_point)
+    )
 
 
 def _same_reals(old: Weight, new: Weight) -> str | None:
@@ -331,7 +370,13 @@ def _same_reals(old: Weight, new: Weight) -> str | None:
     import numpy as np  # flatbuffers' AsNumpy readers need it already
 
     integer = _INTEGERS.get(new.datatype)
-    if integer is None or old.quantization is None or new.quantization is None or old.content is None or new.content is None:
+    if (
+        integer is None
+        or old.quantization is None
+        or new.quantization is None
+        or old.content is None
+        or new.content is None
+    ):
         return None
     reals = []
     for weight in (old, new):
@@ -345,7 +390,11 @@ def _same_reals(old: Weight, new: Weight) -> str | None:
             scales = np.frombuffer(weight.scale_content, dtype=np.float32).astype(np.float64)
         if quant.kind == "per_tensor" and scales.size == 1:
             reals.append(((values - quant.zero_point) * scales[0], np.full(values.shape, scales[0])))
-        elif quant.kind == "per_channel" and 0 <= quant.channel_dim < len(weight.dims) and scales.size == weight.dims[quant.channel_dim]:
+        elif (
+            quant.kind == "per_channel"
+            and 0 <= quant.channel_dim < len(weight.dims)
+            and scales.size == weight.dims[quant.channel_dim]
+        ):
             shape = [1] * len(weight.dims)
             shape[quant.channel_dim] = scales.size
             grid = np.broadcast_to(scales.reshape(shape), weight.dims).reshape(-1)
@@ -355,7 +404,9 @@ def _same_reals(old: Weight, new: Weight) -> str | None:
     (a, step_a), (b, step_b) = reals
     if not np.all(np.abs(a - b) <= (step_a + step_b) / 2 * (1 + 1e-6)):
         return None
-    return f"largest difference {float(np.max(np.abs(a - b))):.3g}, half a step {float(np.max((step_a + step_b) / 4)):.3g}"
+    return (
+        f"largest difference {float(np.max(np.abs(a - b))):.3g}, half a step {float(np.max((step_a + step_b) / 4)):.3g}"
+    )
 
 
 def _short(key: str) -> str:

@@ -34,7 +34,9 @@ def _eg_fail(request: pytest.FixtureRequest) -> Callable[..., NoReturn]:
     # Relative to where pytest was started, whatever directory a test moves to.
     root = (config.invocation_params.dir / folder) if folder else None
 
-    def fail(message: str, export: GuardedExport | Report, pte: bytes | Callable[[], bytes | None] | None = None) -> NoReturn:
+    def fail(
+        message: str, export: GuardedExport | Report, pte: bytes | Callable[[], bytes | None] | None = None
+    ) -> NoReturn:
         pytest.fail(message + _save(root, request.node.nodeid, export, pte), pytrace=False)
 
     return fail
@@ -52,7 +54,9 @@ def _artifact_folder(root: Path, test_name: str) -> Path:
     return root / f"{readable}-{digest}"
 
 
-def _save(root: Path | None, test_name: str, export: GuardedExport | Report, pte: bytes | Callable[[], bytes | None] | None) -> str:
+def _save(
+    root: Path | None, test_name: str, export: GuardedExport | Report, pte: bytes | Callable[[], bytes | None] | None
+) -> str:
     """Keep the failing check's artifacts under ``root``; returns the line that says where, or
     why they could not be kept (never an exception: that would hide the test's own failure).
     As the command's outputs: each written atomically; one an earlier run left and this one

@@ -73,7 +73,12 @@ def guarded_export(export_guards_settings: Settings) -> Callable[..., GuardedExp
         lowering: Lowering | Exportable | None = None,
         **overrides: Any,
     ) -> GuardedExport:
-        settings = with_keywords(export_guards_settings, overrides, "guarded_export", ("example_inputs", "dynamic_shapes", "strict", "lowering"))
+        settings = with_keywords(
+            export_guards_settings,
+            overrides,
+            "guarded_export",
+            ("example_inputs", "dynamic_shapes", "strict", "lowering"),
+        )
         given = _Given.of("guarded_export", model, example_inputs, dynamic_shapes, strict, lowering)
         if given.inputs is None:
             pytest.fail("export-guards: guarded_export(model, example_inputs) needs the example inputs", pytrace=False)
@@ -127,15 +132,30 @@ def check_export(export_guards_settings: Settings, _eg_fail: Callable[..., NoRet
         settings = with_keywords(export_guards_settings, overrides, "check_export", _OWN_KEYWORDS)
         given = _Given.of("check_export", model, example_inputs, dynamic_shapes, strict, lowering)
         if given.inputs is None and not steps:
-            pytest.fail("export-guards: check_export(model, example_inputs) needs the example inputs, or steps=[...]", pytrace=False)
+            pytest.fail(
+                "export-guards: check_export(model, example_inputs) needs the example inputs, or steps=[...]",
+                pytrace=False,
+            )
         inputs = steps[0] if given.inputs is None else given.inputs
         exported_model = given.quantized(inputs, _eg_fail)  # the caller's model when nothing quantizes it
         pristine = copy.deepcopy(exported_model)  # the state the program starts from, for each eager run
-        exported = _Exported.made(settings, exported_model, inputs, given.dynamic_shapes, given.strict, given.lowering.after_quantize, _eg_fail)
+        exported = _Exported.made(
+            settings,
+            exported_model,
+            inputs,
+            given.dynamic_shapes,
+            given.strict,
+            given.lowering.after_quantize,
+            _eg_fail,
+        )
         reference = EagerReference(pristine, exported.result.program, copy_model=True)
         sets, skipped = _input_sets(exported.result.program, given.inputs, extra_inputs, steps, inputs)
         tolerance = _tolerance(exported.result.program, atol, rtol)
-        comparisons = [compared for label, each in sets for compared in exported.compared(label, each, reference, tolerance, skipped)]
+        comparisons = [
+            compared
+            for label, each in sets
+            for compared in exported.compared(label, each, reference, tolerance, skipped)
+        ]
         return ExportCheck(exported.result, exported.pte, comparisons, skipped)
 
     return check
@@ -178,7 +198,13 @@ class _Given:
 
     @classmethod
     def of(
-        cls, fixture: str, model: Any, inputs: Sequence[object] | None, dynamic_shapes: Any, strict: bool | None, lowering: Lowering | Exportable | None
+        cls,
+        fixture: str,
+        model: Any,
+        inputs: Sequence[object] | None,
+        dynamic_shapes: Any,
+        strict: bool | None,
+        lowering: Lowering | Exportable | None,
     ) -> _Given:
         """What the fixture named ``fixture`` was given; the test fails on a value given twice
         (in the ``Exportable`` and as a keyword) or a lowering that ExecuTorch does not take."""
@@ -190,7 +216,15 @@ class _Given:
         if not isinstance(model, Exportable):
             return cls(model, None if inputs is None else tuple(inputs), dynamic_shapes, strict, lowering or Lowering())
         made, own = model, _lowering_of(model, fixture)
-        twice = [name for name, mine, theirs in (("example_inputs", inputs, made.inputs), ("dynamic_shapes", dynamic_shapes, made.dynamic_shapes), ("strict", strict, made.strict)) if mine is not None and theirs is not None]
+        twice = [
+            name
+            for name, mine, theirs in (
+                ("example_inputs", inputs, made.inputs),
+                ("dynamic_shapes", dynamic_shapes, made.dynamic_shapes),
+                ("strict", strict, made.strict),
+            )
+            if mine is not None and theirs is not None
+        ]
         twice += ["lowering"] if lowering is not None and (own.chosen or own.quantize is not None) else []
         if twice:
             pytest.fail(
@@ -198,7 +232,13 @@ class _Given:
                 "give each once (other inputs to compare: extra_inputs=[...])",
                 pytrace=False,
             )
-        made_inputs = made.inputs if isinstance(made.inputs, tuple) else tuple(made.inputs) if isinstance(made.inputs, list) else (made.inputs,)
+        made_inputs = (
+            made.inputs
+            if isinstance(made.inputs, tuple)
+            else tuple(made.inputs)
+            if isinstance(made.inputs, list)
+            else (made.inputs,)
+        )
         return cls(
             made.model,
             made_inputs if inputs is None else tuple(inputs),
@@ -281,12 +321,19 @@ class _Exported:
         failing = result.report.at_least(settings.fail_level)
         if failing or result.edge is None:
             said = render_text(type(result.report).of(failing), show_info=True)
-            fail(f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} ({settings.recipe or settings.backend}):\n{said}", result)
-        pte = _failed_or(lambda: result.to_pte(refuse=False), "writing the program (to_executorch)", _source_of(model))  # checked below
+            fail(
+                f"export-guards: {len(failing)} finding(s) at or above {settings.fail_level.value} ({settings.recipe or settings.backend}):\n{said}",
+                result,
+            )
+        pte = _failed_or(
+            lambda: result.to_pte(refuse=False), "writing the program (to_executorch)", _source_of(model)
+        )  # checked below
         if isinstance(pte, StepFailed):
             fail(_step_failed(pte), result.report + _failed_report(pte))
         with libraries_kept_quiet():
-            checked = check_program(result, pte, settings=settings)  # as `export-guards check` against executorch.runtime
+            checked = check_program(
+                result, pte, settings=settings
+            )  # as `export-guards check` against executorch.runtime
         failing = checked.at_least(settings.fail_level)
         if failing:
             fail(
@@ -297,7 +344,9 @@ class _Exported:
             )
         return cls(result, pte, checked, settings, fail)
 
-    def compared(self, label: str, each: InputSet, reference: EagerReference, tolerance: Tolerance, skipped: list[str]) -> list[list[OutputError]]:
+    def compared(
+        self, label: str, each: InputSet, reference: EagerReference, tolerance: Tolerance, skipped: list[str]
+    ) -> list[list[OutputError]]:
         """``each`` run on a freshly loaded program and on eager from the same state, step by
         step, each step's outputs compared under ``tolerance``; the test fails at the first step
         that fails or differs. A bound where eager raises is added to ``skipped`` instead."""
@@ -316,14 +365,24 @@ class _Exported:
             if isinstance(actual, RuntimeMismatch):  # the runtime cannot run with this torch: not the model's failure
                 pytest.skip(str(actual))
             if isinstance(actual, Exception):  # failed here, out of the except block: no chained tracebacks
-                self.fail(_run_failed(name, actual, self.result.program, inputs, at_bound=bool(each.bound)), self.result.report + self.checked, self.pte)
+                self.fail(
+                    _run_failed(name, actual, self.result.program, inputs, at_bound=bool(each.bound)),
+                    self.result.report + self.checked,
+                    self.pte,
+                )
             errors = compare_outputs(eager.outputs, actual, tolerance, unsteady=eager.unsteady)
             comparisons.append(errors)
             if not all(e.within for e in errors):
-                self.fail(self._differs(name, errors, tolerance, label == "steps", index, bool(each.bound)), self.result, self.pte)
+                self.fail(
+                    self._differs(name, errors, tolerance, label == "steps", index, bool(each.bound)),
+                    self.result,
+                    self.pte,
+                )
         return comparisons
 
-    def _differs(self, name: str, errors: Sequence[OutputError], tolerance: Tolerance, stepped: bool, index: int, at_bound: bool) -> str:
+    def _differs(
+        self, name: str, errors: Sequence[OutputError], tolerance: Tolerance, stepped: bool, index: int, at_bound: bool
+    ) -> str:
         """Why the program's outputs on ``name`` differ from eager's: each output, then the likely cause."""
         from export_guards.verify import QUANTIZATION_ERROR, mutable_buffers, quantizes
 
@@ -332,8 +391,17 @@ class _Exported:
         return (
             f"export-guards: the .pte's outputs differ from eager on the {name} ({_said(tolerance)}, "
             f"{self.settings.recipe or self.settings.backend}):\n{lines}\n"
-            + (_state_advice(state, stepped, index) if state else _AT_BOUND if at_bound else QUANTIZATION_ERROR if quantizes(self.result.program) else _SPECIALISED)
+            + (
+                _state_advice(state, stepped, index)
+                if state
+                else _AT_BOUND
+                if at_bound
+                else QUANTIZATION_ERROR
+                if quantizes(self.result.program)
+                else _SPECIALISED
+            )
         )
+
 
 _SPECIALISED = (
     "A common cause: torch.export specialised a branch or a shape on the example "
@@ -373,7 +441,9 @@ def assert_delegated(_eg_fail: Callable[..., NoReturn]) -> Callable[..., None]:
     is outside ``portable_allowed`` (op names such as ``"convolution"``); the message names
     each op left out, its source line and the partitioner's reason."""
 
-    def check(result: ExportCheck | GuardedExport, *, min_fraction: float = 1.0, portable_allowed: Sequence[str] = ()) -> None:
+    def check(
+        result: ExportCheck | GuardedExport, *, min_fraction: float = 1.0, portable_allowed: Sequence[str] = ()
+    ) -> None:
         export = result.export if isinstance(result, ExportCheck) else result
         summary = export.delegation
         if summary is None:
@@ -409,22 +479,42 @@ def eg_device(request: pytest.FixtureRequest) -> torch.device:
 
 
 def _export(
-    settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None, lowering: Lowering | None
+    settings: Settings,
+    model: torch.nn.Module,
+    example_inputs: Sequence[object],
+    dynamic_shapes: Any,
+    strict: bool | None,
+    lowering: Lowering | None,
 ) -> GuardedExport:
     """``export_with_guards`` with ``settings``."""
     from export_guards.pipeline import export_with_guards
 
-    return export_with_guards(model, tuple(example_inputs), config=settings, dynamic_shapes=dynamic_shapes, strict=strict, lowering=lowering)
+    return export_with_guards(
+        model, tuple(example_inputs), config=settings, dynamic_shapes=dynamic_shapes, strict=strict, lowering=lowering
+    )
 
 
 def _export_in_steps(
-    settings: Settings, model: torch.nn.Module, example_inputs: Sequence[object], dynamic_shapes: Any, strict: bool | None, lowering: Lowering | None
+    settings: Settings,
+    model: torch.nn.Module,
+    example_inputs: Sequence[object],
+    dynamic_shapes: Any,
+    strict: bool | None,
+    lowering: Lowering | None,
 ) -> GuardedExport:
     """``export_with_guards`` with ``settings``, a step at a time: a step that fails raises a
     ``StepFailed`` that names it, its innermost cause and the line of the model's file."""
     from export_guards.pipeline import export_in_steps
 
-    return export_in_steps(model, example_inputs, config=settings, source=_source_of(model), dynamic_shapes=dynamic_shapes, strict=strict, lowering=lowering)
+    return export_in_steps(
+        model,
+        example_inputs,
+        config=settings,
+        source=_source_of(model),
+        dynamic_shapes=dynamic_shapes,
+        strict=strict,
+        lowering=lowering,
+    )
 
 
 def _failed_or(run: Callable[[], _T], step: str = "", source: Path | None = None) -> _T | StepFailed:
@@ -452,7 +542,14 @@ def _ran(run: Callable[[], _T]) -> _T | Exception:
         return error
 
 
-def _run_failed(label: str, error: BaseException, program: torch.export.ExportedProgram, inputs: Sequence[object], *, at_bound: bool = False) -> str:
+def _run_failed(
+    label: str,
+    error: BaseException,
+    program: torch.export.ExportedProgram,
+    inputs: Sequence[object],
+    *,
+    at_bound: bool = False,
+) -> str:
     """Why executorch.runtime could not run the program on ``label``: its error, and the inputs'
     shapes only where they differ from the exported ones."""
     from export_guards.verify import input_differences, runtime_error_text

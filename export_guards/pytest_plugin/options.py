@@ -11,16 +11,29 @@ import pytest
 
 from export_guards.settings import BACKENDS, Settings
 
-__all__ = ["export_guards_settings", "pytest_addoption", "pytest_configure", "pytest_generate_tests", "with_keywords", "with_overrides"]
+__all__ = [
+    "export_guards_settings",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "with_keywords",
+    "with_overrides",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("export-guards", "export-guards: export, lint, run on ExecuTorch, compare")
     group.addoption("--eg-backend", choices=BACKENDS, help="backend of the export-guards fixtures (default xnnpack)")
     group.addoption("--eg-artifacts", metavar="DIR", help="keep the .pte and report of each failing export check here")
-    group.addoption("--eg-trapdev", action="store_true", help="also run eg_device tests on the trapdev test accelerator")
-    parser.addini("export_guards_backend", f"backend of the export-guards fixtures: {' or '.join(BACKENDS)}", default="")
-    parser.addini("export_guards_artifacts", "directory for the .pte and report of each failing export check", default="")
+    group.addoption(
+        "--eg-trapdev", action="store_true", help="also run eg_device tests on the trapdev test accelerator"
+    )
+    parser.addini(
+        "export_guards_backend", f"backend of the export-guards fixtures: {' or '.join(BACKENDS)}", default=""
+    )
+    parser.addini(
+        "export_guards_artifacts", "directory for the .pte and report of each failing export check", default=""
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

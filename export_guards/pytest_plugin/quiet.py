@@ -16,7 +16,14 @@ import pytest
 
 from export_guards.quiet import LIBRARIES, libraries_quiet
 
-__all__ = ["import_runtime", "is_library_module", "libraries_kept_quiet", "pytest_runtest_call", "pytest_runtest_setup", "pytest_runtest_teardown"]
+__all__ = [
+    "import_runtime",
+    "is_library_module",
+    "libraries_kept_quiet",
+    "pytest_runtest_call",
+    "pytest_runtest_setup",
+    "pytest_runtest_teardown",
+]
 
 
 # pytest (9.2+) also hands its log capture to loggers that do not propagate. torch's
@@ -55,7 +62,16 @@ def _detach_torch_trace() -> None:
 
 # Whose warnings are the fixtures' own: the libraries they run, and the standard library that
 # those call (``importlib.resources``, ``copyreg``: where a library's warning may be placed).
-_LIBRARY_MODULES = ("torch", "torchao", "executorch", "coremltools", "export_guards", "numpy", "sympy", *(sys.stdlib_module_names - {"test"}))
+_LIBRARY_MODULES = (
+    "torch",
+    "torchao",
+    "executorch",
+    "coremltools",
+    "export_guards",
+    "numpy",
+    "sympy",
+    *(sys.stdlib_module_names - {"test"}),
+)
 
 
 _LIBRARY_MODULE = r"(" + "|".join(re.escape(name) for name in sorted(_LIBRARY_MODULES)) + r")(\.|$)"
@@ -85,8 +101,13 @@ def _library_errors_held() -> Iterator[None]:
     and all, which reached a test's failure twice: torch's own handler and pytest's log
     capture); where it ends, they are logged as they were."""
     held = _HeldErrors()
-    loggers = [logging.getLogger(), *(logger for name, logger in logging.Logger.manager.loggerDict.items() if _is_library_logger(name))]
-    handlers = {handler for logger in loggers if isinstance(logger, logging.Logger) for handler in logger.handlers}  # torch gives many of its loggers their own
+    loggers = [
+        logging.getLogger(),
+        *(logger for name, logger in logging.Logger.manager.loggerDict.items() if _is_library_logger(name)),
+    ]
+    handlers = {
+        handler for logger in loggers if isinstance(logger, logging.Logger) for handler in logger.handlers
+    }  # torch gives many of its loggers their own
     for handler in handlers:
         handler.addFilter(held)
     try:

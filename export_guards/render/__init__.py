@@ -19,13 +19,26 @@ from export_guards.report import Report
 
 __all__ = ["FORMATS", "STATISTICS_FORMATS", "is_report", "render", "render_json", "render_sarif", "render_text"]
 
-FORMATS: dict[str, Callable[..., str]] = {"text": render_text, "json": render_json, "sarif": render_sarif, "github": render_github}
+FORMATS: dict[str, Callable[..., str]] = {
+    "text": render_text,
+    "json": render_json,
+    "sarif": render_sarif,
+    "github": render_github,
+}
 """Renderer by format name, as ``--output-format`` takes it."""
 STATISTICS_FORMATS = ("text", "json")
 """The formats ``--statistics`` counts in."""
 
 
-def render(report: Report, output_format: str, *, statistics: bool = False, show_info: bool = False, root: Path | None = None, ran: Sequence[str] = ()) -> str:
+def render(
+    report: Report,
+    output_format: str,
+    *,
+    statistics: bool = False,
+    show_info: bool = False,
+    root: Path | None = None,
+    ran: Sequence[str] = (),
+) -> str:
     """``report`` in ``output_format`` (a key of :data:`FORMATS`), or counted per code with
     ``statistics``; ``show_info`` lists text info findings (the machine formats hold them
     all); ``root`` is the project root that every format's paths are relative to; ``ran``

@@ -23,9 +23,7 @@ def finding_to_dict(finding: Finding) -> dict[str, object]:
         "method": finding.method,
         "node": finding.node,
         "constant": finding.constant,
-        "location": (
-            {"file": location.file, "line": location.line, "source": location.code} if location else None
-        ),
+        "location": ({"file": location.file, "line": location.line, "source": location.code} if location else None),
         "fix": finding.fix,
         "module": finding.module,
         "artifact": finding.artifact,

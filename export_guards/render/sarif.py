@@ -192,7 +192,11 @@ def _logical(finding: Finding) -> dict[str, Any] | None:
         return None
     if name == finding.method:
         return {"name": name, "kind": "function"}
-    return {"name": name, "fullyQualifiedName": f"{finding.method}/{name}" if finding.method else name, "kind": "variable"}
+    return {
+        "name": name,
+        "fullyQualifiedName": f"{finding.method}/{name}" if finding.method else name,
+        "kind": "variable",
+    }
 
 
 def _version() -> str:

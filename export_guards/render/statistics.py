@@ -22,7 +22,12 @@ def render_statistics(report: Report, output_format: str = "text") -> str:
         if finding.code not in worst or finding.severity.rank > worst[finding.code].rank:
             worst[finding.code] = finding.severity
     rows = [
-        {"code": code, "name": known[code].name if code in (known := known_rules()) else "", "severity": worst[code].value, "count": count}
+        {
+            "code": code,
+            "name": known[code].name if code in (known := known_rules()) else "",
+            "severity": worst[code].value,
+            "count": count,
+        }
         for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     ]
     suppressed = dict(sorted(Counter(f.code for f in report.suppressed).items()))

@@ -13,8 +13,14 @@ from export_guards.ruleset import known_rules
 __all__ = ["render_text", "summary_line"]
 
 
-
-def render_text(report: Report, *, show_info: bool = False, root: Path | None = None, ran: Sequence[str] = (), subject: str | None = None) -> str:
+def render_text(
+    report: Report,
+    *,
+    show_info: bool = False,
+    root: Path | None = None,
+    ran: Sequence[str] = (),
+    subject: str | None = None,
+) -> str:
     """One block per error and warning (location, code, message, source line, module), sorted
     by file, line, then code; info findings too with ``show_info`` (else only counted, as ruff
     and flake8 leave what is not a problem out); each distinct fix once, by code (ruff's
@@ -59,7 +65,9 @@ def summary_line(report: Report, *, show_info: bool = True, ran: Sequence[str] =
     counts = Counter(f.severity.value for f in report)
     problems = counts["error"] + counts["warning"]
     rules = known_rules()
-    done = Counter(rule.done for f in report if (rule := rules.get(f.code)) is not None and rule.done)  # fixed, not problems
+    done = Counter(
+        rule.done for f in report if (rule := rules.get(f.code)) is not None and rule.done
+    )  # fixed, not problems
     fixed = [f"{n} {one if n == 1 else many}" for (one, many), n in done.items()]
     infos = counts["info"]
     hidden = f"{infos} info{'s' if infos != 1 else ''} not shown: --show-info" if infos and not show_info else ""
@@ -70,7 +78,11 @@ def summary_line(report: Report, *, show_info: bool = True, ran: Sequence[str] =
         return "All checks passed" + (f": {details}" if details else "") + (f" ({notes})" if notes else "") + "."
     shown = [s for s in ("error", "warning", "info") if counts[s] and (s != "info" or show_info)]
     total = sum(counts[s] for s in shown)
-    detail = "; ".join(p for p in (", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in shown), hidden, suppressed) if p)
+    detail = "; ".join(
+        p
+        for p in (", ".join(f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in shown), hidden, suppressed)
+        if p
+    )
     line = f"Found {total} finding{'s' if total != 1 else ''}" + (f" ({detail})" if detail else "")
     if not fixed:
         return line + "."

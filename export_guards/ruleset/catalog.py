@@ -55,8 +55,7 @@ _RULES = (
         "EG101",
         "constant-on-device",
         Severity.ERROR,
-        "A constant lives in device (non-CPU) memory: the emitter or a delegate would segfault "
-        "reading it.",
+        "A constant lives in device (non-CPU) memory: the emitter or a delegate would segfault reading it.",
         "move the model and its example inputs to the CPU before torch.export (model.to('cpu')), "
         "or apply guard_constant_placement(exported_program, policy='copy') to the torch.export "
         "program before to_edge / to_edge_transform_and_lower. If a backend that reads device "
@@ -68,8 +67,7 @@ _RULES = (
         "EG102",
         "constant-without-data",
         Severity.ERROR,
-        "A constant has no data (meta device, fake tensor, null pointer): there are no bytes to "
-        "export.",
+        "A constant has no data (meta device, fake tensor, null pointer): there are no bytes to export.",
         "give the constant real data before export: load the weights (for example "
         "model.load_state_dict(state_dict, assign=True)) or materialise the module with "
         "module.to_empty(device='cpu') and initialise it; a meta or fake tensor has no bytes to "
@@ -104,7 +102,7 @@ _RULES = (
         "constant-folded",
         Severity.INFO,
         "A computation on constants only was folded into one static parameter.",
-        _NOTHING_TO_DO + ' The program holds the folded weight instead of the computation.',
+        _NOTHING_TO_DO + " The program holds the folded weight instead of the computation.",
         "action",
         done=("constant folded", "constants folded"),
     ),
@@ -113,7 +111,7 @@ _RULES = (
         "parametrization-folded",
         Severity.INFO,
         "fold_parametrizations replaced a reparametrized weight by a plain parameter.",
-        _NOTHING_TO_DO + ' The module holds the weight that its eval-mode forward computed.',
+        _NOTHING_TO_DO + " The module holds the weight that its eval-mode forward computed.",
         "action",
         done=("reparametrized weight folded", "reparametrized weights folded"),
     ),
@@ -134,8 +132,7 @@ _RULES = (
         "EG210",
         "foldable-weight",
         Severity.WARNING,
-        "A conv / linear / matmul weight is computed at run time from constants only: XNNPACK "
-        "will not delegate it.",
+        "A conv / linear / matmul weight is computed at run time from constants only: XNNPACK will not delegate it.",
         "Turn the fold on (guard_passes() in transform_passes; the command without --no-fold), or "
         "call export_guards.fold.fold_constants(program) on the torch.export program.",
         "program",
@@ -196,8 +193,7 @@ _RULES = (
         "EG305",
         "parameter-mutated",
         Severity.ERROR,
-        "The program writes a parameter in place: ExecuTorch treats parameters as read-only "
-        "constants.",
+        "The program writes a parameter in place: ExecuTorch treats parameters as read-only constants.",
         "Register the tensor as a buffer (register_buffer) if it is state, or compute a new "
         "tensor instead of writing in place.",
         "program",
@@ -221,7 +217,7 @@ _RULES = (
         "value the program overwrites or masks (a KV cache left over from an eager call) is no finding.",
         "Mask the read: have each call write what it reads of the buffer first, or read only what it wrote "
         "(a KV cache under its causal mask); or start the buffer at zeros. Last, only when the program must "
-        "start from this value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values(\"<buffer>\")])), "
+        'start from this value: to_executorch(ExecutorchBackendConfig(passes=[keep_initial_values("<buffer>")])), '
         "with keep_initial_values from export_guards, which bakes the value into the program (a stale cache ships in it).",
         "program",
     ),
@@ -241,7 +237,7 @@ _RULES = (
         "fixed-input-shapes",
         Severity.INFO,
         "Each method input's shape, dtype and dim order, where every dimension is fixed: the "
-        "runtime refuses another shape (\"Attempted to resize a static tensor\") and reads "
+        'runtime refuses another shape ("Attempted to resize a static tensor") and reads '
         "another dim order's bytes as this one's.",
         "Where a batch or sequence dimension should vary, export with dynamic_shapes "
         "(torch.export.Dim): a factory's third item, or check_export(..., dynamic_shapes=...); give "
@@ -252,8 +248,7 @@ _RULES = (
         "EG401",
         "compute-not-delegated",
         Severity.WARNING,
-        "A conv / linear / matmul was left in the portable graph: it runs in the slow portable "
-        "kernels.",
+        "A conv / linear / matmul was left in the portable graph: it runs in the slow portable kernels.",
         "Change what the partitioner's reason names (a dtype, a shape, an argument the delegate "
         "does not take), or accept the portable kernel for this op.",
         "partitioned",
@@ -387,16 +382,14 @@ _RULES = (
         "misaligned-data",
         Severity.ERROR,
         "Constant or delegate data is not aligned to 16 bytes, which kernels and delegates assume.",
-        "Re-export with ExecuTorch's default segment and tensor alignment "
-        "(ExecutorchBackendConfig).",
+        "Re-export with ExecuTorch's default segment and tensor alignment (ExecutorchBackendConfig).",
         "pte",
     ),
     Rule(
         "EG505",
         "tensor-data-invalid",
         Severity.ERROR,
-        "A tensor's constant buffer or memory-plan slot is missing or smaller than its shape and "
-        "dtype need.",
+        "A tensor's constant buffer or memory-plan slot is missing or smaller than its shape and dtype need.",
         _REEXPORT,
         "pte",
     ),
@@ -433,8 +426,7 @@ _RULES = (
         Severity.ERROR,
         "An external data file (.ptd) has a wrong identifier, an invalid header, an undecodable "
         "flatbuffer, or entries outside the file.",
-        "Write the .ptd files again with the program "
-        "(ExecutorchProgramManager.write_tensor_data_to_file).",
+        "Write the .ptd files again with the program (ExecutorchProgramManager.write_tensor_data_to_file).",
         "pte",
     ),
     Rule(

@@ -15,7 +15,18 @@ from export_guards.ruleset.noqa import split_suppressed
 from export_guards.ruleset.rule import Hit, Rule, Stage
 from export_guards.ruleset.selection import Selection
 
-__all__ = ["Locate", "RuleSet", "Selection", "describe_error", "finding", "first_line", "once", "run", "settle", "without_symptoms"]
+__all__ = [
+    "Locate",
+    "RuleSet",
+    "Selection",
+    "describe_error",
+    "finding",
+    "first_line",
+    "once",
+    "run",
+    "settle",
+    "without_symptoms",
+]
 
 
 Locate = Callable[[Any], Mapping[str, Any]]

@@ -69,7 +69,11 @@ def unused_noqa(report: Report, lines: Iterable[tuple[str, int]], judged: Callab
             message = "# noqa suppressed nothing: no finding points at this line" if not suppressed else None
         else:
             unused = sorted(c for c in codes if judged(c) and c not in suppressed)
-            message = f"# noqa: {', '.join(unused)} suppressed nothing: no {' or '.join(unused)} finding points at this line" if unused else None
+            message = (
+                f"# noqa: {', '.join(unused)} suppressed nothing: no {' or '.join(unused)} finding points at this line"
+                if unused
+                else None
+            )
         if message is not None:
             location = SourceLocation(file, line, linecache.getline(file, line).strip())
             findings.append(Finding(rule.code, rule.severity, message, location=location, fix=rule.fix))

@@ -97,10 +97,19 @@ def _entry_points() -> dict[str, EntryPoint]:
             raise _error(point, f"the prefix is also declared by {_package(found[point.name])}; rename one of them")
         if not _PREFIX.match(point.name):
             raise _error(point, "the entry point's name is the codes' prefix: 1 to 8 capital letters, such as ACME")
-        clash = next((p for p in [OWN_PREFIX, *found] if p != point.name and (p.startswith(point.name) or point.name.startswith(p))), None)
+        clash = next(
+            (
+                p
+                for p in [OWN_PREFIX, *found]
+                if p != point.name and (p.startswith(point.name) or point.name.startswith(p))
+            ),
+            None,
+        )
         if clash is not None:
             whose = "export-guards' own" if clash == OWN_PREFIX else f"{_package(found[clash])}'s"
-            raise _error(point, f"its prefix overlaps {whose} prefix {clash}, so a selection of one would select the other")
+            raise _error(
+                point, f"its prefix overlaps {whose} prefix {clash}, so a selection of one would select the other"
+            )
         found[point.name] = point
     return found
 
@@ -131,7 +140,9 @@ def _load(point: EntryPoint) -> ProjectRules:
         if rule.code in seen:
             raise _error(point, f"two rules have the code {rule.code}")
         if rule.check is None or rule.stage not in CHECKED_STAGES:
-            raise _error(point, f"rule {rule.code} needs a check and a stage of {', '.join(CHECKED_STAGES)}, not {rule.stage!r}")
+            raise _error(
+                point, f"rule {rule.code} needs a check and a stage of {', '.join(CHECKED_STAGES)}, not {rule.stage!r}"
+            )
         seen.add(rule.code)
     return ProjectRules(point.name, _package(point), point.value, tuple(sorted(found, key=lambda r: r.code)))
 

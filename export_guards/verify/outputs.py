@@ -79,7 +79,11 @@ class Tolerance:
 
     def describe(self, dtype: torch.dtype, largest: float) -> str:
         rtol, atol = self.limits(dtype)
-        return f"rtol {rtol:g}, atol {atol:g} of the largest value, {largest:.3g}" if self.scaled else f"rtol {rtol:g}, atol {atol:g}"
+        return (
+            f"rtol {rtol:g}, atol {atol:g} of the largest value, {largest:.3g}"
+            if self.scaled
+            else f"rtol {rtol:g}, atol {atol:g}"
+        )
 
 
 @final
@@ -108,15 +112,25 @@ class OutputError:
         return f"output {self.path} {list(self.shape)}: max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g} (ok)"
 
 
-def compare_outputs(expected: object, actual: Sequence[object], tolerance: Tolerance, *, unsteady: frozenset[int] = frozenset()) -> list[OutputError]:
+def compare_outputs(
+    expected: object, actual: Sequence[object], tolerance: Tolerance, *, unsteady: frozenset[int] = frozenset()
+) -> list[OutputError]:
     """Each output of ``actual`` (the runtime's flat outputs) against ``expected`` (eager's, any
     nest of tuples, lists and dicts, flattened as ``torch.export`` flattens them) under
     ``tolerance``; the flat indices in ``unsteady`` (outputs that eager itself does not repeat:
     a random op) are not compared."""
     flat = pytree.tree_flatten_with_path(expected)[0]
     if len(flat) != len(actual):
-        return [OutputError("(all)", (), 0.0, 0.0, False, f"it returned {len(actual)} values where eager returned {len(flat)}")]
-    return [_compared(pytree.keystr(path) or "[0]", want, got, tolerance) for index, ((path, want), got) in enumerate(zip(flat, actual)) if index not in unsteady]
+        return [
+            OutputError(
+                "(all)", (), 0.0, 0.0, False, f"it returned {len(actual)} values where eager returned {len(flat)}"
+            )
+        ]
+    return [
+        _compared(pytree.keystr(path) or "[0]", want, got, tolerance)
+        for index, ((path, want), got) in enumerate(zip(flat, actual))
+        if index not in unsteady
+    ]
 
 
 def _compared(path: str, want: object, got: object, tolerance: Tolerance) -> OutputError:
@@ -127,14 +141,25 @@ def _compared(path: str, want: object, got: object, tolerance: Tolerance) -> Out
     want = want.detach().cpu()
     shape = tuple(want.shape)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        return OutputError(path, shape, 0.0, 0.0, False, f"{where} has shape {list(getattr(got, 'shape', []))} where eager's is {list(want.shape)}")
+        return OutputError(
+            path,
+            shape,
+            0.0,
+            0.0,
+            False,
+            f"{where} has shape {list(getattr(got, 'shape', []))} where eager's is {list(want.shape)}",
+        )
     if not (want.is_floating_point() or want.is_complex()):
         differ = got.to(want.dtype) != want  # bool and integer outputs: exactly
         if not bool(differ.any()):
             return OutputError(path, shape, 0.0, 0.0, True)
         at = [int(i) for i in differ.nonzero()[0]]
         return OutputError(
-            path, shape, 0.0, 0.0, False,
+            path,
+            shape,
+            0.0,
+            0.0,
+            False,
             f"{where} differs from eager in {int(differ.sum())} of {want.numel()} values, first at {at} ({got[tuple(at)].item()!r} where eager's is {want[tuple(at)].item()!r})",
         )
     return _compared_floats(where, path, want, got, tolerance)
@@ -153,7 +178,9 @@ def _compared_floats(where: str, path: str, want: torch.Tensor, got: torch.Tenso
     bound = atol * largest if tolerance.scaled else atol
     max_abs, relative, beyond, flat_at = 0.0, [], 0, 0
     for start in chunks:
-        diff, eager, outside = _chunk_differences(flat_want[start : start + _CHUNK], flat_got[start : start + _CHUNK], bound, rtol)
+        diff, eager, outside = _chunk_differences(
+            flat_want[start : start + _CHUNK], flat_got[start : start + _CHUNK], bound, rtol
+        )
         beyond += int(outside.sum())
         if float(diff.max()) > max_abs or start == 0:  # the first largest difference, as argmax finds it over the whole
             max_abs, flat_at = float(diff.max()), start + int(diff.argmax())
@@ -179,7 +206,9 @@ def _largest(maxima: list[torch.Tensor]) -> float:
     return float(torch.stack(maxima).max()) if maxima else 0.0
 
 
-def _chunk_differences(want: torch.Tensor, got: torch.Tensor, bound: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _chunk_differences(
+    want: torch.Tensor, got: torch.Tensor, bound: float, rtol: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For a chunk of flat values, in float64: ``|got - want|`` (0 where both are the same
     infinity or NaN, infinite where one is NaN), ``|want|``, and where the difference is beyond
     ``bound + rtol * |want|``."""

@@ -19,7 +19,9 @@ WRITTEN_PROGRAM_RULES = PTE_RULES.without(RuleSet.of(portable))
 the export states its delegation itself (EG401-EG403) and a portable export chose no delegate."""
 
 
-def check_program(export: GuardedExport, pte: bytes, *, against: RuntimeInventory | None = None, settings: Settings = Settings()) -> Report:
+def check_program(
+    export: GuardedExport, pte: bytes, *, against: RuntimeInventory | None = None, settings: Settings = Settings()
+) -> Report:
     """``pte``, ``export``'s written program (:meth:`GuardedExport.to_pte`), checked as
     ``export-guards check`` checks a file (structure, delegate data, kernels:
     ``WRITTEN_PROGRAM_RULES``), against the runtime that will load it: ``against``, by default the

@@ -59,7 +59,9 @@ class InputSet:
     bound: str = ""
 
 
-def input_sets(program: torch.export.ExportedProgram, example_inputs: Sequence[object], *, at_bounds: bool = True) -> tuple[list[InputSet], list[str]]:
+def input_sets(
+    program: torch.export.ExportedProgram, example_inputs: Sequence[object], *, at_bounds: bool = True
+) -> tuple[list[InputSet], list[str]]:
     """The example inputs, then (``at_bounds``) the inputs at each bound of ``program``'s dynamic
     dimensions (cropped or tiled along them); and each bound no inputs could be made for, and why."""
     sets = [InputSet((example_inputs,))]
@@ -115,7 +117,9 @@ def run_program(
     outputs that it does not repeat itself (a random op). ``worker``: a child started ahead
     (:class:`SmokeWorker`, whose import of the runtime overlapped the export), else one starts now."""
     inputs = pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, list(example_inputs))
-    reference = EagerReference(_reference_model(export, model, example_inputs, settings), export.program, copy_model=False)
+    reference = EagerReference(
+        _reference_model(export, model, example_inputs, settings), export.program, copy_model=False
+    )
     sets, skipped = input_sets(export.program, inputs, at_bounds=at_bounds)
     progress.now(f"running eager on {len(sets)} input set{'s' if len(sets) > 1 else ''}")
     try:
@@ -126,7 +130,10 @@ def run_program(
     finally:
         reference.close()
     locate = operator_sites(export.edge) if export.edge is not None else None
-    reports = [run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name=ran.program, locate=locate) for ran in compared]
+    reports = [
+        run(with_project_rules(WRITTEN_PROGRAM_RULES), "runtime", ran, settings, name=ran.program, locate=locate)
+        for ran in compared
+    ]
     report = reports[0]
     if not report:  # else the bounds fail for the example's reason: said once
         for at_bound in reports[1:]:
@@ -135,7 +142,9 @@ def run_program(
     return ProgramRuns(report, tuple(shapes[: len(compared)]), tuple(skipped + failed))
 
 
-def _in_sequence(reference: EagerReference, sets: Sequence[InputSet], *, repeat: frozenset[int] = frozenset()) -> tuple[list[tuple[InputSet, Expected]], list[str]]:
+def _in_sequence(
+    reference: EagerReference, sets: Sequence[InputSet], *, repeat: frozenset[int] = frozenset()
+) -> tuple[list[tuple[InputSet, Expected]], list[str]]:
     """Eager's outputs on each set's first step, the sets in turn from the state the program
     starts from, each from the state the sets before it left (as one loaded program runs them);
     the calls at the indices in ``repeat`` repeated (:class:`EagerReference`'s ``repeat``). A
@@ -153,7 +162,9 @@ def _in_sequence(reference: EagerReference, sets: Sequence[InputSet], *, repeat:
     return runs, failed
 
 
-def _reference_model(export: GuardedExport, model: torch.nn.Module, example_inputs: Sequence[object], settings: Settings) -> torch.nn.Module:
+def _reference_model(
+    export: GuardedExport, model: torch.nn.Module, example_inputs: Sequence[object], settings: Settings
+) -> torch.nn.Module:
     """``model``, where it and its inputs are on the host and no recipe exported it; else the
     export's torch.export program as a module (on the host, and quantized as the recipe quantized)."""
     tensors = [*pytree.tree_leaves(list(example_inputs)), *model.parameters(), *model.buffers()]
@@ -161,7 +172,9 @@ def _reference_model(export: GuardedExport, model: torch.nn.Module, example_inpu
     return model if on_host and settings.recipe is None else export.program.module()
 
 
-def _in_child(pte: bytes, runs: Sequence[tuple[InputSet, Expected]], worker: SmokeWorker | None, timeout_s: float) -> list[tuple[SmokeRun, list[object] | None]]:
+def _in_child(
+    pte: bytes, runs: Sequence[tuple[InputSet, Expected]], worker: SmokeWorker | None, timeout_s: float
+) -> list[tuple[SmokeRun, list[object] | None]]:
     """Each run's inputs through the program in one child, in turn; each run and its outputs
     (``None`` where it did not run to the end)."""
     with tempfile.TemporaryDirectory(prefix="export-guards-run-") as scratch:
@@ -172,23 +185,41 @@ def _in_child(pte: bytes, runs: Sequence[tuple[InputSet, Expected]], worker: Smo
             torch.save(pytree.tree_leaves(list(each.steps[0])), folder / f"inputs-{index}.pt")
             name = f"the written program at {each.bound}" if each.bound else "the written program"
             sets.append(SmokeInputs(str(folder / f"inputs-{index}.pt"), str(folder / f"outputs-{index}.pt"), name))
-        progress.now(f"running the program on {len(sets)} input set{'s' if len(sets) > 1 else ''} in executorch.runtime")
+        progress.now(
+            f"running the program on {len(sets)} input set{'s' if len(sets) > 1 else ''} in executorch.runtime"
+        )
         with contextlib.nullcontext(worker) if worker is not None else SmokeWorker() as child:
             done = child.run_each(folder / "program.pte", sets, timeout_s=timeout_s)
         ran_to_end = ("ran forward" in ran.steps and Path(each.outputs).is_file() for ran, each in zip(done, sets))
-        return [(ran, torch.load(each.outputs, weights_only=True) if whole else None) for ran, each, whole in zip(done, sets, ran_to_end)]
+        return [
+            (ran, torch.load(each.outputs, weights_only=True) if whole else None)
+            for ran, each, whole in zip(done, sets, ran_to_end)
+        ]
 
 
-def _compared(reference: EagerReference, runs: Sequence[tuple[InputSet, Expected]], done: Sequence[tuple[SmokeRun, list[object] | None]], tolerance: Tolerance) -> list[SmokeRun]:
+def _compared(
+    reference: EagerReference,
+    runs: Sequence[tuple[InputSet, Expected]],
+    done: Sequence[tuple[SmokeRun, list[object] | None]],
+    tolerance: Tolerance,
+) -> list[SmokeRun]:
     """Each run with the outputs that differ from eager's beyond ``tolerance``; where some do,
     eager's calls are made again, those runs' repeated, and the outputs that eager does not
     repeat itself are not compared."""
-    differences = [compare_outputs(expected.outputs, actual, tolerance) if actual is not None else [] for (_, expected), (_, actual) in zip(runs, done)]
+    differences = [
+        compare_outputs(expected.outputs, actual, tolerance) if actual is not None else []
+        for (_, expected), (_, actual) in zip(runs, done)
+    ]
     differ = frozenset(index for index, found in enumerate(differences) if not all(d.within for d in found))
     if differ:
         again, _ = _in_sequence(reference, [each for each, _ in runs], repeat=differ)
         for index in differ:
             if index < len(again) and again[index][0] is runs[index][0]:  # eager raised nowhere new before it
                 expected, actual = again[index][1], done[index][1]
-                differences[index] = compare_outputs(expected.outputs, cast("list[object]", actual), tolerance, unsteady=expected.unsteady)  # differ: runs with outputs
-    return [replace(ran, mismatches=tuple(d.problem for d in found if not d.within)) if actual is not None else ran for (ran, actual), found in zip(done, differences)]
+                differences[index] = compare_outputs(
+                    expected.outputs, cast("list[object]", actual), tolerance, unsteady=expected.unsteady
+                )  # differ: runs with outputs
+    return [
+        replace(ran, mismatches=tuple(d.problem for d in found if not d.within)) if actual is not None else ran
+        for (ran, actual), found in zip(done, differences)
+    ]

@@ -65,7 +65,9 @@ def input_differences(program: ExportedProgram, inputs: Sequence[object]) -> lis
     """How ``inputs`` differ from what ``program`` was exported for, input by input: a dtype,
     a rank or a fixed dimension (a dynamic one takes any size); empty when they fit."""
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    exported = [placeholders[name].meta.get("val") for name in program.graph_signature.user_inputs if name in placeholders]
+    exported = [
+        placeholders[name].meta.get("val") for name in program.graph_signature.user_inputs if name in placeholders
+    ]
     given = pytree.tree_leaves(list(inputs))
     if len(exported) != len(given):
         return [f"the program takes {len(exported)} inputs, {len(given)} were given"]
@@ -74,7 +76,13 @@ def input_differences(program: ExportedProgram, inputs: Sequence[object]) -> lis
         if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
             continue
         fixed = [d if isinstance(d, int) else None for d in want.shape]
-        if want.dtype != got.dtype or len(fixed) != got.dim() or any(f is not None and f != g for f, g in zip(fixed, got.shape)):
+        if (
+            want.dtype != got.dtype
+            or len(fixed) != got.dim()
+            or any(f is not None and f != g for f, g in zip(fixed, got.shape))
+        ):
             shape = ["*" if f is None else f for f in fixed]
-            differences.append(f"input '{name}': exported as {str(want.dtype).removeprefix('torch.')}{shape}, given {str(got.dtype).removeprefix('torch.')}{list(got.shape)}")
+            differences.append(
+                f"input '{name}': exported as {str(want.dtype).removeprefix('torch.')}{shape}, given {str(got.dtype).removeprefix('torch.')}{list(got.shape)}"
+            )
     return differences

@@ -48,7 +48,12 @@ from export_guards.pte.smoke import MARKER  # noqa: E402
 __all__ = ["in_dim_order", "made_up", "smoke"]
 
 
-def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] = (), made_up: dict[str, list[list[Any]]] | None = None) -> int:
+def smoke(
+    program: str,
+    data_file: str | None,
+    runs: Sequence[tuple[str, str]] = (),
+    made_up: dict[str, list[list[Any]]] | None = None,
+) -> int:
     """Load ``program`` (with ``data_file``) and run each method once on made-up inputs,
     reporting each step; with ``runs`` (``(inputs, outputs)`` files), run ``forward`` on each
     run's inputs instead and save its outputs: one loaded method, called run after run, each
@@ -78,7 +83,9 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
         try:
             # flat, as the runtime takes them (a None kept in its place: the program holds one there)
             given = pytree.tree_leaves(list(torch.load(inputs, weights_only=True)))
-            results = loaded.load_method("forward").execute(given)  # one method (the program caches it): loaded once, as an app loads it
+            results = loaded.load_method("forward").execute(
+                given
+            )  # one method (the program caches it): loaded once, as an app loads it
         except Exception as error:  # noqa: BLE001 - the worker reports any failure to its parent
             say({"failure": f"run forward: {type(error).__name__}: {error}"}, run)
             continue
@@ -87,7 +94,9 @@ def smoke(program: str, data_file: str | None, runs: Sequence[tuple[str, str]] =
     return 0
 
 
-def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[dict[str, object]], None], specs: list[list[Any]] | None = None) -> bool:
+def _ran_on_made_up_inputs(
+    program: str, loaded: Any, name: str, say: Callable[[dict[str, object]], None], specs: list[list[Any]] | None = None
+) -> bool:
     """Run method ``name`` once on inputs made up for it, saying which (once it has loaded:
     its operators and delegates, whatever the inputs) and whether they hold integers; whether it
     ran. After a failure on floats alone, it runs once more with zeros for them, and says
@@ -104,7 +113,9 @@ def _ran_on_made_up_inputs(program: str, loaded: Any, name: str, say: Callable[[
     except Exception as error:  # noqa: BLE001 - the worker reports any failure to its parent
         say({"failure": f"run {name}: {type(error).__name__}: {error}"})
         if said is not None and not said["indices"]:
-            zeros = [torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in made]
+            zeros = [
+                torch.zeros_like(v) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point else v for v in made
+            ]
             say({"made_up": {**said, "zeros_ran": _runs(loaded, name, zeros)}})
         return False
     say({"step": f"ran {name}"})
@@ -153,7 +164,13 @@ def _inputs(program: str, method: str, loaded: object) -> list[object]:
 
 def _made(dtype: torch.dtype, shape: list[int], dim_order: list[int] | None = None) -> torch.Tensor:
     """A made-up tensor (``_inputs`` says which values)."""
-    dense = torch.randn(shape).to(dtype) if dtype.is_floating_point else torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
+    dense = (
+        torch.randn(shape).to(dtype)
+        if dtype.is_floating_point
+        else torch.ones(shape, dtype=dtype)
+        if dtype == torch.bool
+        else torch.zeros(shape, dtype=dtype)
+    )
     return in_dim_order(dense, dim_order) if dim_order else dense
 
 
@@ -194,7 +211,12 @@ def made_up(inputs: Sequence[object]) -> str:
 def _holds_indices(value: object) -> bool:
     """Whether ``value``'s made-up values may be read as indices or positions: an integer
     tensor (a float's values change what a kernel computes, never whether it accepts them)."""
-    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex and value.dtype != torch.bool
+    return (
+        isinstance(value, torch.Tensor)
+        and not value.dtype.is_floating_point
+        and not value.dtype.is_complex
+        and value.dtype != torch.bool
+    )
 
 
 def in_dim_order(dense: torch.Tensor, dim_order: list[int]) -> torch.Tensor:
@@ -211,7 +233,18 @@ def _answer(inventory: bool, replay: list[Sequence[object]]) -> None:
     on meta tensors (``check --runtime`` leaves torch to this process)."""
     if inventory:
         found = RuntimeInventory.installed()
-        print(json.dumps({"inventory": {"name": found.name, "kernels": sorted(found.kernels), "backends": sorted(found.backends or ())}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "inventory": {
+                        "name": found.name,
+                        "kernels": sorted(found.kernels),
+                        "backends": sorted(found.backends or ()),
+                    }
+                }
+            ),
+            flush=True,
+        )
     if replay:
         from export_guards.pte.rules.kernels import replayed
 
@@ -225,7 +258,12 @@ def _main(argv: list[str]) -> int:
         if not job:
             return 0
         _answer(job.get("inventory", False), job.get("replay", []))
-        return smoke(job["program"], job.get("data"), [(run["inputs"], run["outputs"]) for run in job.get("runs", ())], job.get("made_up"))
+        return smoke(
+            job["program"],
+            job.get("data"),
+            [(run["inputs"], run["outputs"]) for run in job.get("runs", ())],
+            job.get("made_up"),
+        )
     options, positional = {}, argv
     while positional and positional[0].startswith("--"):
         options[positional[0]] = positional[1]

@@ -46,7 +46,10 @@ def compute_not_delegated(context: LintContext) -> Iterator[Hit]:
             yield Hit(f"{name} '{node.name}' was not delegated{because}", node)
             continue
         if context.quantized_in_graph(node):
-            message, fix = f"{name} '{node.name}' was not delegated: its weight is quantized by an op in the graph", _FOLD_THE_QUANTIZE
+            message, fix = (
+                f"{name} '{node.name}' was not delegated: its weight is quantized by an op in the graph",
+                _FOLD_THE_QUANTIZE,
+            )
         else:
             message, fix = f"{name} '{node.name}' was not delegated{because}", _STATIC_WEIGHT
         yield Hit(message, node, fix=fix, subjects=(node_origin(node),), symptom_of=_WEIGHT_RULES)
@@ -90,7 +93,11 @@ def constant_stored_twice(context: LintContext) -> Iterator[Hit]:
             )
             continue
         copy = other[0]
-        how = f"a copy quantized for it ('{copy.fqn}', dequantized by {copy.quantized_by})" if copy.quantized_by else "a copy in its own layout"
+        how = (
+            f"a copy quantized for it ('{copy.fqn}', dequantized by {copy.quantized_by})"
+            if copy.quantized_by
+            else "a copy in its own layout"
+        )
         yield Hit(
             f"{describe(constant)} is stored twice, in bytes that differ: {copy.backend} reads {how}, "
             f"{copy.nbytes:,} bytes, and {reads}, {constant.tensor.nbytes:,} bytes; the runtime can share only "

@@ -21,7 +21,9 @@ def parameter_mutated(context: LintContext) -> Iterator[Hit]:
     parameters = set(context.program.graph_signature.parameters)
     for constant in context.constants.values():
         if constant.fqn in parameters and constant.fqn in context.mutated:
-            yield Hit(f"parameter '{constant.fqn}' is written in place", _written_by(context, constant.node), constant.fqn)
+            yield Hit(
+                f"parameter '{constant.fqn}' is written in place", _written_by(context, constant.node), constant.fqn
+            )
 
 
 @rule("EG308")
@@ -29,7 +31,9 @@ def buffer_initial_value_dropped(context: LintContext) -> Iterator[Hit]:
     started = {
         constant.fqn: constant
         for constant in context.constants.values()
-        if constant.kind is ConstantKind.MUTABLE_BUFFER and _has_data(constant.tensor) and bool(torch.count_nonzero(constant.tensor))
+        if constant.kind is ConstantKind.MUTABLE_BUFFER
+        and _has_data(constant.tensor)
+        and bool(torch.count_nonzero(constant.tensor))
     }  # a cache that starts at zeros is what the program starts from too
     if not started:
         return
@@ -95,7 +99,9 @@ def _written_by(context: LintContext, placeholder: Node) -> Node:
     found = writer(placeholder)
     if found is not None:
         return found
-    mutations = {spec.arg.name: spec.target for spec in context.program.graph_signature.output_specs if spec.kind in _MUTATIONS}
+    mutations = {
+        spec.arg.name: spec.target for spec in context.program.graph_signature.output_specs if spec.kind in _MUTATIONS
+    }
     target = context.constants[placeholder].fqn if placeholder in context.constants else None
     output = next(n for n in reversed(context.program.graph.nodes) if n.op == "output")
     for value in output.args[0]:

@@ -53,7 +53,9 @@ def reparametrization_leftover(context: LintContext) -> Iterator[Hit]:
         if not any(names[fqn].node.users for fqn in state):
             continue  # the state is not read: something already made the weight (convert_pt2e's frozen copy)
         first = names[state[0]]
-        ops = tuple(node_origin(op) for op, weight in context.compute_weights() if context.weight_tensor(weight) == tensor)
+        ops = tuple(
+            node_origin(op) for op, weight in context.compute_weights() if context.weight_tensor(weight) == tensor
+        )
         yield Hit(
             f"'{tensor}' is still reparametrized: recomputed at every run, so XNNPACK will not delegate its op",
             next(iter(first.node.users), first.node),

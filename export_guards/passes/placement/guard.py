@@ -126,7 +126,9 @@ class ConstantPlacementPass(ExportedProgramPassBase):
 
     def call(self, exported_program: ExportedProgram) -> GuardPassResult:
         unname_pass(self)  # a failed call's name is not kept
-        plan = plan_placement(self.method, exported_program, self.policy, defer_device_constants=self.defer_device_constants)
+        plan = plan_placement(
+            self.method, exported_program, self.policy, defer_device_constants=self.defer_device_constants
+        )
         try:
             return plan.carried_out(exported_program)
         except ConstantPlacementError as error:

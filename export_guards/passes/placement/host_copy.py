@@ -37,7 +37,13 @@ def host_twin(ep: ExportedProgram, moving: Sequence[ProgramConstant]) -> Exporte
     the example inputs are moved too.
     """
     state_dict, constants = host_constants(ep)
-    moved = updated_program(ep, _moved_graph(ep.graph_module, moving), copy.deepcopy(ep.graph_signature), state_dict=state_dict, constants=constants)
+    moved = updated_program(
+        ep,
+        _moved_graph(ep.graph_module, moving),
+        copy.deepcopy(ep.graph_signature),
+        state_dict=state_dict,
+        constants=constants,
+    )
     twin = transform_program(moved, ExportPass())  # the retrace, and the signature that follows its names
     _keep_input_names(ep.graph_module, twin.graph_module, twin.graph_signature)
     _keep_requires_grad(ep.graph_module, twin.graph_module)
@@ -57,7 +63,9 @@ def host_constants(ep: ExportedProgram) -> tuple[dict[str, torch.Tensor], dict[s
         return copies[id(tensor)]
 
     state_dict = {name: host(tensor) for name, tensor in ep.state_dict.items()}
-    constants = {name: host(value) if isinstance(value, torch.Tensor) else value for name, value in ep.constants.items()}
+    constants = {
+        name: host(value) if isinstance(value, torch.Tensor) else value for name, value in ep.constants.items()
+    }
     return state_dict, constants
 
 
@@ -101,11 +109,15 @@ def _traced_on_device(ep: ExportedProgram) -> bool:
     return any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in values)
 
 
-def _keep_input_names(source: GraphModule, retraced: GraphModule, signature: ExportGraphSignature | None = None) -> None:
+def _keep_input_names(
+    source: GraphModule, retraced: GraphModule, signature: ExportGraphSignature | None = None
+) -> None:
     """Give ``retraced``'s inputs (and ``signature``'s) ``source``'s names: a retrace and a
     deepcopy rename a keyword (``input`` becomes ``input_1``), which a CPU export keeps."""
     renamed = {}
-    for before, after in zip(source.graph.find_nodes(op="placeholder"), retraced.graph.find_nodes(op="placeholder"), strict=True):
+    for before, after in zip(
+        source.graph.find_nodes(op="placeholder"), retraced.graph.find_nodes(op="placeholder"), strict=True
+    ):
         if after.name != before.name:
             renamed[after.name], after.name = before.name, before.name
     if not renamed:
@@ -140,7 +152,11 @@ def _keep_requires_grad(source: GraphModule, retraced: GraphModule) -> None:
 
 def _with_requires_grad(value: object, source: object) -> object:
     """``value``, or a detached alias of it with ``source``'s ``requires_grad`` where the two differ."""
-    if isinstance(value, torch.Tensor) and isinstance(source, torch.Tensor) and value.requires_grad != source.requires_grad:
+    if (
+        isinstance(value, torch.Tensor)
+        and isinstance(source, torch.Tensor)
+        and value.requires_grad != source.requires_grad
+    ):
         return value.detach().requires_grad_(source.requires_grad)
     return value
 

@@ -31,6 +31,7 @@ DEVICE_BACKENDS: tuple[str, ...] = device_backend_ids()
 the AOTInductor backends (``CudaBackend``, ``MetalBackend``), whose ``preprocess`` moves the
 program to the device it compiles for (``backends.BACKEND_TABLE``)."""
 
+
 class GuardedPartitioner(Partitioner):
     """A partitioner whose decision is checked before its backend's ``preprocess`` runs.
 
@@ -84,7 +85,9 @@ class GuardedPartitioner(Partitioner):
         if isinstance(partitioner, GuardedPartitioner):
             partitioner = partitioner.partitioner
         if not isinstance(partitioner, Partitioner):
-            raise TypeError(f"guard_partitioners takes ExecuTorch Partitioner instances, not {type(partitioner).__name__}")
+            raise TypeError(
+                f"guard_partitioners takes ExecuTorch Partitioner instances, not {type(partitioner).__name__}"
+            )
         super().__init__()  # the spec is read from the wrapped one: some never set theirs
         self.partitioner: Partitioner = partitioner
         self.device_backends = frozenset(device_backends)
@@ -100,14 +103,18 @@ class GuardedPartitioner(Partitioner):
             raise placement_error(stops)
         refuse_known_wrong(result)
         backends = sorted({spec.backend_id for spec in result.partition_tags.values()})
-        progress.now(f"compiling {len(result.partition_tags)} delegate{'s' if len(result.partition_tags) != 1 else ''} ({', '.join(backends) or 'none'})")
+        progress.now(
+            f"compiling {len(result.partition_tags)} delegate{'s' if len(result.partition_tags) != 1 else ''} ({', '.join(backends) or 'none'})"
+        )
         return result
 
     @property
     def spec(self) -> Mapping[str | int | float | bool, object]:
         return self.partitioner.spec
 
-    def ops_to_not_decompose(self, ep: ExportedProgram) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
+    def ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
         return self.partitioner.ops_to_not_decompose(ep)
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
@@ -133,11 +140,19 @@ class GuardedPartitioner(Partitioner):
 
 @overload
 def guard_partitioners(
-    partitioners: Sequence[Partitioner], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ..., placement: PlacementPolicy = ...
+    partitioners: Sequence[Partitioner],
+    *,
+    device_backends: Iterable[str] = ...,
+    emitter: PlacementPolicy = ...,
+    placement: PlacementPolicy = ...,
 ) -> list[GuardedPartitioner]: ...
 @overload
 def guard_partitioners(
-    partitioners: Mapping[str, Sequence[Partitioner]], *, device_backends: Iterable[str] = ..., emitter: PlacementPolicy = ..., placement: PlacementPolicy = ...
+    partitioners: Mapping[str, Sequence[Partitioner]],
+    *,
+    device_backends: Iterable[str] = ...,
+    emitter: PlacementPolicy = ...,
+    placement: PlacementPolicy = ...,
 ) -> dict[str, list[GuardedPartitioner]]: ...
 def guard_partitioners(
     partitioners: Sequence[Partitioner] | Mapping[str, Sequence[Partitioner]],
@@ -180,6 +195,11 @@ def guard_partitioners(
     return _guarded(list(partitioners), trusted, emitter, placement)
 
 
-def _guarded(partitioners: list[Partitioner], trusted: tuple[str, ...], emitter: PlacementPolicy, placement: PlacementPolicy) -> list[GuardedPartitioner]:
+def _guarded(
+    partitioners: list[Partitioner], trusted: tuple[str, ...], emitter: PlacementPolicy, placement: PlacementPolicy
+) -> list[GuardedPartitioner]:
     last = len(partitioners) - 1
-    return [GuardedPartitioner(p, trusted, last=i == last, emitter=emitter, placement=placement) for i, p in enumerate(partitioners)]
+    return [
+        GuardedPartitioner(p, trusted, last=i == last, emitter=emitter, placement=placement)
+        for i, p in enumerate(partitioners)
+    ]

@@ -69,9 +69,15 @@ class Placed:
         once a partitioner has decided, the message names the reader and the fix suits it."""
         message, fix = self.problem.said_of(self.constant), None
         if self.reader == EMITTER:
-            message, fix = f"{message}; no partition takes it, so the emitter will copy it from host memory", FIX_EMITTER
+            message, fix = (
+                f"{message}; no partition takes it, so the emitter will copy it from host memory",
+                FIX_EMITTER,
+            )
         elif self.reader is not None:
-            message, fix = f"{message}; {self.reader}'s preprocess will read it from host memory", FIX_BACKEND.format(backend=self.reader)
+            message, fix = (
+                f"{message}; {self.reader}'s preprocess will read it from host memory",
+                FIX_BACKEND.format(backend=self.reader),
+            )
         code = "EG101" if self.problem.on_device else "EG102"
         hit = Hit(message, first_user(self.constant.node), self.constant.fqn, fix=fix)
         return finding(CATALOG[code], hit, method=self.constant.method, locate=node_site)
@@ -139,7 +145,9 @@ class PlacementPlan:
             raise placement_error(stops)
         if not self.to_copy:
             return GuardPassResult(ep, False)
-        return GuardPassResult(host_twin(ep, self.to_copy), True, self.copies() + self.kept_decompositions(ep.graph_module))
+        return GuardPassResult(
+            host_twin(ep, self.to_copy), True, self.copies() + self.kept_decompositions(ep.graph_module)
+        )
 
 
 def _findings(placed: Iterable[Placed]) -> Report:
@@ -180,7 +188,9 @@ def plan_placement(
     return PlacementPlan(method, tuple(Placed(c, problem, action(problem), reader) for c, problem in unreadable))
 
 
-def plan_partition(result: PartitionResult, trusted: frozenset[str], *, emitter: PlacementPolicy | None) -> PlacementPlan:
+def plan_partition(
+    result: PartitionResult, trusted: frozenset[str], *, emitter: PlacementPolicy | None
+) -> PlacementPlan:
     """The plan for a partitioner's decision: each constant in device memory is read by the
     backend whose partition holds it, or, when no partition does, by the emitter (``emitter``
     is its policy; ``None`` when a later partitioner decides first).

@@ -34,7 +34,16 @@ from export_guards.pte.reader.wheel import (
 )
 from export_guards.pte.reader.xnnpack import EXTERNAL_INPUT, EXTERNAL_OUTPUT, XnnPayload
 
-__all__ = ["Access", "arena_slot", "method_accesses", "path_accesses", "read_before_written", "tensor_arguments", "views"]
+__all__ = [
+    "Access",
+    "arena_slot",
+    "method_accesses",
+    "path_accesses",
+    "read_before_written",
+    "tensor_arguments",
+    "views",
+]
+
 
 @final
 @dataclass(frozen=True)
@@ -115,7 +124,9 @@ def _kernel_access(plan: ExecutionPlan, call: KernelCall) -> Access:
     # The emitter appends one slot for what the call returns, or one per returned tensor.
     if schema is None or len(call.args) - len(arguments) not in (1, max(returns, 1)):
         last = tensor_arguments(plan, call.args[-1:])  # unknown: the out-variant convention
-        return Access(reads=tensor_arguments(plan, call.args[:-1]) - last, writes=last, maybe=tensor_arguments(plan, call.args))
+        return Access(
+            reads=tensor_arguments(plan, call.args[:-1]) - last, writes=last, maybe=tensor_arguments(plan, call.args)
+        )
     # An out variant's generated wrapper never touches the return slot (ExecuTorch's codegen
     # leaves its return assignment empty); a functional operator writes its result there.
     returned = [] if any(w and out for w, out in arguments) else [(True, True)] * (len(call.args) - len(arguments))
@@ -153,10 +164,7 @@ def _written_arguments(name: str, overload: str) -> tuple[tuple[tuple[bool, bool
     schema = operator_schema(name, overload)
     if schema is None:
         return None
-    arguments = tuple(
-        (a.written, a.kwarg_only or a.name.startswith("out"))
-        for a in schema.arguments
-    )
+    arguments = tuple((a.written, a.kwarg_only or a.name.startswith("out")) for a in schema.arguments)
     return arguments, len(schema.returns)
 
 

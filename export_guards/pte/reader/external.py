@@ -60,7 +60,9 @@ class PtdFile:
         return self._parsed[1]
 
     @cached_property
-    def _parsed(self) -> tuple[list[tuple[str, Region | None]], dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]]:
+    def _parsed(
+        self,
+    ) -> tuple[list[tuple[str, Region | None]], dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]]:
         if self.header is None:
             return [], {}
         reader = generated_reader("executorch.extension.flat_tensor.serialize", "flat_tensor.fbs", "scalar_type.fbs")
@@ -77,7 +79,10 @@ class PtdFile:
                 found.append((key, regions[index] if 0 <= index < len(regions) else None))
                 if layout is not None:
                     sizes = tuple(layout.Sizes(k) for k in range(layout.SizesLength()))
-                    layouts.setdefault(key, (layout.ScalarType(), sizes, tuple(layout.DimOrder(k) for k in range(layout.DimOrderLength()))))
+                    layouts.setdefault(
+                        key,
+                        (layout.ScalarType(), sizes, tuple(layout.DimOrder(k) for k in range(layout.DimOrderLength()))),
+                    )
             return found, layouts
         except Exception as error:  # noqa: BLE001 - a damaged flatbuffer fails in the reader in many ways
             self.problems.append(f"its flatbuffer cannot be read: {type(error).__name__}: {error}")

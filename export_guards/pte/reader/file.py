@@ -31,7 +31,17 @@ from export_guards.pte.reader.program_table import parse_program
 from export_guards.pte.reader.wheel import DataLocation, Program, ProgramTable, SubsegmentOffsets
 from export_guards.ruleset import describe_error
 
-__all__ = ["FILE_IDENTIFIER", "MIN_ALIGNMENT", "PARSE_SECONDS", "Delegate", "PteFile", "Region", "SubsegmentTable", "open_bytes", "verified_reader"]
+__all__ = [
+    "FILE_IDENTIFIER",
+    "MIN_ALIGNMENT",
+    "PARSE_SECONDS",
+    "Delegate",
+    "PteFile",
+    "Region",
+    "SubsegmentTable",
+    "open_bytes",
+    "verified_reader",
+]
 
 # The runtime's minimum alignment for tensor and delegate data (alignof(max_align_t)).
 MIN_ALIGNMENT = 16
@@ -163,7 +173,9 @@ class PteFile:
     def program(self) -> Program | None:
         """The program table, parsed by ExecuTorch's deserializer; None (with a problem) if it fails."""
         if self.size < 8 or not ProgramTable.ProgramBufferHasIdentifier(bytes(self.data[:8]), 0):
-            self.problems.append(f"no ExecuTorch program: file identifier {self.identifier!r}, expected {FILE_IDENTIFIER!r}")
+            self.problems.append(
+                f"no ExecuTorch program: file identifier {self.identifier!r}, expected {FILE_IDENTIFIER!r}"
+            )
             return None
         if not 8 <= self.program_size <= self.size:
             self.problems.append(
@@ -328,7 +340,10 @@ def _field_plan(cls: type) -> tuple[tuple[str, bool, bool], ...]:
     requires it, and whether it can hold dataclasses (a list of numbers need not be walked)."""
     if not dataclasses.is_dataclass(cls):
         return ()
-    return tuple((name, type(None) not in typing.get_args(hint), _holds_dataclasses(hint)) for name, hint in typing.get_type_hints(cls).items())
+    return tuple(
+        (name, type(None) not in typing.get_args(hint), _holds_dataclasses(hint))
+        for name, hint in typing.get_type_hints(cls).items()
+    )
 
 
 def _holds_dataclasses(hint: object) -> bool:
@@ -425,4 +440,3 @@ def _time_limit(seconds: float) -> Iterator[None]:
         remaining = previous_delay - (time.monotonic() - started)
         if previous_delay and remaining > 0:  # not yet due (had it been, it would have fired)
             signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
-

@@ -70,7 +70,10 @@ def _key(schemas: dict[str, bytes], flatc: str) -> str:
         identity = f"{os.path.realpath(flatc)}\0{stat.st_size}\0{stat.st_mtime_ns}"
     except OSError:
         identity = flatc  # on the path: its name is all there is to go by
-    for part in (identity.encode(), *(item for name, data in sorted(schemas.items()) for item in (name.encode(), data))):
+    for part in (
+        identity.encode(),
+        *(item for name, data in sorted(schemas.items()) for item in (name.encode(), data)),
+    ):
         digest.update(len(part).to_bytes(8, "little") + part)
     return digest.hexdigest()[:32]
 

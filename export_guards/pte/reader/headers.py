@@ -66,7 +66,9 @@ class FlatTensorHeader:
     """A ``.ptd`` file's header, at byte 8 (``FlatTensorHeader``)."""
 
     EXPECTED_MAGIC: ClassVar[bytes] = b"FH01"
-    EXPECTED_LENGTH: ClassVar[int] = 4 + 4 + 8 + 8 + 8 + 8  # magic, length, flatbuffer offset and size, segments' base and size
+    EXPECTED_LENGTH: ClassVar[int] = (
+        4 + 4 + 8 + 8 + 8 + 8
+    )  # magic, length, flatbuffer offset and size, segments' base and size
 
     flatbuffer_offset: int
     flatbuffer_size: int
@@ -83,7 +85,9 @@ class FlatTensorHeader:
             ValueError: fewer bytes than that.
         """
         if len(data) < FlatTensorHeader.EXPECTED_LENGTH:
-            raise ValueError(f"Not enough data for flat_tensor header: {len(data)} < {FlatTensorHeader.EXPECTED_LENGTH}")
+            raise ValueError(
+                f"Not enough data for flat_tensor header: {len(data)} < {FlatTensorHeader.EXPECTED_LENGTH}"
+            )
         return FlatTensorHeader(
             magic=data[0:4],
             length=_int(data, 4, 8),
@@ -109,4 +113,6 @@ class XNNHeader:
     CONSTANT_DATA_OFFSET_OFFSET: ClassVar[slice] = slice(18, 22)
     CONSTANT_DATA_SIZE_OFFSET: ClassVar[slice] = slice(22, 30)
     EXPECTED_MAGIC: ClassVar[bytes] = b"XH00"
-    EXPECTED_LENGTH: ClassVar[int] = 4 + 4 + 2 + 4 + 4 + 4 + 8  # padding, magic, length, graph offset and size, constants' offset and size
+    EXPECTED_LENGTH: ClassVar[int] = (
+        4 + 4 + 2 + 4 + 4 + 4 + 8
+    )  # padding, magic, length, graph offset and size, constants' offset and size

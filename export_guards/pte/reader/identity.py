@@ -10,7 +10,17 @@ from typing import Literal
 
 from export_guards.pte.reader.headers import ExtendedHeader
 
-__all__ = ["DATA_IDENTIFIER", "HEAD_LENGTH", "PROGRAM_IDENTIFIER", "FileKind", "file_kind", "file_kind_of", "looks_like_text", "unreadable_program", "unreadable_program_at"]
+__all__ = [
+    "DATA_IDENTIFIER",
+    "HEAD_LENGTH",
+    "PROGRAM_IDENTIFIER",
+    "FileKind",
+    "file_kind",
+    "file_kind_of",
+    "looks_like_text",
+    "unreadable_program",
+    "unreadable_program_at",
+]
 
 PROGRAM_IDENTIFIER = b"ET12"
 """The program schema version this ExecuTorch reads."""
@@ -56,7 +66,9 @@ def unreadable_program(head: bytes, size: int) -> str | None:
     if file_kind(head) == "data":
         return "it is an external data file (.ptd), not a program; expected the .pte it belongs to"
     if file_kind(head) is None:
-        what = "a text file" if looks_like_text(head) else f"not an ExecuTorch program (bytes 4 to 8 are {identifier!r})"
+        what = (
+            "a text file" if looks_like_text(head) else f"not an ExecuTorch program (bytes 4 to 8 are {identifier!r})"
+        )
         return f"it is {what}; {_EXPECTED}, which holds {PROGRAM_IDENTIFIER!r} at bytes 4 to 8"
     if identifier != PROGRAM_IDENTIFIER:
         return (
@@ -74,11 +86,15 @@ def looks_like_text(head: bytes) -> bool:
 def _truncated(head: bytes, size: int) -> str | None:
     """The file is shorter than its extended header says (a bad copy, a download cut short)."""
     if len(head) < HEAD_LENGTH:
-        return f"it is truncated: {size} bytes, too few for its header; expected the whole program that the export wrote"
+        return (
+            f"it is truncated: {size} bytes, too few for its header; expected the whole program that the export wrote"
+        )
     header = ExtendedHeader.from_bytes(bytes(head[8:HEAD_LENGTH]))
     if header.magic != ExtendedHeader.EXPECTED_MAGIC:
         return None  # no extended header: the flatbuffer is the whole file, and the check reads it
-    needed = max(header.program_size, header.segment_base_offset + header.segment_data_size if header.segment_base_offset else 0)
+    needed = max(
+        header.program_size, header.segment_base_offset + header.segment_data_size if header.segment_base_offset else 0
+    )
     if header.is_valid() and needed > size:
         return f"it is truncated: {size} bytes of the {needed} its header gives; expected the whole program that the export wrote"
     return None

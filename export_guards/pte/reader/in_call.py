@@ -30,7 +30,9 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
     delegate, which takes its inputs before it writes. Any other call may read what it has
     overwritten (a matrix product reads every row for each column; a broadcast input is read
     again)."""
-    pairs = [(r, w) for r, w in ((a, b), (b, a)) if r in access.reads | access.maybe and w in access.writes | access.maybe]
+    pairs = [
+        (r, w) for r, w in ((a, b), (b, a)) if r in access.reads | access.maybe and w in access.writes | access.maybe
+    ]
     call = plan.chains[0].instructions[at].instr_args
     if not pairs or isinstance(call, DelegateCall):
         return bool(pairs)
@@ -47,9 +49,18 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
             and _writes_behind(r, w, *starts)
         ):
             return True
-        if operator in INNER_REDUCTIONS and call.args[0] == read and _reduces_inner_dims(r, w) and _writes_behind(r, w, *starts):
+        if (
+            operator in INNER_REDUCTIONS
+            and call.args[0] == read
+            and _reduces_inner_dims(r, w)
+            and _writes_behind(r, w, *starts)
+        ):
             return True
-        if operator in DISJOINT_POOLS and call.args[0] == read and _pools_behind(plan, call, DISJOINT_POOLS[operator], r, w, *starts):
+        if (
+            operator in DISJOINT_POOLS
+            and call.args[0] == read
+            and _pools_behind(plan, call, DISJOINT_POOLS[operator], r, w, *starts)
+        ):
             return True
         if starts[0] != starts[1]:
             continue  # a matrix product from another byte: the kernel's order decides, unknown here
@@ -62,7 +73,11 @@ def reads_before_overwriting(plan: ExecutionPlan, access: Access, a: int, b: int
 
 
 def _same_layout(read: Tensor, written: Tensor) -> bool:
-    return (read.scalar_type, list(read.sizes), list(read.dim_order)) == (written.scalar_type, list(written.sizes), list(written.dim_order))
+    return (read.scalar_type, list(read.sizes), list(read.dim_order)) == (
+        written.scalar_type,
+        list(written.sizes),
+        list(written.dim_order),
+    )
 
 
 def _writes_behind(read: Tensor, written: Tensor, read_at: int, written_at: int) -> bool:
@@ -75,7 +90,9 @@ def _writes_behind(read: Tensor, written: Tensor, read_at: int, written_at: int)
     read_bytes, written_bytes = element_bytes(read), element_bytes(written)
     if read_bytes is None or written_bytes is None or not run:
         return False
-    return count <= 1 or all(written_at + (i + 1) * written_bytes <= read_at + (i + 1) * run * read_bytes for i in {0, count - 2})
+    return count <= 1 or all(
+        written_at + (i + 1) * written_bytes <= read_at + (i + 1) * run * read_bytes for i in {0, count - 2}
+    )
 
 
 def _reduces_inner_dims(read: Tensor, written: Tensor) -> bool:
@@ -89,7 +106,15 @@ def _reduces_inner_dims(read: Tensor, written: Tensor) -> bool:
     return contiguous and kept == list(read.sizes[: len(kept)]) and math.prod(written.sizes) < math.prod(read.sizes)
 
 
-def _pools_behind(plan: ExecutionPlan, call: KernelCall, ceil_mode_at: int, read: Tensor, written: Tensor, read_at: int, written_at: int) -> bool:
+def _pools_behind(
+    plan: ExecutionPlan,
+    call: KernelCall,
+    ceil_mode_at: int,
+    read: Tensor,
+    written: Tensor,
+    read_at: int,
+    written_at: int,
+) -> bool:
     """Whether a 2-D pool of disjoint windows (kernel = stride, no padding, no dilation, no ceil
     mode) over contiguous tensors writes each out element behind every window still to read:
     out element i ends by byte ``(i + 1) * width`` past its start, and window i + 1 starts at
@@ -98,12 +123,24 @@ def _pools_behind(plan: ExecutionPlan, call: KernelCall, ceil_mode_at: int, read
     dilation = _ints(plan, call.args[4]) if ceil_mode_at == 5 else [1, 1]
     ceil_mode = plan.values[call.args[ceil_mode_at]].val
     contiguous = all(list(t.dim_order) == list(range(len(t.sizes))) for t in (read, written))
-    if not (contiguous and kernel and len(kernel) == 2 and stride in ([], kernel) and padding == [0, 0] and dilation == [1, 1]):
+    if not (
+        contiguous
+        and kernel
+        and len(kernel) == 2
+        and stride in ([], kernel)
+        and padding == [0, 0]
+        and dilation == [1, 1]
+    ):
         return False
     if not isinstance(ceil_mode, Bool) or ceil_mode.bool_val:
         return False
     read_bytes, written_bytes = element_bytes(read), element_bytes(written)
-    return read_bytes is not None and written_bytes is not None and written_at <= read_at and written_bytes <= kernel[1] * read_bytes
+    return (
+        read_bytes is not None
+        and written_bytes is not None
+        and written_at <= read_at
+        and written_bytes <= kernel[1] * read_bytes
+    )
 
 
 def _ints(plan: ExecutionPlan, index: int) -> list[int] | None:
@@ -121,4 +158,6 @@ def hoists_a_scalar(plan: ExecutionPlan, a: int, b: int, at: int) -> bool:
     call = plan.chains[0].instructions[at].instr_args
     if not isinstance(call, KernelCall) or not 0 <= call.op_index < len(plan.operators):
         return False
-    return plan.operators[call.op_index].name in SCALAR_HOISTING and any(math.prod(plan.values[v].val.sizes) == 1 for v in (a, b))
+    return plan.operators[call.op_index].name in SCALAR_HOISTING and any(
+        math.prod(plan.values[v].val.sizes) == 1 for v in (a, b)
+    )

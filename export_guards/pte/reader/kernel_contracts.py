@@ -72,7 +72,11 @@ class _Call:
 
     def blocking(self) -> str | None:
         flag = self.value("non_blocking")
-        return "non_blocking=True, which ExecuTorch's copies do not take" if isinstance(flag, Bool) and flag.bool_val else None
+        return (
+            "non_blocking=True, which ExecuTorch's copies do not take"
+            if isinstance(flag, Bool) and flag.bool_val
+            else None
+        )
 
 
 CallArguments = _Call  # what reader/out_shapes.py reads a call's values with
@@ -91,7 +95,11 @@ def refusal(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) ->
     """Why ExecuTorch's kernel for ``operator`` refuses a call whose arguments (schema name ->
     value index) torch's meta kernel accepted, or None: a ``Refused`` where the cause is the
     model's, a text where the program itself is inconsistent."""
-    for check in (_CONTRACTS.get(operator), _rank if operator in RANKS else None, _one_dim_order if operator in ONE_DIM_ORDER else None):
+    for check in (
+        _CONTRACTS.get(operator),
+        _rank if operator in RANKS else None,
+        _one_dim_order if operator in ONE_DIM_ORDER else None,
+    ):
         found = check(_Call(plan, operator, arguments)) if check is not None else None
         if found is not None:
             return found
@@ -109,7 +117,10 @@ def _constant_pad(call: _Call) -> Refused | None:
         return Refused(f"pad {pad} is not one pair per dimension of a rank-{len(given.sizes)} input", _PAD_FIX)
     negative = next((i for i, p in enumerate(pad) if p < 0), None)
     if negative is not None:
-        return Refused(f"pad {pad} is negative (pad[{negative}] = {pad[negative]}): it pads and never crops, and fails the run", _PAD_FIX)
+        return Refused(
+            f"pad {pad} is negative (pad[{negative}] = {pad[negative]}): it pads and never crops, and fails the run",
+            _PAD_FIX,
+        )
     return None
 
 
@@ -191,7 +202,9 @@ def _one_dim_order(call: _Call) -> Refused | None:
 
 def _layout(tensor: Tensor) -> str:
     order = list(tensor.dim_order)
-    kind = "contiguous" if is_contiguous(order) else "channels-last" if is_channels_last(order) else f"dim order {order}"
+    kind = (
+        "contiguous" if is_contiguous(order) else "channels-last" if is_channels_last(order) else f"dim order {order}"
+    )
     return f"{list(tensor.sizes)} {kind}"
 
 
@@ -243,7 +256,12 @@ def _copy(call: _Call) -> str | None:
         return "with an out of another dtype than self: ExecuTorch's kernel refuses the call"
     if out is not None and destination is not None and list(out.dim_order) != list(destination.dim_order):
         return f"with self in dim order {list(destination.dim_order)} and out in {list(out.dim_order)}: ExecuTorch's kernel refuses the call"
-    if out is None and destination is not None and source is not None and list(destination.dim_order) != list(source.dim_order):
+    if (
+        out is None
+        and destination is not None
+        and source is not None
+        and list(destination.dim_order) != list(source.dim_order)
+    ):
         return f"with self in dim order {list(destination.dim_order)} and src in {list(source.dim_order)}: ExecuTorch's kernel refuses the call"
     return call.blocking()
 
@@ -291,7 +309,11 @@ _KIND_NAMES = ("bool", "integral", "floating-point", "complex")
 def _can_cast(kind: int, to: int) -> bool:
     """canCast (scalar_type_util.h): no complex to non-complex, no floating point to an integral
     dtype, nothing but bool to bool."""
-    return not (kind == _COMPLEX and to != _COMPLEX) and not (kind == _FLOATING and to == _INTEGRAL) and not (kind != _BOOL and to == _BOOL)
+    return (
+        not (kind == _COMPLEX and to != _COMPLEX)
+        and not (kind == _FLOATING and to == _INTEGRAL)
+        and not (kind != _BOOL and to == _BOOL)
+    )
 
 
 def _operand_kind(call: _Call, name: str) -> int | None:

@@ -54,7 +54,11 @@ def signature(plan: ExecutionPlan, call: KernelCall) -> str | None:
     out=float64``); None where the schema is not known or the call's arguments do not fit it."""
     operator = plan.operators[call.op_index] if 0 <= call.op_index < len(plan.operators) else None
     schema = operator_schema(operator.name, operator.overload) if operator is not None else None
-    if schema is None or len(call.args) < len(schema.arguments) or not all(0 <= i < len(plan.values) for i in call.args):
+    if (
+        schema is None
+        or len(call.args) < len(schema.arguments)
+        or not all(0 <= i < len(plan.values) for i in call.args)
+    ):
         return None
     parts = []
     for argument, index in zip(schema.arguments, call.args):

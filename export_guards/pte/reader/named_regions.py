@@ -40,7 +40,9 @@ def _regions(data: memoryview) -> dict[str, tuple[int, int]]:
         return {}
     segments_field, named_field = _FIELDS[kind]
     root = _u32(data, 0)
-    segments = [(base + _scalar(data, s, 0, "<Q"), _scalar(data, s, 1, "<Q")) for s in _tables(data, root, segments_field)]
+    segments = [
+        (base + _scalar(data, s, 0, "<Q"), _scalar(data, s, 1, "<Q")) for s in _tables(data, root, segments_field)
+    ]
     found: dict[str, tuple[int, int]] = {}
     for entry in _tables(data, root, named_field):
         key, index = _string(data, entry, 0), _scalar(data, entry, 1, "<I")

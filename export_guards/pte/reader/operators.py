@@ -6,7 +6,21 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["BYTE_COPIES", "COMPUTE", "DIM_ORDER_BLIND", "DISJOINT_POOLS", "ELEMENTWISE", "INNER_REDUCTIONS", "ONE_DTYPE", "RIGHT_MATRIX", "SCALAR_HOISTING", "SELF_COPIED_FIRST", "VIEWS", "is_aten", "spelled"]
+__all__ = [
+    "BYTE_COPIES",
+    "COMPUTE",
+    "DIM_ORDER_BLIND",
+    "DISJOINT_POOLS",
+    "ELEMENTWISE",
+    "INNER_REDUCTIONS",
+    "ONE_DTYPE",
+    "RIGHT_MATRIX",
+    "SCALAR_HOISTING",
+    "SELF_COPIED_FIRST",
+    "VIEWS",
+    "is_aten",
+    "spelled",
+]
 
 COMPUTE = frozenset(
     f"aten::{name}" for name in ("convolution", "_convolution", "linear", "addmm", "mm", "bmm", "baddbmm", "matmul")
@@ -19,7 +33,14 @@ VIEWS = frozenset({"executorch_prim::et_view"})
 the out on its base): the dataflow reads them as views, not writes."""
 
 BYTE_COPIES = frozenset(
-    {"aten::view_copy", "aten::squeeze_copy", "aten::unsqueeze_copy", "aten::clone", "aten::alias_copy", "aten::slice_copy"}
+    {
+        "aten::view_copy",
+        "aten::squeeze_copy",
+        "aten::unsqueeze_copy",
+        "aten::clone",
+        "aten::alias_copy",
+        "aten::slice_copy",
+    }
 )
 """Copies that write their input's leading bytes unchanged (a contiguous tensor's view, squeeze,
 clone, or a slice of leading elements): placed at their input's offset they change nothing, so

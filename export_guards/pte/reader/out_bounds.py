@@ -65,7 +65,9 @@ def _masked_select(call: CallArguments) -> Largest | None:
     if shape is None:
         return None
     elements = 0 if 0 in (prod(given), prod(mask)) else prod(shape)
-    return Largest("out", elements, f"self {list(given)} broadcast with mask {list(mask)} to {list(shape)}, the mask all true")
+    return Largest(
+        "out", elements, f"self {list(given)} broadcast with mask {list(mask)} to {list(shape)}, the mask all true"
+    )
 
 
 def _nonzero(call: CallArguments) -> Largest | None:
@@ -73,7 +75,11 @@ def _nonzero(call: CallArguments) -> Largest | None:
     given = _sizes(call, "self")
     if given is None:
         return None
-    return Largest("out", prod(given) * len(given), f"a row of {len(given)} indices for each of self {list(given)}'s {prod(given)} elements")
+    return Largest(
+        "out",
+        prod(given) * len(given),
+        f"a row of {len(given)} indices for each of self {list(given)}'s {prod(given)} elements",
+    )
 
 
 def _index(call: CallArguments) -> Largest | None:
@@ -84,7 +90,9 @@ def _index(call: CallArguments) -> Largest | None:
     if given is None or not isinstance(listed, (OptionalTensorList, TensorList)):
         return None
     values = call.plan.values
-    indices = [values[i].val if 0 <= i < len(values) and isinstance(values[i].val, Tensor) else None for i in listed.items]
+    indices = [
+        values[i].val if 0 <= i < len(values) and isinstance(values[i].val, Tensor) else None for i in listed.items
+    ]
     masks = [tuple(t.sizes) for t in indices if t is not None and t.scalar_type in _MASKS]
     if not masks:
         return None
@@ -100,7 +108,11 @@ def _index(call: CallArguments) -> Largest | None:
     # a mask's count broadcasts into the last dim: it is that dim's size, or the kernel refuses it
     counted = integral[-1] if integral and integral[-1] != 1 else max(prod(m) for m in masks)
     listed_masks = ", ".join(str(list(m)) for m in masks)
-    return Largest("out", prod(kept) * prod(integral[:-1]) * counted, f"self {list(given)} indexed by boolean mask {listed_masks}, every element true")
+    return Largest(
+        "out",
+        prod(kept) * prod(integral[:-1]) * counted,
+        f"self {list(given)} indexed by boolean mask {listed_masks}, every element true",
+    )
 
 
 def _starts(widths: list[int]) -> list[int]:

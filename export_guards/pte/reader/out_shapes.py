@@ -23,7 +23,9 @@ Rule = Callable[[CallArguments], Shapes | str | None]
 where it cannot read the call."""
 
 
-def resized_out(plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]) -> tuple[str, int, tuple[int, ...]] | str | None:
+def resized_out(
+    plan: ExecutionPlan, operator: str, arguments: Mapping[str, int]
+) -> tuple[str, int, tuple[int, ...]] | str | None:
     """The first out of the call (schema name -> value index) whose planned shape is not the one
     ExecuTorch's kernel resizes it to, as (its name, its value index, that shape); or why the
     call's inputs give no shape; None where they agree or no rule reaches (an operator with no
@@ -208,7 +210,7 @@ def _sliced(call: CallArguments) -> Shapes | str | None:
     if start is None or end is None:
         return None
     start, end = (min(max(n + sizes[dim] if n < 0 else n, 0), sizes[dim]) for n in (start, end))
-    return {"out": (*sizes[:dim], max(0, -(-(end - start) // step)), *sizes[dim + 1:])}
+    return {"out": (*sizes[:dim], max(0, -(-(end - start) // step)), *sizes[dim + 1 :])}
 
 
 def _squeezed(call: CallArguments) -> Shapes | None:
@@ -243,8 +245,20 @@ def _per_dim(values: list[int] | None, count: int, default: int | None = None) -
 def _convolved(call: CallArguments) -> Shapes | str | None:
     """op_convolution.cpp, get_convolution_out_target_size: the batch, the weight's out channels,
     each spatial dim's windows (a transposed convolution's inverse of them)."""
-    sizes, weight, groups, transposed = _sizes(call, "input"), _sizes(call, "weight"), _int(call, "groups"), call.value("transposed")
-    if sizes is None or weight is None or not groups or not isinstance(transposed, Bool) or len(sizes) < 3 or len(weight) != len(sizes):
+    sizes, weight, groups, transposed = (
+        _sizes(call, "input"),
+        _sizes(call, "weight"),
+        _int(call, "groups"),
+        call.value("transposed"),
+    )
+    if (
+        sizes is None
+        or weight is None
+        or not groups
+        or not isinstance(transposed, Bool)
+        or len(sizes) < 3
+        or len(weight) != len(sizes)
+    ):
         return None
     count = len(sizes) - 2
     stride, padding, dilation = (_per_dim(call.ints(name), count) for name in ("stride", "padding", "dilation"))
@@ -253,7 +267,9 @@ def _convolved(call: CallArguments) -> Shapes | str | None:
         return None
     taken = weight[0] if transposed.bool_val else weight[1] * groups
     if sizes[1] != taken:
-        return f"input {list(sizes)} has {sizes[1]} channels, and weight {list(weight)} in {groups} groups takes {taken}"
+        return (
+            f"input {list(sizes)} has {sizes[1]} channels, and weight {list(weight)} in {groups} groups takes {taken}"
+        )
     dims = list(zip(sizes[2:], weight[2:], stride, padding, dilation, extra))
     if transposed.bool_val:
         spatial = tuple((n - 1) * s - 2 * p + d * (k - 1) + e + 1 for n, k, s, p, d, e in dims)
@@ -274,7 +290,9 @@ def _pooled(call: CallArguments) -> Shapes | None:
     dilation = _per_dim(call.ints("dilation"), 2, 1) if "dilation" in call.arguments else [1, 1]
     if padding is None or dilation is None or 0 in stride:
         return None
-    spatial = tuple(_windows(n, k, s, p, d, ceil.bool_val) for n, k, s, p, d in zip(sizes[-2:], kernel, stride, padding, dilation))
+    spatial = tuple(
+        _windows(n, k, s, p, d, ceil.bool_val) for n, k, s, p, d in zip(sizes[-2:], kernel, stride, padding, dilation)
+    )
     shape = sizes[:-2] + spatial
     return {"out": shape, "indices": shape}
 
@@ -290,7 +308,7 @@ def _joined(call: CallArguments) -> Shapes | str | None:
     if isinstance(dim, str):
         return dim
     dim = dim[0]
-    return {"out": (*shapes[0][:dim], sum(s[dim] for s in shapes), *shapes[0][dim + 1:])}
+    return {"out": (*shapes[0][:dim], sum(s[dim] for s in shapes), *shapes[0][dim + 1 :])}
 
 
 def _embedded(call: CallArguments) -> Shapes | None:
@@ -322,7 +340,11 @@ def _group_norm(call: CallArguments) -> Shapes | str | None:
     sizes, samples, channels, groups = _sizes(call, "input"), _int(call, "N"), _int(call, "C"), _int(call, "group")
     if sizes is None or samples is None or channels is None or groups is None:
         return None
-    return _per_channel(call, (channels,), "weight", "bias") or {"out0": sizes, "out1": (samples, groups), "out2": (samples, groups)}
+    return _per_channel(call, (channels,), "weight", "bias") or {
+        "out0": sizes,
+        "out1": (samples, groups),
+        "out2": (samples, groups),
+    }
 
 
 def _selected(call: CallArguments) -> Shapes | str | None:
@@ -347,7 +369,7 @@ def _unsqueezed(call: CallArguments) -> Shapes | str | None:
     dim = _dims([given], len(sizes) + 1, "dim", f"the out of unsqueezing self {list(sizes)}")
     if isinstance(dim, str):
         return dim
-    return {"out": (*sizes[:dim[0]], 1, *sizes[dim[0]:])}
+    return {"out": (*sizes[: dim[0]], 1, *sizes[dim[0] :])}
 
 
 def _copied(call: CallArguments) -> Shapes | str | None:
@@ -374,7 +396,7 @@ def _split(call: CallArguments) -> Shapes | str | None:
     outs = call.value("out")
     if isinstance(outs, TensorList) and len(outs.items) != len(split):
         return f"split_sizes {split} make {len(split)} tensors, and out lists {len(outs.items)}"
-    return {f"out[{k}]": (*sizes[:dim], n, *sizes[dim + 1:]) for k, n in enumerate(split)}
+    return {f"out[{k}]": (*sizes[:dim], n, *sizes[dim + 1 :]) for k, n in enumerate(split)}
 
 
 _UNARY = (
@@ -428,4 +450,3 @@ RULES: Mapping[str, Rule] = {
 """Each operator family's rule: the shape its kernel resizes each out to, as torch's meta kernel
 computes it too, but for ``OUT_SHAPES``, where ExecuTorch's kernel differs (batch norm's
 inference stats, ``[0]``)."""
-

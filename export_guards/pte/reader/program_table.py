@@ -94,7 +94,13 @@ def _converter(expected: Any) -> Converter:
     if expected is bytes:
         return lambda value: None if value is None else coerce_bytes(value)
     if expected is str:
-        return lambda value: None if value is None else coerce_bytes(value).decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+        return lambda value: (
+            None
+            if value is None
+            else coerce_bytes(value).decode("utf-8")
+            if isinstance(value, (bytes, bytearray, memoryview))
+            else str(value)
+        )
     if is_dataclass(expected):
         return _dataclass_converter(expected)
     if isinstance(expected, type) and issubclass(expected, enum.Enum):
@@ -244,7 +250,15 @@ class _Compiler:
         self.names: dict[tuple[type, type], str] = {}
         self.source: list[str] = []
         self.pending: list[tuple[dict[int, Any], int, str]] = []
-        self.space: dict[str, Any] = {"_U32": _U32, "_I32": _I32, "_U16": _U16, "_string": _string, "_vector": _vector, "_offsets": _offsets, "_member": _member}
+        self.space: dict[str, Any] = {
+            "_U32": _U32,
+            "_I32": _I32,
+            "_U16": _U16,
+            "_string": _string,
+            "_vector": _vector,
+            "_offsets": _offsets,
+            "_member": _member,
+        }
 
     def reader(self, table: type, cls: type) -> str:
         """The name of the reader of ``table`` as ``cls`` (compiled by :meth:`finish`)."""
@@ -277,7 +291,12 @@ class _Compiler:
         unpacked = [source for source in unpacked if source not in unions]  # read with their value
         lines = [f"def {self.names[table, cls]}(b, s, pos):"]
         if unpacked:  # a table without fields is not read (nor is its vtable)
-            lines += ["    vt = pos - _I32(b, pos)[0]", "    if vt < 0:", "        raise ValueError('a vtable before the buffer')", "    vn = _U16(b, vt)[0]"]
+            lines += [
+                "    vt = pos - _I32(b, pos)[0]",
+                "    if vt < 0:",
+                "        raise ValueError('a vtable before the buffer')",
+                "    vn = _U16(b, vt)[0]",
+            ]
         for number, source in enumerate(unpacked):
             hint = hints[wanted[source]] if source in wanted else Any
             lines += ["    " + line for line in self._field(table, source, hint, f"v{number}")]
@@ -303,27 +322,51 @@ class _Compiler:
         if kind == "vector":
             return lines + self._vector(table, log, returned, hint, out, slot_of)
         if ("string",) in log:
-            return [*lines, f"{out} = _string(b, s, pos + {slot_of}) if {slot_of} else None", *self._convert(hint, out, "string")]
+            return [
+                *lines,
+                f"{out} = _string(b, s, pos + {slot_of}) if {slot_of} else None",
+                *self._convert(hint, out, "string"),
+            ]
         if ("indirect",) in log:
             child = self._child(returned, hint, optional=True)
-            return [*lines, f"{out} = {child}(b, s, pos + {slot_of} + _U32(b, pos + {slot_of})[0]) if {slot_of} else None"]
+            return [
+                *lines,
+                f"{out} = {child}(b, s, pos + {slot_of} + _U32(b, pos + {slot_of})[0]) if {slot_of} else None",
+            ]
         code = _format(log)
         _, default = _probe(table, accessor, False)
         unpack = self.constant(struct.Struct("<" + code).unpack_from)
-        return [*lines, f"{out} = {unpack}(b, pos + {slot_of})[0] if {slot_of} else {self.constant(default)}", *self._convert(hint, out, code)]
+        return [
+            *lines,
+            f"{out} = {unpack}(b, pos + {slot_of})[0] if {slot_of} else {self.constant(default)}",
+            *self._convert(hint, out, code),
+        ]
 
-    def _vector(self, table: type, log: list[tuple[Any, ...]], returned: Any, hint: Any, out: str, slot_of: str) -> list[str]:
+    def _vector(
+        self, table: type, log: list[tuple[Any, ...]], returned: Any, hint: Any, out: str, slot_of: str
+    ) -> list[str]:
         start = f"pos + {slot_of}"
         if ("indirect",) in log:
             item = get_args(_without_none(hint))[0] if get_origin(_without_none(hint)) is list else Any
             child = self._child(returned, item, optional=False)
-            return [f"{out} = [{child}(b, s, e + _U32(b, e)[0]) for e in _offsets(b, s, {start})] if {slot_of} else None"]
+            return [
+                f"{out} = [{child}(b, s, e + _U32(b, e)[0]) for e in _offsets(b, s, {start})] if {slot_of} else None"
+            ]
         if ("string",) in log:
-            return [f"{out} = [_string(b, s, e) for e in _offsets(b, s, {start})] if {slot_of} else None", *self._convert(hint, out, "strings")]
+            return [
+                f"{out} = [_string(b, s, e) for e in _offsets(b, s, {start})] if {slot_of} else None",
+                *self._convert(hint, out, "strings"),
+            ]
         code = _format(log)
         if _without_none(hint) is bytes and code == "B":
-            return [f"{out} = _vector(b, s, {start}, 'B', 1, True) if {slot_of} else None", *self._convert(hint, out, "bytes")]
-        return [f"{out} = _vector(b, s, {start}, '{code}', {_SIZES[code]}, False) if {slot_of} else None", *self._convert(hint, out, f"[{code}]")]
+            return [
+                f"{out} = _vector(b, s, {start}, 'B', 1, True) if {slot_of} else None",
+                *self._convert(hint, out, "bytes"),
+            ]
+        return [
+            f"{out} = _vector(b, s, {start}, '{code}', {_SIZES[code]}, False) if {slot_of} else None",
+            *self._convert(hint, out, f"[{code}]"),
+        ]
 
     def _union(self, table: type, accessor: str, hint: Any, out: str, slot_of: str) -> list[str]:
         type_log, _ = _probe(table, f"{accessor}Type", True)
@@ -351,13 +394,19 @@ class _Compiler:
         package = table.__module__.rpartition(".")[0]
         for name in sorted(n for n in names if f"{n}Creator" in names):
             enumeration = getattr(importlib.import_module(f"{package}.{name}"), name, None)
-            members = {k: v for k, v in vars(enumeration).items() if not k.startswith("_") and isinstance(v, int) and k != "NONE"}
+            members = {
+                k: v
+                for k, v in vars(enumeration).items()
+                if not k.startswith("_") and isinstance(v, int) and k != "NONE"
+            }
             if {c.__name__ for c in choices} <= set(members):
                 by_name = {c.__name__: c for c in choices}
                 readers: dict[int, Any] = {}
                 for member, number in members.items():
                     if member in by_name:
-                        self.pending.append((readers, number, self.reader(_generated(package, member), by_name[member])))
+                        self.pending.append(
+                            (readers, number, self.reader(_generated(package, member), by_name[member]))
+                        )
                 return readers, frozenset(number for member, number in members.items() if member not in by_name)
         raise _Unknown(f"no union enumeration of {table.__name__} holds {choices}")
 
@@ -373,7 +422,11 @@ class _Compiler:
         is of the type already)."""
         if stored == "string" and hint is str:
             return [f"{out} = {out}.decode('utf-8') if {out} is not None else None"]
-        if (stored in _INTEGERS and hint is int) or (stored == "?" and hint is bool) or (stored in ("f", "d") and hint is float):
+        if (
+            (stored in _INTEGERS and hint is int)
+            or (stored == "?" and hint is bool)
+            or (stored in ("f", "d") and hint is float)
+        ):
             return []
         if stored == "bytes" and hint is bytes:
             return []
@@ -432,7 +485,11 @@ def _unpacked_fields(table: type) -> list[str]:
 
 def _is_union(table: type, source: str) -> bool:
     accessor = source[0].upper() + source[1:]
-    return hasattr(table, f"{accessor}Type") and not hasattr(table, f"{accessor}Length") and ("union",) in _probe(table, accessor, True)[0]
+    return (
+        hasattr(table, f"{accessor}Type")
+        and not hasattr(table, f"{accessor}Length")
+        and ("union",) in _probe(table, accessor, True)[0]
+    )
 
 
 def _generated(package: str, name: str) -> type:
@@ -498,7 +555,9 @@ def _vector(b: bytes, s: _Parse, at: int, code: str, size: int, as_bytes: bool) 
     return list(struct.unpack_from(f"<{count}{code}", b, start + 4))
 
 
-def _member(readers: dict[int, Any], unmatched: frozenset[int], number: int, b: bytes, s: _Parse, at: int | None) -> Any:
+def _member(
+    readers: dict[int, Any], unmatched: frozenset[int], number: int, b: bytes, s: _Parse, at: int | None
+) -> Any:
     """A union's value: its member's table read, None where it has none (or a type the schema
     does not know, as ExecuTorch reads it)."""
     if at is None:

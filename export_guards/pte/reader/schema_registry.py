@@ -56,7 +56,13 @@ def live_table() -> dict[str, list[object]]:
             if key in table:
                 continue
             arguments = [
-                [a.name, str(a.type), _element(torch, a.type), a.alias_info is not None and a.alias_info.is_write, a.kwarg_only]
+                [
+                    a.name,
+                    str(a.type),
+                    _element(torch, a.type),
+                    a.alias_info is not None and a.alias_info.is_write,
+                    a.kwarg_only,
+                ]
                 for a in schema.arguments
             ]
             returns = [[str(r.type), _element(torch, r.type)] for r in schema.returns]
@@ -76,6 +82,8 @@ def _replayable(torch: ModuleType, name: str, overload: str) -> bool:
     packet = getattr(getattr(torch.ops, namespace), op_name, None)
     op = getattr(packet, overload or "default", None) if packet is not None else None
     try:
-        return op is not None and any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in META_KEYS)
+        return op is not None and any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in META_KEYS
+        )
     except RuntimeError:  # an operator of TorchScript's alone (aten::Bool.Tensor): no kernel to dispatch to
         return False

@@ -21,7 +21,15 @@ from typing import final
 from export_guards.pte.reader import version_tables
 from export_guards.pte.reader.version_tables import Versions
 
-__all__ = ["SHIPPED", "Argument", "OperatorSchema", "installed_versions", "operator_schema", "write_shipped", "write_table"]
+__all__ = [
+    "SHIPPED",
+    "Argument",
+    "OperatorSchema",
+    "installed_versions",
+    "operator_schema",
+    "write_shipped",
+    "write_table",
+]
 
 SHIPPED = Path(__file__).with_name("operator_schemas.json")
 PACKAGES = ("torch", "executorch", "torchao")  # whose versions decide which operators torch knows

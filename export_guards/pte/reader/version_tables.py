@@ -90,7 +90,9 @@ def _index(path: Path, key: str) -> tuple[object, dict[str, str]] | None:
     except OSError:
         return None
     identity = f"{path.resolve()}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}\0{key}\0{marshal.version}".encode()
-    kept = cache_folder() / "indexes" / f"{path.stem}-{hashlib.sha256(_INDEX_FORMAT + identity).hexdigest()[:32]}.marshal"
+    kept = (
+        cache_folder() / "indexes" / f"{path.stem}-{hashlib.sha256(_INDEX_FORMAT + identity).hexdigest()[:32]}.marshal"
+    )
     try:
         data = kept.read_bytes()
         if hashlib.sha256(data[32:]).digest() == data[:32]:
@@ -105,7 +107,10 @@ def _index(path: Path, key: str) -> tuple[object, dict[str, str]] | None:
         return None
     if not isinstance(document, dict) or not isinstance(document.get(key), dict):
         return None
-    index = (document.get("versions"), {name: json.dumps(row, separators=(",", ":")) for name, row in document[key].items()})
+    index = (
+        document.get("versions"),
+        {name: json.dumps(row, separators=(",", ":")) for name, row in document[key].items()},
+    )
     data = marshal.dumps(index)
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)

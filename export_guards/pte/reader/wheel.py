@@ -120,7 +120,9 @@ class _SetSubmodules(importlib.abc.MetaPathFinder):
     def __init__(self, children: dict[str, list[str]]) -> None:
         self.children = children  # parent package -> the names of its modules loaded here
 
-    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if name not in self.children:
             return None
         spec = None
@@ -133,7 +135,9 @@ class _SetSubmodules(importlib.abc.MetaPathFinder):
         if spec is None:
             return None
         if spec.loader is None and spec.submodule_search_locations is not None:  # a namespace package
-            spec.loader = importlib.machinery.NamespaceLoader(name, list(spec.submodule_search_locations), importlib.machinery.PathFinder.find_spec)
+            spec.loader = importlib.machinery.NamespaceLoader(
+                name, list(spec.submodule_search_locations), importlib.machinery.PathFinder.find_spec
+            )
         if not hasattr(spec.loader, "exec_module"):
             return spec
         children = self.children.pop(name)

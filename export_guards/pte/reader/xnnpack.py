@@ -19,7 +19,20 @@ from export_guards.pte.reader.headers import XNNHeader
 from export_guards.pte.reader.wheel import read_resource
 from export_guards.pte.reader.xnnpack_graph import Table, Unreadable, layout
 
-__all__ = ["BACKEND_ID", "ELEMENT_BYTES", "GRAPH_IDENTIFIERS", "XnnConstant", "XnnConv", "XnnNode", "XnnPayload", "XnnQuantization", "XnnValue", "is_xnnpack_payload", "read_payload", "read_quantization"]
+__all__ = [
+    "BACKEND_ID",
+    "ELEMENT_BYTES",
+    "GRAPH_IDENTIFIERS",
+    "XnnConstant",
+    "XnnConv",
+    "XnnNode",
+    "XnnPayload",
+    "XnnQuantization",
+    "XnnValue",
+    "is_xnnpack_payload",
+    "read_payload",
+    "read_quantization",
+]
 
 BACKEND_ID = "XnnpackBackend"
 GRAPH_IDENTIFIERS = (b"XN00", b"XN01")  # the flatbuffer identifiers XNNCompiler.cpp takes
@@ -160,7 +173,9 @@ class XnnPayload:
                 if field != "BiasId":
                     uses.setdefault(value, []).append(None)
             if bias is not None:
-                uses.setdefault(bias, []).append(node.output_channels(dims.get(filter_, ())) if filter_ is not None else None)
+                uses.setdefault(bias, []).append(
+                    node.output_channels(dims.get(filter_, ())) if filter_ is not None else None
+                )
         return {value: max(counts) for value, counts in uses.items() if None not in counts}  # type: ignore[type-var]
 
 
@@ -202,7 +217,12 @@ def read_quantization(data: bytes) -> dict[int, XnnQuantization]:
     except Unreadable:
         pass  # the generated classes read it, and say what is wrong in their words
     schema = _schema()
-    kinds = {schema.XNNQuantParams.PerTensorQuant: "per_tensor", schema.XNNQuantParams.PerChannelQuant: "per_channel", schema.XNNQuantParams.PerChannelGroupQuant: "per_channel_group", schema.XNNQuantParams.PerTokenDynamicQuant: "per_token"}
+    kinds = {
+        schema.XNNQuantParams.PerTensorQuant: "per_tensor",
+        schema.XNNQuantParams.PerChannelQuant: "per_channel",
+        schema.XNNQuantParams.PerChannelGroupQuant: "per_channel_group",
+        schema.XNNQuantParams.PerTokenDynamicQuant: "per_token",
+    }
     found: dict[int, XnnQuantization] = {}
     try:
         with verified_reader():
@@ -222,7 +242,12 @@ def read_quantization(data: bytes) -> dict[int, XnnQuantization]:
     return found
 
 
-_QUANT_KINDS = {"PerTensorQuant": "per_tensor", "PerChannelQuant": "per_channel", "PerChannelGroupQuant": "per_channel_group", "PerTokenDynamicQuant": "per_token"}
+_QUANT_KINDS = {
+    "PerTensorQuant": "per_tensor",
+    "PerChannelQuant": "per_channel",
+    "PerChannelGroupQuant": "per_channel_group",
+    "PerTokenDynamicQuant": "per_token",
+}
 
 
 def _quantization_fast(graph: Any) -> dict[int, XnnQuantization]:
@@ -236,7 +261,9 @@ def _quantization_fast(graph: Any) -> dict[int, XnnQuantization]:
         raise Unreadable
     try:
         tables, unions = schema.tables, schema.unions
-        quantized_tag = next(tag for tag, (name, _) in unions["XValueUnion"].items() if name == "XNNQuantizedTensorValue")
+        quantized_tag = next(
+            tag for tag, (name, _) in unions["XValueUnion"].items() if name == "XNNQuantizedTensorValue"
+        )
         kinds = {tag: (_QUANT_KINDS[name], table) for tag, (name, table) in unions["XNNQuantParams"].items()}
         root = Table(graph, int.from_bytes(graph[0:4], "little"), tables["XNNGraph"])
         found: dict[int, XnnQuantization] = {}
@@ -310,7 +337,10 @@ def read_payload(data: bytes) -> XnnPayload:
         field = lambda part: int.from_bytes(data[part], "little")  # noqa: E731
         header_length = field(XNNHeader.HEADER_SIZE_OFFSET)
         offset, size = field(XNNHeader.FLATBUFFER_OFFSET_OFFSET), field(XNNHeader.FLATBUFFER_SIZE_OFFSET)
-        constant_offset, constant_size = field(XNNHeader.CONSTANT_DATA_OFFSET_OFFSET), field(XNNHeader.CONSTANT_DATA_SIZE_OFFSET)
+        constant_offset, constant_size = (
+            field(XNNHeader.CONSTANT_DATA_OFFSET_OFFSET),
+            field(XNNHeader.CONSTANT_DATA_SIZE_OFFSET),
+        )
         if size < 8 or offset + size > len(data) or constant_offset < offset + size:
             raise DecodeError(
                 f"its header puts the graph at {offset}+{size} and constants at {constant_offset}, in {len(data)} bytes"
@@ -329,18 +359,31 @@ def read_payload(data: bytes) -> XnnPayload:
         )
     try:
         values, constants, nodes, num_externs = _read_fast(graph)
-        return XnnPayload(constants, *constant_data, len(data), _convs(nodes, constants), values, nodes, num_externs, header_length)
+        return XnnPayload(
+            constants, *constant_data, len(data), _convs(nodes, constants), values, nodes, num_externs, header_length
+        )
     except Unreadable:
         pass  # the generated classes read it, and say what is wrong in their words
     try:
-        with verified_reader():  # strings and their NUL inside the graph's stated size, as the runtime's verifier reads them
+        with (
+            verified_reader()
+        ):  # strings and their NUL inside the graph's stated size, as the runtime's verifier reads them
             root = _schema().XNNGraph.GetRootAs(graph, 0)
             buffer_index: dict[int, int] = {}
             values = _values(root, buffer_index)
             constants = _constants(root, values, buffer_index)
             nodes = _nodes(root)
             _verify_the_rest(root)
-        return XnnPayload(constants, *constant_data, len(data), _convs(nodes, constants), values, nodes, root.NumExterns(), header_length)
+        return XnnPayload(
+            constants,
+            *constant_data,
+            len(data),
+            _convs(nodes, constants),
+            values,
+            nodes,
+            root.NumExterns(),
+            header_length,
+        )
     except DecodeError:
         raise
     except Exception as error:  # noqa: BLE001 - a damaged flatbuffer fails in the reader in many ways
@@ -373,7 +416,17 @@ def _read_fast(graph: Any) -> tuple[tuple[XnnValue, ...], tuple[XnnConstant, ...
                     raise Unreadable  # the generated classes' reading names the index
                 entry = entries[buffer_index[value.value_id]]
                 key = (entry.string("NamedKey") or b"").decode()
-                constants.append(XnnConstant(value.value_id, value.dims, value.datatype, _nbytes(value), key, entry.get("Offset"), entry.get("Size")))
+                constants.append(
+                    XnnConstant(
+                        value.value_id,
+                        value.dims,
+                        value.datatype,
+                        _nbytes(value),
+                        key,
+                        entry.get("Offset"),
+                        entry.get("Size"),
+                    )
+                )
         return values, tuple(constants), _fast_nodes(schema, root), root.get("NumExterns")
     except (KeyError, TypeError, UnicodeDecodeError, struct.error) as error:
         raise Unreadable from error
@@ -383,7 +436,9 @@ def _fast_values(schema: Any, root: Table, buffer_index: dict[int, int]) -> tupl
     tables = schema.tables
     datatypes = {v: k for k, v in schema.enums["XNNDatatype"].items()}
     quantized, plain = tables["XNNQuantizedTensorValue"], tables["XNNTensorValue"]
-    quantized_tag = next(tag for tag, (name, _) in schema.unions["XValueUnion"].items() if name == "XNNQuantizedTensorValue")
+    quantized_tag = next(
+        tag for tag, (name, _) in schema.unions["XValueUnion"].items() if name == "XNNQuantizedTensorValue"
+    )
     values = []
     for value in root.tables("Xvalues", tables["XValue"]):
         kind = value.get("XvalueUnionType")
@@ -396,7 +451,16 @@ def _fast_values(schema: Any, root: Table, buffer_index: dict[int, int]) -> tupl
                 raise Unreadable
         value_id, index, datatype = tensor.get("IdOut"), tensor.get("ConstantBufferIdx"), tensor.get("Datatype")
         dims = tensor.numbers("Dims")
-        values.append(XnnValue(value_id, tensor.get("ExternalId"), tensor.get("Flags"), datatypes.get(datatype, f"datatype {datatype}"), dims, index != 0))
+        values.append(
+            XnnValue(
+                value_id,
+                tensor.get("ExternalId"),
+                tensor.get("Flags"),
+                datatypes.get(datatype, f"datatype {datatype}"),
+                dims,
+                index != 0,
+            )
+        )
         if index:
             buffer_index[value_id] = index
     return tuple(values)
@@ -409,13 +473,17 @@ def _fast_nodes(schema: Any, root: Table) -> tuple[XnnNode, ...]:
     for node in root.tables("Xnodes", tables["XNode"]):
         kind = node.get("XnodeUnionType")
         name, table_name = kinds.get(kind, (f"node type {kind}", None))
-        fields = node.table("XnodeUnion", tables[table_name] if table_name is not None else {})  # read whatever its kind, as _nodes reads it
+        fields = node.table(
+            "XnodeUnion", tables[table_name] if table_name is not None else {}
+        )  # read whatever its kind, as _nodes reads it
         if fields is None or table_name is None:
             nodes.append(XnnNode(name, ()))
             continue
         ids, scalars, lists = _fast_fields(table_name)
         operands = tuple((field, value) for field in ids if (value := fields.get(field)) != INVALID_ID)
-        params = tuple((field, fields.get(field)) for field in scalars) + tuple((field, fields.numbers(field)) for field in lists)
+        params = tuple((field, fields.get(field)) for field in scalars) + tuple(
+            (field, fields.numbers(field)) for field in lists
+        )
         nodes.append(XnnNode(name, operands, params))
     return tuple(nodes)
 
@@ -465,7 +533,15 @@ def _constants(root: object, values: tuple[XnnValue, ...], buffer_index: dict[in
         nbytes = None if per_element is None else math.ceil(math.prod(value.dims) * per_element)
         key = entry.NamedKey()
         constants.append(
-            XnnConstant(value.value_id, value.dims, value.datatype, nbytes, key.decode() if key else "", entry.Offset(), entry.Size())
+            XnnConstant(
+                value.value_id,
+                value.dims,
+                value.datatype,
+                nbytes,
+                key.decode() if key else "",
+                entry.Offset(),
+                entry.Size(),
+            )
         )
     return tuple(constants)
 
@@ -537,7 +613,10 @@ def _nodes(root: object) -> tuple[XnnNode, ...]:
         operands = ((field, int(getattr(fields, field)())) for field in _id_fields(table_name))
         scalars, lists = _param_fields(table_name)
         params = tuple((field, getattr(fields, field)()) for field in scalars)
-        params += tuple((field, tuple(getattr(fields, field)(k) for k in range(getattr(fields, f"{field}Length")()))) for field in lists)
+        params += tuple(
+            (field, tuple(getattr(fields, field)(k) for k in range(getattr(fields, f"{field}Length")())))
+            for field in lists
+        )
         nodes.append(XnnNode(name, tuple((field, value) for field, value in operands if value != INVALID_ID), params))
     return tuple(nodes)
 
@@ -574,5 +653,7 @@ def _param_fields(table_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names = {name for name in dir(table) if name[:1].isupper() and not name.startswith(("GetRootAs", "Init"))}
     lists = {name for name in names if f"{name}Length" in names}
     helpers = {f"{name}{suffix}" for name in lists for suffix in ("Length", "AsNumpy", "IsNone")}
-    scalars = names - lists - helpers - set(_id_fields(table_name)) - {n for n in names if n.endswith("BufferHasIdentifier")}
+    scalars = (
+        names - lists - helpers - set(_id_fields(table_name)) - {n for n in names if n.endswith("BufferHasIdentifier")}
+    )
     return tuple(sorted(scalars)), tuple(sorted(lists))

@@ -83,7 +83,10 @@ def _parsed(text: str) -> Layout:
         if any("=" in m[0] for m in members):
             raise ValueError("a union with explicit tags")
         unions[name] = {tag: (m[0], m[2] or m[0]) for tag, m in enumerate(members, 1)}
-    tables = {name: _fields(body, types, set(unions)) for name, body in re.findall(r"table\s+(\w+)\s*\{(.*?)\}", text, re.DOTALL)}
+    tables = {
+        name: _fields(body, types, set(unions))
+        for name, body in re.findall(r"table\s+(\w+)\s*\{(.*?)\}", text, re.DOTALL)
+    }
     return Layout(tables, enums, unions)
 
 

@@ -183,7 +183,14 @@ def _transposed_convolution(node: XnnNode, shapes: _Operands) -> list[Shape]:
         full = node.param(f"Subsampling{d}") * (value - 1) + node.param(f"Adjustment{d}") + kernel
         return max(full - node.param(f"Padding{before}") - node.param(f"Padding{after}"), 0)
 
-    return [(n, size(h, "Top", "Bottom", "Height"), size(w, "Left", "Right", "Width"), node.param("Groups") * node.param("GroupOutputChannels"))]
+    return [
+        (
+            n,
+            size(h, "Top", "Bottom", "Height"),
+            size(w, "Left", "Right", "Width"),
+            node.param("Groups") * node.param("GroupOutputChannels"),
+        )
+    ]
 
 
 def _pooling(node: XnnNode, shapes: _Operands) -> list[Shape]:

@@ -75,7 +75,10 @@ def _verdict(payload: XnnPayload, values: list[XnnValue], position: int, slot: i
         return f"the graph has {payload.num_externs} external values (the runtime fails to load it)", ""
     later = [v for v in values[position + 1 :] if v.external_id == slot and v.flags & _EXTERNAL]
     if not later:
-        return f"XNNPACK defines it in the place of external value {slot}, which then is no external value (the runtime fails to run the graph)", ""
+        return (
+            f"XNNPACK defines it in the place of external value {slot}, which then is no external value (the runtime fails to run the graph)",
+            "",
+        )
     external = later[-1]
     sharing = [v for v in values if v.external_id == slot and not v.flags & _EXTERNAL]
     if len(sharing) > 1:
@@ -100,12 +103,17 @@ def _order_problem(payload: XnnPayload, value: XnnValue, external: XnnValue) -> 
             if holder != read:
                 held = f"value {holder}" if holder is not None else "nothing yet"
                 return f"node {n} ({node.kind}) reads value {read} from that slot while it holds {held}", ""
-            if writes and (node.kind not in _ELEMENTWISE or _nbytes(_value(payload, read)) != _nbytes(_value(payload, writes[0]))):
+            if writes and (
+                node.kind not in _ELEMENTWISE or _nbytes(_value(payload, read)) != _nbytes(_value(payload, writes[0]))
+            ):
                 caveats.append(f"node {n} ({node.kind}) reads value {read} and writes value {writes[0]} in place")
         if writes:
             holder = writes[-1]
     if external.flags & EXTERNAL_OUTPUT and holder != external.value_id:
-        return f"external output {external.value_id} ends holding {'nothing' if holder is None else f'value {holder}'}", ""
+        return (
+            f"external output {external.value_id} ends holding {'nothing' if holder is None else f'value {holder}'}",
+            "",
+        )
     return None, f" ({'; '.join(caveats)})" if caveats else ""
 
 

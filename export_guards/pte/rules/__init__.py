@@ -25,6 +25,20 @@ __all__ = ["PTE_RULES"]
 
 # A new rule: its entry in ruleset/catalog.py, its check under @rule(code) in its subject's module.
 PTE_RULES = RuleSet.of(
-    structure, delegates, delegate_calls, external, instructions, kernels, dtypes, out_bounds, portable, availability, values, known_wrong, reproducible, update, runtime
+    structure,
+    delegates,
+    delegate_calls,
+    external,
+    instructions,
+    kernels,
+    dtypes,
+    out_bounds,
+    portable,
+    availability,
+    values,
+    known_wrong,
+    reproducible,
+    update,
+    runtime,
 )
 """Every built-in program-file rule, by code (stages ``pte``, ``reproducible``, ``update``, ``runtime``)."""

@@ -93,12 +93,18 @@ def _host_typed(plan: ExecutionPlan) -> set[int]:
                 for index in instruction.instr_args.args:
                     typed.add(index)
                     value = plan.values[index].val if 0 <= index < len(plan.values) else None
-                    typed.update(getattr(value, "items", ()) if isinstance(value, (TensorList, OptionalTensorList)) else ())
+                    typed.update(
+                        getattr(value, "items", ()) if isinstance(value, (TensorList, OptionalTensorList)) else ()
+                    )
     return typed
 
 
-def _call_problems(plan: ExecutionPlan, call: DelegateCall, payload: XnnPayload, host_typed: set[int]) -> Iterator[Problem]:
-    externals = sorted((v for v in payload.values if v.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT)), key=lambda v: v.external_id)
+def _call_problems(
+    plan: ExecutionPlan, call: DelegateCall, payload: XnnPayload, host_typed: set[int]
+) -> Iterator[Problem]:
+    externals = sorted(
+        (v for v in payload.values if v.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT)), key=lambda v: v.external_id
+    )
     bound = [v for v in externals if v.external_id != INVALID_ID and v.external_id < payload.num_externs]
     needed = max((v.external_id for v in bound), default=-1) + 1
     if len(call.args) < needed:
@@ -114,9 +120,13 @@ def _call_problems(plan: ExecutionPlan, call: DelegateCall, payload: XnnPayload,
             continue  # EG512's
         role = "output" if value.flags & EXTERNAL_OUTPUT else "input"
         tensor = plan.values[index].val
-        what = f"binds program value {index} (argument {value.external_id}) to the graph's {role} value {value.value_id}"
+        what = (
+            f"binds program value {index} (argument {value.external_id}) to the graph's {role} value {value.value_id}"
+        )
         if not isinstance(tensor, Tensor):
-            yield Problem(f"binds program value {index} (a {type(tensor).__name__}) to the graph's {role} value {value.value_id}, a tensor")
+            yield Problem(
+                f"binds program value {index} (a {type(tensor).__name__}) to the graph's {role} value {value.value_id}, a tensor"
+            )
             continue
         tensors[value.value_id] = (index, tensor)
         problem = _dtype_problem(tensor, value, role)
@@ -133,13 +143,19 @@ def _call_problems(plan: ExecutionPlan, call: DelegateCall, payload: XnnPayload,
     yield from _shape_problems(payload, bound, tensors)
 
 
-def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[int, tuple[int, Tensor]]) -> Iterator[Problem]:
+def _shape_problems(
+    payload: XnnPayload, bound: list[XnnValue], tensors: dict[int, tuple[int, Tensor]]
+) -> Iterator[Problem]:
     """The runtime reshapes the graph's inputs to the program's tensors and resizes the
     program's outputs to what XNNPACK computes from them: a node that cannot take the shapes,
     or an output the program holds in a fixed shape of another size, fails the call. Where the
     graph cannot be followed (a node kind not modelled, sizes that are only bounds), shapes that
     differ from the graph's are warnings."""
-    inputs = {v.value_id: _physical(tensors[v.value_id][1]) for v in bound if v.flags & EXTERNAL_INPUT and v.value_id in tensors}
+    inputs = {
+        v.value_id: _physical(tensors[v.value_id][1])
+        for v in bound
+        if v.flags & EXTERNAL_INPUT and v.value_id in tensors
+    }
     static = all(t.shape_dynamism == TensorShapeDynamism.STATIC for _, t in tensors.values())
     inferred = infer_shapes(payload, inputs) if static and None not in inputs.values() else None
     if inferred is not None and inferred.refused is not None:
@@ -148,7 +164,11 @@ def _shape_problems(payload: XnnPayload, bound: list[XnnValue], tensors: dict[in
         text = f"runs its graph on the program's tensors, and node {node} ({kind}) cannot take them: {why} (the runtime fails the call)"
         yield Problem(text, fix=_layout_fix(bound, tensors))
         return
-    outputs = {v.value_id for v in bound if v.flags & EXTERNAL_OUTPUT and not v.flags & EXTERNAL_INPUT and v.value_id in tensors}
+    outputs = {
+        v.value_id
+        for v in bound
+        if v.flags & EXTERNAL_OUTPUT and not v.flags & EXTERNAL_INPUT and v.value_id in tensors
+    }
     followed = inferred is not None and outputs <= inferred.shapes.keys()
     for value in bound:
         if value.value_id not in tensors:
@@ -305,7 +325,10 @@ def _dataflow_problems(payload: XnnPayload) -> Iterator[str]:
                     f"ExecuTorch writes these nodes with constant weights only, and the runtime fails or crashes on another"
                 )
     inputs = {v.value_id for v in payload.values if v.flags & EXTERNAL_INPUT and not v.flags & EXTERNAL_OUTPUT}
-    yield from (f"external input {i} is read by no node (the runtime refuses to run it)" for i in sorted(inputs - read - written))
+    yield from (
+        f"external input {i} is read by no node (the runtime refuses to run it)"
+        for i in sorted(inputs - read - written)
+    )
     yield from _packed_weights_read_elsewhere(payload, constants)
 
 
@@ -341,7 +364,12 @@ def _weight_problems(payload: XnnPayload, stored: Mapping[int, int]) -> Iterator
         filter_, bias = (values.get(node.operand(f)) for f in ("FilterId", "BiasId"))  # type: ignore[arg-type]
         expected = _filter_dims(node)
         # XNNPACK reads a depthwise filter by the node's parameters: other dims of the same size run
-        same_size = node.kind == "XNNDepthwiseConv2d" and filter_ is not None and expected is not None and math.prod(filter_.dims) == math.prod(expected)
+        same_size = (
+            node.kind == "XNNDepthwiseConv2d"
+            and filter_ is not None
+            and expected is not None
+            and math.prod(filter_.dims) == math.prod(expected)
+        )
         if filter_ is not None and expected is not None and filter_.dims != expected and not same_size:
             yield (
                 f"node {n} ({node.kind}) has filter value {filter_.value_id} of dims {list(filter_.dims)}; its parameters "
@@ -367,7 +395,9 @@ def _filter_dims(node: XnnNode) -> tuple[int, ...] | None:
     width, in per group]``, depthwise ``[1, height, width, out]``)."""
     if node.kind not in ("XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d"):
         return None
-    groups, per_in, per_out, height, width = fields = [node.param(f) for f in ("Groups", "GroupInputChannels", "GroupOutputChannels", "KernelHeight", "KernelWidth")]
+    groups, per_in, per_out, height, width = fields = [
+        node.param(f) for f in ("Groups", "GroupInputChannels", "GroupOutputChannels", "KernelHeight", "KernelWidth")
+    ]
     if None in fields:
         return None
     if node.kind == "XNNDepthwiseConv2d":

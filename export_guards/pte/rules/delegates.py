@@ -33,7 +33,11 @@ def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
                 f"backend under it, so loading the method fails (NotFound)",
                 method=delegate.method,
             )
-        elif delegate.backend != BACKEND_ID and delegate.backend in KNOWN_BACKEND_IDS and is_xnnpack_payload(delegate.data):
+        elif (
+            delegate.backend != BACKEND_ID
+            and delegate.backend in KNOWN_BACKEND_IDS
+            and is_xnnpack_payload(delegate.data)
+        ):
             yield Hit(
                 f"{delegate}: its processed data is an XNNPACK payload (header 'XH00'), which backend '{delegate.backend}' "
                 f"cannot read: loading the method fails or crashes wherever that backend is registered, and fails "
@@ -42,13 +46,21 @@ def delegate_data_invalid(context: PteContext) -> Iterator[Hit]:
                 region=region,
             )
         if delegate.data is None:
-            yield Hit(f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file", method=delegate.method, region=region)
+            yield Hit(
+                f"{delegate}: its processed data ({delegate.where}) does not exist or lies outside the file",
+                method=delegate.method,
+                region=region,
+            )
         elif not delegate.data:
-            yield Hit(f"{delegate}: its processed data ({delegate.where}) is empty", method=delegate.method, region=region)
+            yield Hit(
+                f"{delegate}: its processed data ({delegate.where}) is empty", method=delegate.method, region=region
+            )
     for delegate, payload in context.xnnpack_payloads:
         region = _processed(context.pte, delegate)
         if isinstance(payload, DecodeError):
-            yield Hit(f"{delegate}: its XNNPACK payload cannot be decoded: {payload}", method=delegate.method, region=region)
+            yield Hit(
+                f"{delegate}: its XNNPACK payload cannot be decoded: {payload}", method=delegate.method, region=region
+            )
         else:
             yield from _inline_constants_out_of_bounds(payload, str(delegate), delegate.method, region)
             if payload.header_length != XNNHeader.EXPECTED_LENGTH:
@@ -68,10 +80,16 @@ def _processed(pte: PteFile, delegate: Delegate) -> tuple[int, int] | None:
     return (region.start, region.size) if region is not None else None
 
 
-def _inline_constants_out_of_bounds(payload: XnnPayload, delegate: str, method: str, region: tuple[int, int] | None) -> Iterator[Hit]:
+def _inline_constants_out_of_bounds(
+    payload: XnnPayload, delegate: str, method: str, region: tuple[int, int] | None
+) -> Iterator[Hit]:
     end = payload.constant_data_offset + payload.constant_data_size
     if end > payload.size:
-        yield Hit(f"{delegate}: its constant data ends at byte {end} of a {payload.size}-byte payload", method=method, region=region)
+        yield Hit(
+            f"{delegate}: its constant data ends at byte {end} of a {payload.size}-byte payload",
+            method=method,
+            region=region,
+        )
     for constant in payload.constants:
         if constant.named_key or constant.offset == NO_OFFSET:
             continue
@@ -96,7 +114,9 @@ def named_data_invalid(context: PteContext) -> Iterator[Hit]:
     program = context.pte.program
     if program is None:
         return
-    entries = [(e.key, context.pte.segment(e.segment_index), f"segment {e.segment_index}") for e in program.named_data or []]
+    entries = [
+        (e.key, context.pte.segment(e.segment_index), f"segment {e.segment_index}") for e in program.named_data or []
+    ]
     yield from _entries_invalid(context.pte.name, entries)
     for ptd in context.data_files:
         entries = [(key, region, region.what if region else "a missing segment") for key, region in ptd.entries]
@@ -107,13 +127,19 @@ def _entries_invalid(file: str, entries: list, artifact: str | None = None) -> I
     """``artifact``: the ``.ptd`` that holds the entries (None: the program itself)."""
     for key, count in Counter(key for key, _, _ in entries).items():
         if count > 1:
-            yield Hit(f"named data key '{key}' appears {count} times in {file}: a reader takes only one", constant=key, artifact=artifact)
+            yield Hit(
+                f"named data key '{key}' appears {count} times in {file}: a reader takes only one",
+                constant=key,
+                artifact=artifact,
+            )
     for key, region, where in entries:
         place = (region.start, region.size) if region is not None else None
         if not key:
             yield Hit(f"{file} has named data with an empty key ({where})", region=place, artifact=artifact)
         elif region is None:
-            yield Hit(f"named data '{key}' of {file} is in {where}, which does not exist", constant=key, artifact=artifact)
+            yield Hit(
+                f"named data '{key}' of {file} is in {where}, which does not exist", constant=key, artifact=artifact
+            )
         elif region.size == 0:
             yield Hit(f"named data '{key}' of {file} is empty ({where})", constant=key, region=place, artifact=artifact)
 
@@ -134,10 +160,18 @@ def named_data_unresolved(context: PteContext) -> Iterator[Hit]:
             what = f"{delegate}: constant value {constant.value_id} ({constant.datatype}{list(constant.dims)})"
             found = available.get(constant.named_key)
             element = ELEMENT_BYTES.get(constant.datatype)
-            reads = math.ceil(biases[constant.value_id] * element) if constant.value_id in biases and element else constant.nbytes
+            reads = (
+                math.ceil(biases[constant.value_id] * element)
+                if constant.value_id in biases and element
+                else constant.nbytes
+            )
             needed = reads or 0  # XNNPACK ignores the entry's size field for named data (XNNCompiler.cpp)
             if found is None:
-                yield Hit(f"{what} uses named data '{constant.named_key}', {_missing(context)}", method=delegate.method, constant=constant.named_key)
+                yield Hit(
+                    f"{what} uses named data '{constant.named_key}', {_missing(context)}",
+                    method=delegate.method,
+                    constant=constant.named_key,
+                )
             elif found[1].size < needed:
                 yield Hit(
                     f"{what} needs {needed} bytes of named data '{constant.named_key}', which has "

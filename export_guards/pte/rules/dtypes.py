@@ -53,7 +53,9 @@ def _hit(method: str, kernel: str, key: str, count: int) -> Hit:
     assert probed is not None  # _refused found it
     outcome = probed.calls[key]
     given = (d for part in key.split() for d in part.partition("=")[2].strip("[]").split(","))
-    dtypes = list(dict.fromkeys(d for d in given if d and d != "None" and not d.startswith("Scalar(")))  # the tensors' dtypes
+    dtypes = list(
+        dict.fromkeys(d for d in given if d and d != "None" and not d.startswith("Scalar("))
+    )  # the tensors' dtypes
     version = installed_versions()["executorch"]
     takes = ", ".join(probed.takes)
     calls = f" ({count} calls)" if count > 1 else ""

@@ -58,7 +58,10 @@ def instruction_invalid(context: PteContext) -> Iterator[Hit]:
         for name, indices in (("inputs", plan.inputs), ("outputs", plan.outputs)):
             for position, index in enumerate(indices):
                 if not 0 <= index < count:
-                    yield Hit(f"method '{plan.name}' lists value {index} among its {name}, of {count} values", method=plan.name)
+                    yield Hit(
+                        f"method '{plan.name}' lists value {index} among its {name}, of {count} values",
+                        method=plan.name,
+                    )
                 elif (kind := _kind(plan, index)) not in _SIGNATURE_KINDS:
                     yield Hit(
                         f"method '{plan.name}' lists value {index} (kind {kind}) as its {name[:-1]} {position}: the runtime "
@@ -73,7 +76,10 @@ def instruction_invalid(context: PteContext) -> Iterator[Hit]:
         for c, chain in enumerate(plan.chains):
             for i, instruction in enumerate(chain.instructions):
                 where = f"instruction {i} of chain {c} of method '{plan.name}'"
-                yield from (Hit(f"{where} {problem}", method=plan.name) for problem in _problems(plan, chain.instructions, instruction.instr_args))
+                yield from (
+                    Hit(f"{where} {problem}", method=plan.name)
+                    for problem in _problems(plan, chain.instructions, instruction.instr_args)
+                )
 
 
 # What a method's inputs and outputs may be: what ``MethodMeta`` can state (method_meta.cpp,
@@ -136,7 +142,12 @@ def _problems(plan: ExecutionPlan, instructions: list, args: object) -> Iterator
                 )
         written = [args.args[k] for k in _in_place_positions(operator.name, operator.overload)]
         slot = args.args[-1]
-        if written and slot not in written and _used_elsewhere(plan, instructions, args, slot) and not _interchangeable(plan, slot, written[0]):
+        if (
+            written
+            and slot not in written
+            and _used_elsewhere(plan, instructions, args, slot)
+            and not _interchangeable(plan, slot, written[0])
+        ):
             yield (
                 f"returns what {name} writes in place (value {written[0]}) into value {slot}: the runtime makes value "
                 f"{slot} that tensor from then on (this run and the next), so every other use of it reads another tensor"

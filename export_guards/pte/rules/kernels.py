@@ -138,7 +138,9 @@ def _replay_here(call: ReplayCall) -> Verdict:
     return _replay_signature(*call)
 
 
-def _replayable(plan: ExecutionPlan, call: KernelCall) -> tuple[ReplayCall, tuple[Argument, ...], tuple[object, ...]] | None:
+def _replayable(
+    plan: ExecutionPlan, call: KernelCall
+) -> tuple[ReplayCall, tuple[Argument, ...], tuple[object, ...]] | None:
     """The call as a replay takes it, with its schema's arguments and their descriptions; None
     for a call no replay or contract reaches (no schema, nothing written, an argument it cannot
     build)."""
@@ -160,7 +162,9 @@ def _replayable(plan: ExecutionPlan, call: KernelCall) -> tuple[ReplayCall, tupl
     return (operator.name, operator.overload, signature, written, fixed), arguments, signature
 
 
-def _replay(plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCall], Verdict] | None) -> str | Refused | None:
+def _replay(
+    plan: ExecutionPlan, call: KernelCall, *, replay: Callable[[ReplayCall], Verdict] | None
+) -> str | Refused | None:
     found = _replayable(plan, call)
     if found is None:
         return None
@@ -216,7 +220,9 @@ def _mixed_dtypes(name: str, arguments: tuple[Argument, ...], signature: tuple) 
     if len(set(dtypes.values())) < 2:
         return None
     listed = ", ".join(f"{k} {v}" for k, v in dtypes.items())
-    return Refused(f"tensors of different dtypes ({listed}), which ExecuTorch's kernel takes in one dtype only", ONE_DTYPE_FIX)
+    return Refused(
+        f"tensors of different dtypes ({listed}), which ExecuTorch's kernel takes in one dtype only", ONE_DTYPE_FIX
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -259,7 +265,9 @@ def _replay_signature(
     return None
 
 
-def _functional_agrees(overload: object, built: list[object], written: tuple[int, ...], fixed: tuple[tuple[int, ...] | None, ...]) -> bool:
+def _functional_agrees(
+    overload: object, built: list[object], written: tuple[int, ...], fixed: tuple[tuple[int, ...] | None, ...]
+) -> bool:
     """Whether the operator's functional form computes, from the same inputs, results of the
     shapes (``fixed``'s where given) and dtypes of the call's outs. torch's ``out=`` handling
     refuses what ExecuTorch's kernels take (``empty.out`` any memory format, which
@@ -280,7 +288,9 @@ def _functional_agrees(overload: object, built: list[object], written: tuple[int
         if any(a.alias_info is not None for a in arguments) or len(functional._schema.returns) != len(outs):
             continue
         names = {a.name for a in arguments}
-        if not set(given) <= names or any(a.name not in given and not a.has_default_value() and a.name != "dtype" for a in arguments):
+        if not set(given) <= names or any(
+            a.name not in given and not a.has_default_value() and a.name != "dtype" for a in arguments
+        ):
             continue
         keywords = dict(given)
         if "dtype" in names and "dtype" not in given:
@@ -293,7 +303,9 @@ def _functional_agrees(overload: object, built: list[object], written: tuple[int
             return False
         results = results if isinstance(results, (tuple, list)) else (results,)
         return all(
-            isinstance(result, torch.Tensor) and result.dtype == out.dtype and tuple(out.shape) == (shape if shape is not None else tuple(result.shape))
+            isinstance(result, torch.Tensor)
+            and result.dtype == out.dtype
+            and tuple(out.shape) == (shape if shape is not None else tuple(result.shape))
             for result, out, shape in zip(results, outs, fixed)
         )
     return False

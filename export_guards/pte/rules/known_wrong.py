@@ -94,7 +94,11 @@ def _integer_weights(context: PteContext) -> Iterator[WrongOp]:
 def _unread_constants(plan: ExecutionPlan, index: int, payload: XnnPayload) -> list[tuple[int, Tensor]]:
     """The program's constants that a call of delegate ``index`` passes where its graph binds
     no value (by program value index)."""
-    bound = {v.external_id for v in payload.values if v.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT) and v.external_id != INVALID_ID}
+    bound = {
+        v.external_id
+        for v in payload.values
+        if v.flags & (EXTERNAL_INPUT | EXTERNAL_OUTPUT) and v.external_id != INVALID_ID
+    }
     unread: dict[int, Tensor] = {}
     for chain in plan.chains:
         for instruction in chain.instructions:
@@ -114,7 +118,13 @@ def _is_constant(tensor: Tensor) -> bool:
 
 
 def _dropped_dequantization(
-    context: PteContext, delegate: Delegate, payload: XnnPayload, n: int, node: XnnNode, filter_: XnnConstant, unread: list[tuple[int, Tensor]]
+    context: PteContext,
+    delegate: Delegate,
+    payload: XnnPayload,
+    n: int,
+    node: XnnNode,
+    filter_: XnnConstant,
+    unread: list[tuple[int, Tensor]],
 ) -> WrongOp | None:
     """The finding for fully connected node ``n`` if its float filter holds integer codes and
     the call passes constants of its output channels (scales: one per channel, or per group of
@@ -123,7 +133,11 @@ def _dropped_dequantization(
     if not outputs:
         return None
     inputs = math.prod(filter_.dims) // outputs
-    scales = [(i, t) for i, t in unread if t.sizes and t.sizes[0] == outputs and inputs % max(1, math.prod(t.sizes) // outputs) == 0]
+    scales = [
+        (i, t)
+        for i, t in unread
+        if t.sizes and t.sizes[0] == outputs and inputs % max(1, math.prod(t.sizes) // outputs) == 0
+    ]
     codes = _integer_codes(_constant_bytes(context, delegate, payload, filter_), filter_) if scales else None
     if codes is None:
         return None
@@ -138,7 +152,9 @@ def _dropped_dequantization(
     return WrongOp(delegate, what, filter_.named_key or None)
 
 
-def _constant_bytes(context: PteContext, delegate: Delegate, payload: XnnPayload, constant: XnnConstant) -> memoryview | None:
+def _constant_bytes(
+    context: PteContext, delegate: Delegate, payload: XnnPayload, constant: XnnConstant
+) -> memoryview | None:
     """A constant's bytes as XNNPACK reads them: its named data (in the program or a data file
     given), or the payload's inline constant data; None where they are not there (EG506, EG508)."""
     if constant.named_key:

@@ -52,7 +52,11 @@ def _short_out(plan: ExecutionPlan, call: KernelCall) -> tuple[int, Largest] | N
     """The out value index and the call's largest result, where the out cannot hold it."""
     operator = plan.operators[call.op_index]
     schema = operator_schema(operator.name, operator.overload)
-    if schema is None or len(call.args) < len(schema.arguments) or not all(0 <= a < len(plan.values) for a in call.args):
+    if (
+        schema is None
+        or len(call.args) < len(schema.arguments)
+        or not all(0 <= a < len(plan.values) for a in call.args)
+    ):
         return None  # EG512's
     arguments = {a.name: call.args[k] for k, a in enumerate(schema.arguments)}
     largest = largest_result(plan, operator.name, arguments)

@@ -37,7 +37,11 @@ def compute_on_portable_kernels(context: PteContext) -> Iterator[Hit]:
 def _delegable(plan: ExecutionPlan, call: KernelCall) -> bool:
     """Whether a delegate the fix names (XNNPACK) takes the call: not a 3-D convolution (a 5-D
     input), which XNNPACK declines ("Only support 1D + 2D Conv"): advising it there is wrong."""
-    if plan.operators[call.op_index].name != "aten::convolution" or not call.args or not 0 <= call.args[0] < len(plan.values):
+    if (
+        plan.operators[call.op_index].name != "aten::convolution"
+        or not call.args
+        or not 0 <= call.args[0] < len(plan.values)
+    ):
         return True
     given = plan.values[call.args[0]].val
     return not isinstance(given, Tensor) or len(given.sizes) in (3, 4)

@@ -63,7 +63,10 @@ def _delegate_constants(first: PteFile, second: PteFile, names: dict[str, str]) 
                     constant=names.get(constant.named_key, constant.named_key),
                 )
         if not changed:
-            yield Hit(f"{one}: its XNNPACK graph differs while its constants do not ({_sizes(one.data, two.data)})", method=one.method)
+            yield Hit(
+                f"{one}: its XNNPACK graph differs while its constants do not ({_sizes(one.data, two.data)})",
+                method=one.method,
+            )
 
 
 def _constant_buffers(first: PteFile, second: PteFile, names: dict[str, str]) -> Iterator[Hit]:
@@ -72,7 +75,11 @@ def _constant_buffers(first: PteFile, second: PteFile, names: dict[str, str]) ->
     for plan_one, plan_two in zip(first.program.execution_plan, second.program.execution_plan):
         for index, (value_one, value_two) in enumerate(zip(plan_one.values, plan_two.values)):
             one, two = value_one.val, value_two.val
-            if not (isinstance(one, Tensor) and isinstance(two, Tensor)) or one.data_buffer_idx <= 0 or one.allocation_info:
+            if (
+                not (isinstance(one, Tensor) and isinstance(two, Tensor))
+                or one.data_buffer_idx <= 0
+                or one.allocation_info
+            ):
                 continue  # not a constant (a planned tensor's buffer index names its initial value)
             data_one, data_two = first.constant_buffer(one.data_buffer_idx), second.constant_buffer(two.data_buffer_idx)
             if data_one != data_two:
@@ -112,13 +119,17 @@ def _first_differing_byte(a: bytes, b: bytes, block: int = 1 << 20) -> int:
     """Compared a megabyte at a time (C speed), then byte by byte in the first differing block."""
     for start in range(0, min(len(a), len(b)), block):
         if a[start : start + block] != b[start : start + block]:
-            return start + next(i for i, (x, y) in enumerate(zip(a[start : start + block], b[start : start + block])) if x != y)
+            return start + next(
+                i for i, (x, y) in enumerate(zip(a[start : start + block], b[start : start + block])) if x != y
+            )
     return min(len(a), len(b))
 
 
 def _xnn(constant: XnnConstant, names: dict[str, str]) -> str:
     name = names.get(constant.named_key)
-    return f"({constant.datatype.removeprefix('xnn_datatype_')}{list(constant.dims)}" + (f", '{name}')" if name else ")")
+    return f"({constant.datatype.removeprefix('xnn_datatype_')}{list(constant.dims)}" + (
+        f", '{name}')" if name else ")"
+    )
 
 
 def _short_key(key: str) -> str:
@@ -127,5 +138,3 @@ def _short_key(key: str) -> str:
 
 def _sizes(one: bytes | None, two: bytes | None) -> str:
     return f"{len(one or b'')} and {len(two or b'')} bytes"
-
-

@@ -40,19 +40,32 @@ def pte_header(context: PteContext) -> Iterator[Hit]:
                 region=identifier,
             )
         else:
-            yield Hit(f"{pte.name} is not an ExecuTorch program: bytes 4-8 are {pte.identifier!r}, expected {FILE_IDENTIFIER!r}", region=identifier)
+            yield Hit(
+                f"{pte.name} is not an ExecuTorch program: bytes 4-8 are {pte.identifier!r}, expected {FILE_IDENTIFIER!r}",
+                region=identifier,
+            )
         return
     header = pte.header
     if header is None:
         return  # a program without segments: the flatbuffer is the whole file
     fields = (8, ExtendedHeader.EXPECTED_LENGTH)  # the extended header, whose fields are wrong
     if not header.is_valid():
-        yield Hit(f"the extended header's length is {header.length}; it must be at least {ExtendedHeader.MINIMUM_LENGTH}", region=fields)
-    if not 8 + ExtendedHeader.MINIMUM_LENGTH <= header.program_size <= pte.size:  # the runtime reads no further than the length it needs
-        yield Hit(f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)", region=fields)
+        yield Hit(
+            f"the extended header's length is {header.length}; it must be at least {ExtendedHeader.MINIMUM_LENGTH}",
+            region=fields,
+        )
+    if (
+        not 8 + ExtendedHeader.MINIMUM_LENGTH <= header.program_size <= pte.size
+    ):  # the runtime reads no further than the length it needs
+        yield Hit(
+            f"the header's program size {header.program_size} is outside the file ({pte.size} bytes)", region=fields
+        )
     base, data_size = header.segment_base_offset, header.segment_data_size
     if base > pte.size or base + data_size > pte.size:
-        yield Hit(f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated", region=fields)
+        yield Hit(
+            f"the header says the segment data ends at byte {base + data_size}, but the file has {pte.size} bytes: it is truncated",
+            region=fields,
+        )
         return
     placed = [region for region in pte.segments if region.size]
     if not base or not placed:
@@ -95,14 +108,19 @@ def segment_out_of_bounds(context: PteContext) -> Iterator[Hit]:
     if program is None:
         return
     if any(s.size for s in program.segments) and pte.header is None:
-        yield Hit(f"the program lists {len(program.segments)} segment(s) but the file has no extended header to place them")
+        yield Hit(
+            f"the program lists {len(program.segments)} segment(s) but the file has no extended header to place them"
+        )
         return
     holds = pte.contents
     declared_end = pte.segment_base + (pte.header.segment_data_size if pte.header else 0)
     for region in pte.segments:
         what = f"{region.what} ({holds.get(region.what, 'unused')})"
         if not pte.in_file(region):
-            yield Hit(f"{what} spans bytes {region.start}-{region.end}, past the end of the file ({pte.size} bytes)", region=_bytes(region))
+            yield Hit(
+                f"{what} spans bytes {region.start}-{region.end}, past the end of the file ({pte.size} bytes)",
+                region=_bytes(region),
+            )
         elif pte.header and pte.header.segment_data_size and region.end > declared_end:
             yield Hit(
                 f"{what} ends at byte {region.end}, past the segment data the header declares (to {declared_end}){_IGNORED}",
@@ -160,7 +178,10 @@ def _overlapping_segments(pte: PteFile, holds: dict[str, str]) -> Iterator[Hit]:
                 return True
         return anchor(*a) is not None and anchor(*a) == anchor(*b)
 
-    placed = sorted(((i, r) for i, r in enumerate(pte.segments) if r.size and pte.in_file(r)), key=lambda item: (item[1].start, item[0]))
+    placed = sorted(
+        ((i, r) for i, r in enumerate(pte.segments) if r.size and pte.in_file(r)),
+        key=lambda item: (item[1].start, item[0]),
+    )
     open_: list[tuple[int, Region]] = []
     reported = 0
     for item in placed:
@@ -224,14 +245,20 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
             elif info is not None and info.location == TensorDataLocation.EXTERNAL:
                 continue  # its data is named data in a .ptd file: EG508 checks it
             elif tensor.allocation_info is not None:
-                problems = [(p, s, None) for p, s in _slot_problems(tensor, nbytes, arenas)]  # an arena: memory, not file bytes
+                problems = [
+                    (p, s, None) for p, s in _slot_problems(tensor, nbytes, arenas)
+                ]  # an arena: memory, not file bytes
                 if tensor.data_buffer_idx > 0:  # a mutable buffer's initial value, copied in at load
                     initial = _bytes(_initial_value(pte, tensor))
                     problems += [(p, s, initial) for p, s in _initial_value_problems(pte, tensor, nbytes)]
             elif tensor.data_buffer_idx > 0:
                 buffer = _bytes(pte.constant_table.buffer(tensor.data_buffer_idx)) if pte.constant_table else None
                 problems = [(p, s, buffer) for p, s in _constant_problems(pte, tensor, nbytes, alignment)]
-            elif nbytes and index not in inputs_and_outputs and tensor.shape_dynamism != TensorShapeDynamism.DYNAMIC_UNBOUND:
+            elif (
+                nbytes
+                and index not in inputs_and_outputs
+                and tensor.shape_dynamism != TensorShapeDynamism.DYNAMIC_UNBOUND
+            ):
                 problems = [(
                     "has no data: no constant buffer, no memory plan slot, no external data, and it is "
                     "not an input or output: the runtime would use a null pointer",
@@ -240,7 +267,10 @@ def tensor_data_invalid(context: PteContext) -> Iterator[Hit]:
                 )]  # fmt: skip
             else:
                 continue
-            yield from (Hit(f"{where} {problem}", method=plan.name, severity=severity, region=region) for problem, severity, region in problems)
+            yield from (
+                Hit(f"{where} {problem}", method=plan.name, severity=severity, region=region)
+                for problem, severity, region in problems
+            )
         yield from _oversized_arenas(plan)
 
 
@@ -267,7 +297,9 @@ def _oversized_arenas(plan: ExecutionPlan) -> Iterator[Hit]:
 ARENA_SLACK = 1 << 20  # planners align and may round up; a megabyte more is never a damaged size
 
 
-def _constant_problems(pte: PteFile, tensor: Tensor, nbytes: int, alignment: int) -> Iterator[tuple[str, Severity | None]]:
+def _constant_problems(
+    pte: PteFile, tensor: Tensor, nbytes: int, alignment: int
+) -> Iterator[tuple[str, Severity | None]]:
     sizes, index = pte.constant_buffer_sizes, tensor.data_buffer_idx
     if index >= len(sizes):
         yield f"uses constant buffer {index}, of {len(sizes)}", None
@@ -285,7 +317,9 @@ def _initial_value(pte: PteFile, tensor: Tensor) -> Region | None:
     """Where a mutable buffer's initial value is in the file, when its table and index exist."""
     info = tensor.extra_tensor_info
     segment = info.mutable_data_segments_idx if info is not None else 0
-    return pte.mutable_tables[segment].buffer(tensor.data_buffer_idx) if 0 <= segment < len(pte.mutable_tables) else None
+    return (
+        pte.mutable_tables[segment].buffer(tensor.data_buffer_idx) if 0 <= segment < len(pte.mutable_tables) else None
+    )
 
 
 def _bytes(region: Region | None) -> tuple[int, int] | None:
@@ -299,7 +333,10 @@ def _initial_value_problems(pte: PteFile, tensor: Tensor, nbytes: int) -> Iterat
     sizes = pte.mutable_tables[segment].buffer_sizes if 0 <= segment < len(pte.mutable_tables) else []
     index = tensor.data_buffer_idx
     if index >= len(sizes):
-        yield f"takes its initial value from buffer {index} of mutable data segment {segment}, which has {len(sizes)}", None
+        yield (
+            f"takes its initial value from buffer {index} of mutable data segment {segment}, which has {len(sizes)}",
+            None,
+        )
     elif (held := sizes[index]) is not None and held < nbytes:
         yield f"needs {nbytes} bytes but its initial value holds {held}: the runtime would read past it", None
 

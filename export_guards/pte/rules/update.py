@@ -46,7 +46,9 @@ def weight_repacked(diff: CacheDiff) -> Iterator[Hit]:
     for change in diff.of("repacked"):
         if change.cause == "same-source":
             continue
-        because = {"new": "it is new", "changed": "its source changed", "partner": "what it is packed with changed"}[change.cause]
+        because = {"new": "it is new", "changed": "its source changed", "partner": "what it is packed with changed"}[
+            change.cause
+        ]
         yield _on(
             change.weight,
             f"{change.weight} re-packs after the update ({change.weight.nbytes:,} bytes): {because} ({change.why})",
@@ -88,7 +90,11 @@ def _on(weight: Weight, message: str, artifact: str) -> Hit:
 
 
 def _entry_bytes(diff: CacheDiff, change: WeightChange) -> int:
-    return sum({c.weight.key: c.weight.nbytes for c in diff.of("repacked") if c.weight.cache_key == change.weight.cache_key}.values())
+    return sum(
+        {
+            c.weight.key: c.weight.nbytes for c in diff.of("repacked") if c.weight.cache_key == change.weight.cache_key
+        }.values()
+    )
 
 
 def _entry_key(weight: Weight) -> str:

@@ -66,7 +66,10 @@ def _unusual_dim_order(plan: ExecutionPlan, index: int, takers: list[str]) -> Hi
         )
     blind = ", ".join(sorted({t for t in takers if is_aten(t)}))
     # XNNPACK permutes dims by the dim order, dim_order_ops copy by it, and the caller gets strides from it
-    ordered = next((t for t in takers if t == "a delegate" or t.startswith("dim_order_ops::")), "the caller" if index in plan.outputs else None)
+    ordered = next(
+        (t for t in takers if t == "a delegate" or t.startswith("dim_order_ops::")),
+        "the caller" if index in plan.outputs else None,
+    )
     if ordered is not None:
         return Hit(
             f"{what}: {blind} read and write its bytes as contiguous, while {ordered} takes them in this dim order "
@@ -92,7 +95,9 @@ _CONSTANT_DIM_ORDER_FIX = (
 def _constant(plan: ExecutionPlan, index: int) -> bool:
     """A tensor whose data the program holds (a parameter, buffer or lifted constant)."""
     tensor = plan.values[index].val
-    return tensor.data_buffer_idx > 0 or (tensor.extra_tensor_info is not None and bool(tensor.extra_tensor_info.fully_qualified_name))
+    return tensor.data_buffer_idx > 0 or (
+        tensor.extra_tensor_info is not None and bool(tensor.extra_tensor_info.fully_qualified_name)
+    )
 
 
 def _takers(plan: ExecutionPlan) -> dict[int, list[str]]:
@@ -119,7 +124,9 @@ def value_read_before_written(context: PteContext) -> Iterator[Hit]:
         ready = _ready(plan)
         view_bases = views(plan, accesses)
         for instruction, value, written_at in read_before_written(accesses, ready, view_bases):
-            later = f"instruction {written_at} writes it later" if written_at is not None else "no instruction writes it"
+            later = (
+                f"instruction {written_at} writes it later" if written_at is not None else "no instruction writes it"
+            )
             yield Hit(
                 f"instruction {instruction} of method '{plan.name}' reads tensor value {value} "
                 f"({describe_tensor(plan.values[value].val)}) before anything writes it ({later}): it reads "
@@ -170,7 +177,9 @@ def _overlap_hits(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]
         )
 
 
-def _branch_overlap_hits(plan: ExecutionPlan, accesses: list[Access], path: Sequence[int]) -> Iterator[tuple[frozenset[int], Hit]]:
+def _branch_overlap_hits(
+    plan: ExecutionPlan, accesses: list[Access], path: Sequence[int]
+) -> Iterator[tuple[frozenset[int], Hit]]:
     """The overlaps on one path of a method with control flow, each with the pair of values the
     method sees (a branch's output by the value it is moved into)."""
     moved_into = {a.view[1]: a.view[0] for a, i in zip(accesses, path) if a.view is not None and _is_move(plan, i)}
@@ -179,13 +188,16 @@ def _branch_overlap_hits(plan: ExecutionPlan, accesses: list[Access], path: Sequ
             continue  # a kernel's own reading order: the straight methods' warning, not control flow's
         seen = frozenset(moved_into.get(v, v) for v in (a, b))
         what = " and ".join(_branch_value(plan, accesses, path, v, moved_into) for v in (a, b))
-        yield seen, Hit(
-            f"{what} of method '{plan.name}' share bytes of arena {plan.values[a].val.allocation_info.memory_id} "
-            f"while both are alive (instructions {_instruction(path, first)} to {_instruction(path, last)}, when the branches of its "
-            f"control flow run instructions {_runs(path)}): one overwrites the other. A MoveCall moves a branch's "
-            f"output tensor, not its bytes, and the memory plan lets later code reuse the bytes of a branch's outputs",
-            method=plan.name,
-            fix=_CONTROL_FLOW_FIX,
+        yield (
+            seen,
+            Hit(
+                f"{what} of method '{plan.name}' share bytes of arena {plan.values[a].val.allocation_info.memory_id} "
+                f"while both are alive (instructions {_instruction(path, first)} to {_instruction(path, last)}, when the branches of its "
+                f"control flow run instructions {_runs(path)}): one overwrites the other. A MoveCall moves a branch's "
+                f"output tensor, not its bytes, and the memory plan lets later code reuse the bytes of a branch's outputs",
+                method=plan.name,
+                fix=_CONTROL_FLOW_FIX,
+            ),
         )
 
 
@@ -196,14 +208,18 @@ _CONTROL_FLOW_FIX = (
 )
 
 
-def _branch_value(plan: ExecutionPlan, accesses: list[Access], path: Sequence[int], value: int, moved_into: dict[int, int]) -> str:
+def _branch_value(
+    plan: ExecutionPlan, accesses: list[Access], path: Sequence[int], value: int, moved_into: dict[int, int]
+) -> str:
     writer = _writer(plan, accesses, path, value)
     if value not in moved_into:
         return f"tensor value {value} ({writer})"
     return f"tensor value {moved_into[value]} (a control-flow output: the tensor value {value} moved into it, {writer})"
 
 
-def _live_overlaps(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]) -> Iterator[tuple[int, int, int, int, bool]]:
+def _live_overlaps(
+    plan: ExecutionPlan, accesses: list[Access], at: Sequence[int]
+) -> Iterator[tuple[int, int, int, int, bool]]:
     """(a, b, first, last, warning) for each pair of tensors alive at once in the same arena
     bytes, less those that never disagree; ``first`` and ``last`` are positions in
     ``accesses``, ``at`` maps them to chain indices. ``warning``: a one-element input that the
@@ -214,7 +230,10 @@ def _live_overlaps(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int
             continue  # views on their base's memory; a copy of its own bytes
         if first == last and first < len(at):
             # a view placed on a call's out (a static reshape) shares its bytes: the call's order decides for it too
-            if any(reads_before_overwriting(plan, accesses[first], x, y, at[first]) for x, y in {(a, b), (roots[a], roots[b])}):
+            if any(
+                reads_before_overwriting(plan, accesses[first], x, y, at[first])
+                for x, y in {(a, b), (roots[a], roots[b])}
+            ):
                 continue  # one call reads each byte before it writes over it
             if {a, b} <= accesses[first].writes and lifetimes[a] == lifetimes[b] == [(first, first)]:
                 continue  # two outs of one call that nothing reads (a layer norm's stats): either may win
@@ -261,7 +280,9 @@ def _writer(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int], valu
     return f"written by {name} at instruction {at[position]}"
 
 
-def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], at: Sequence[int], a: int, b: int, first: int, last: int) -> bool:
+def _copied_onto_itself(
+    plan: ExecutionPlan, accesses: list[Access], at: Sequence[int], a: int, b: int, first: int, last: int
+) -> bool:
     """Whether instruction ``first`` writes one of ``a``, ``b`` as a byte copy of the other onto
     the other's own bytes, and neither is written again while both are alive: the bytes they
     share never disagree (memory planning may place them so)."""
@@ -273,7 +294,11 @@ def _copied_onto_itself(plan: ExecutionPlan, accesses: list[Access], at: Sequenc
     if plan.operators[call.op_index].name not in BYTE_COPIES:
         return False
     for target, source in ((a, b), (b, a)):
-        if call.args[0] == source and target in accesses[first].writes and _same_leading_bytes(plan, call, source, target):
+        if (
+            call.args[0] == source
+            and target in accesses[first].writes
+            and _same_leading_bytes(plan, call, source, target)
+        ):
             later = accesses[first + 1 : last + 1]
             return not any({a, b} & (access.writes | access.maybe | access.in_place) for access in later)
     return False
@@ -292,7 +317,12 @@ def _same_leading_bytes(plan: ExecutionPlan, call: KernelCall, source: int, targ
         return False  # slice_copy(self, dim, start, end, step, out); fewer is EG512's
     dim, start, _, step = (_int(plan, i) for i in call.args[1:5])
     rank = len(s.sizes)
-    return dim is not None and step == 1 and start in (0, None) and all(size == 1 for size in s.sizes[: dim % rank if rank else 0])
+    return (
+        dim is not None
+        and step == 1
+        and start in (0, None)
+        and all(size == 1 for size in s.sizes[: dim % rank if rank else 0])
+    )
 
 
 def _int(plan: ExecutionPlan, index: int) -> int | None:
@@ -359,7 +389,11 @@ def _lifetimes(plan: ExecutionPlan, accesses: list[Access]) -> tuple[dict[int, l
             spans[root] = ([(-1, max(before))] if before else []) + [(write, end)]
         else:
             spans[root] = [(min(at), max(at))]
-    planned = (v for v in {*uses, *base_of} if isinstance(plan.values[v].val, Tensor) and plan.values[v].val.allocation_info is not None)
+    planned = (
+        v
+        for v in {*uses, *base_of}
+        if isinstance(plan.values[v].val, Tensor) and plan.values[v].val.allocation_info is not None
+    )
     lifetimes = {v: spans[base(v)] for v in planned if base(v) in spans}
     return lifetimes, {v: base(v) for v in lifetimes}
 
@@ -380,7 +414,9 @@ class _Holders:
         if slot is None:
             return None
         tensor = self.plan.values[value].val
-        if list(tensor.dim_order) == list(range(len(tensor.sizes))):  # contiguous: a reshape reads the same elements in order
+        if list(tensor.dim_order) == list(
+            range(len(tensor.sizes))
+        ):  # contiguous: a reshape reads the same elements in order
             return (slot, tensor.scalar_type, "contiguous")  # the slot holds the byte count
         return (slot, tensor.scalar_type, tuple(tensor.sizes), tuple(tensor.dim_order))
 

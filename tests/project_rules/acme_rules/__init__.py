@@ -24,7 +24,9 @@ def _unshipped_kernels(context):
         for operator in plan.operators:
             kernel = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
             if kernel not in SHIPPED_KERNELS:
-                yield Hit(f"method '{plan.name}' needs the kernel {kernel}, which the app is not built with", method=plan.name)
+                yield Hit(
+                    f"method '{plan.name}' needs the kernel {kernel}, which the app is not built with", method=plan.name
+                )
 
 
 NO_SIGMOID = Rule(
