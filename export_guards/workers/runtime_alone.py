@@ -6,7 +6,8 @@ runtime child two more (``schema``, ``tensor``); importing any of them first run
 quarters of a child's start-up, spent on nothing the child runs. ``defer_exir_init()`` puts the
 package in place with its path and nothing run, so that only the files asked for load; its
 ``__init__`` runs, into the same module, the first time something reads a name the files
-imported so far did not set (``executorch.exir.to_edge``): nothing changes for code that needs it.
+imported so far did not set and that is no submodule (``executorch.exir.to_edge``): nothing
+changes for code that needs it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def defer_exir_init() -> None:
     loader = spec.loader
 
     def run_init(name: str) -> object:
+        if importlib.util.find_spec(f"{_PACKAGE}.{name}") is not None:
+            # a submodule (``from executorch.exir import memory``): the import system imports it,
+            # as it does inside the package's own __init__, which may be half-way through
+            raise AttributeError(name)
         del package.__dict__["__getattr__"]  # once: from here on, the module's own names
         loader.exec_module(package)
         return getattr(package, name)
