@@ -41,7 +41,10 @@ def exception_classes() -> dict[str, type[BaseException]]:
     return found
 
 
-PRIVATE = {"_ParseTimeout", "_Refused", "_Unsupported", "_ReadsChanged"}  # raised and caught in their own module
+# raised and caught in their own module
+PRIVATE = {"_ParseTimeout", "_Refused", "_Unsupported", "_ReadsChanged", "_Unknown"}
+# raised in one module of the reader and caught in the next, never out of it: read the slow way
+FALLBACKS = {"Unreadable"}
 NOT_ERRORS = {"Interrupted"}  # a KeyboardInterrupt (a signal), as Python's own is no Exception
 
 
@@ -49,11 +52,11 @@ def test_every_exception_class_of_the_package_derives_from_the_one_root() -> Non
     classes = exception_classes()
     assert len(classes) >= 20  # the walk found them (the guards' errors, the torch-free ones, the command's)
     names = {cls.__name__ for cls in classes.values()}
-    assert names >= PRIVATE | NOT_ERRORS  # what is left out still exists, and is left out by name
+    assert names >= PRIVATE | FALLBACKS | NOT_ERRORS  # what is left out still exists, and is left out by name
     outside = sorted(
         path
         for path, cls in classes.items()
-        if cls.__name__ not in PRIVATE | NOT_ERRORS and not issubclass(cls, eg.Error)
+        if cls.__name__ not in PRIVATE | FALLBACKS | NOT_ERRORS and not issubclass(cls, eg.Error)
     )
     assert outside == [], f"errors not under export_guards.Error: {outside}"
     assert all(cls.__name__.startswith("_") for cls in classes.values() if cls.__name__ in PRIVATE)
