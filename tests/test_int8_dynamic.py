@@ -289,3 +289,21 @@ def test_the_lint_writes_a_program_that_matches_eager(cli: Callable[..., object]
     net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16)).eval()
     quantize_(net, Int8DynamicActivationInt8WeightConfig())
     assert relative_error(net, (torch.randn(2, 64),), pte.read_bytes()) <= NOISE
+
+
+@pytest.mark.parametrize("form", ["s8s8", "u8s8"])
+def test_either_form_torchao_picks_for_the_cpu_is_rewritten(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchao computes the product as int8 x int8 where the CPU has AMX or lacks AVX512-VNNI,
+    and as uint8 x int8 (the activation shifted by 128, the shift taken back) where it has VNNI
+    without AMX: whichever this machine would pick, each form is rewritten and right."""
+    from torchao.kernel import intmm
+
+    monkeypatch.setattr(intmm, "_cpu_is_amx_tile_supported", lambda: form == "s8s8")
+    monkeypatch.setattr(intmm, "_cpu_is_vnni_supported", lambda: True)
+    model, inputs = MODELS["mlp"]()
+    program = torch.export.export(model, inputs)
+    int_mm = [n for n in program.graph.nodes if n.target is torch.ops.aten._int_mm.default]
+    assert [n.args[0].meta["val"].dtype for n in int_mm] == [torch.uint8 if form == "u8s8" else torch.int8] * 2
+    guarded = eg.lower_with_guards(program, config=eg.Settings(backend="portable"))
+    assert relative_error(model, inputs, guarded.to_pte()) <= NOISE
+    said_on_the_users_line(guarded.report, 2, "mlp")

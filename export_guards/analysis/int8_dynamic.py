@@ -7,6 +7,10 @@ the int32 product converted to float, multiplied by the activation's scale and b
 per-channel scale, reshaped to the linear's output (and the bias added): found here from the
 ``_int_mm``, with each part checked, so that what the rewrite replaces is that linear and
 nothing else.
+
+On a CPU with AVX512-VNNI but no AMX, torchao (``intmm.safe_int_mm``) computes the same
+product in the u8s8 form: the activation shifted by 128 into uint8, and the shift taken back
+from the product (``sub_(_int_mm(a + 128, b), b.sum(0) * 128)``): the same values, found too.
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ def weight_part(node: Node) -> tuple[Node, str] | None:
 def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
     """The linear whose product ``matmul`` is, if each of its parts is torchao's."""
     activation, transposed = matmul.args[:2]
-    quantized = _source(activation, _RESHAPES)
+    unshifted = _unshifted(activation)
+    quantized = _source(unshifted if unshifted is not None else activation, _RESHAPES)
     codes = _source(transposed, _TRANSPOSES) if _called(transposed, *_TRANSPOSES) else None
     part = weight_part(codes) if codes is not None else None
     if (
@@ -102,7 +107,7 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
         out_features,
     ):
         return None
-    found = _scaled(matmul, quantized.args[2], weight, shape, activation_value.dtype)
+    found = _scaled(matmul, quantized.args[2], weight, shape, activation_value.dtype, shifted=unshifted is not None)
     if found is None:
         return None
     scale, computed = found
@@ -113,19 +118,29 @@ def _linear_at(matmul: Node) -> Int8DynamicLinear | None:
 
 
 def _scaled(
-    matmul: Node, activation_scale: object, weight: Node, shape: tuple[object, ...], dtype: torch.dtype
+    matmul: Node,
+    activation_scale: object,
+    weight: Node,
+    shape: tuple[object, ...],
+    dtype: torch.dtype,
+    *,
+    shifted: bool = False,
 ) -> tuple[Node, tuple[Node, ...]] | None:
     """The weight's scale and the nodes from ``matmul`` to the scaled product in the linear's
     ``shape`` and ``dtype``: casts and reshapes, and one multiplication each by the activation's
-    scale and the weight's; ``None`` if the product is not scaled so."""
+    scale and the weight's (first, where the activation was ``shifted``, the shift taken back);
+    ``None`` if the product is not scaled so."""
     chain: list[Node] = []
     weight_scale: Node | None = None
     seen_activation = False
+    compensated = not shifted
     last = 0  # how many nodes of the chain make the scaled product (both scales applied)
     node = matmul
     while (user := _user(node)) is not None:
         if _called(user, *_RESHAPES, *_CASTS) and user.args[0] is node:
             pass
+        elif not compensated and node is matmul and _is_compensation(user, matmul):
+            compensated = True
         elif _called(user, "mul") and len(user.args) == 2 and node in user.args:
             other = user.args[1] if user.args[0] is node else user.args[0]
             source = _source(other, _RESHAPES | _CASTS) if isinstance(other, Node) else None
@@ -149,9 +164,43 @@ def _scaled(
         ):
             last = len(chain)
         node = user
-    if not last or weight_scale is None:
+    if not last or weight_scale is None or not compensated:
         return None
     return weight_scale, tuple(chain[:last])
+
+
+_SHIFT = 128  # torchao's u8s8 form: int8 values + 128 are uint8
+
+
+def _unshifted(activation: object) -> Node | None:
+    """The int8 activation that ``activation`` is shifted by 128 into uint8
+    (``to(to(a, int32) + 128, uint8)``), if it is so shifted."""
+    if not (_called(activation, *_CASTS) and _dtype(activation) == torch.uint8):
+        return None
+    added = activation.args[0]
+    if not (_called(added, "add") and len(added.args) == 2 and added.args[1] == _SHIFT):
+        return None
+    widened = added.args[0]
+    if not (_called(widened, *_CASTS) and _dtype(widened) == torch.int32 and isinstance(widened.args[0], Node)):
+        return None
+    return widened.args[0] if _dtype(widened.args[0]) == torch.int8 else None
+
+
+def _is_compensation(node: Node, matmul: Node) -> bool:
+    """Whether ``node`` takes the activation's shift back from ``matmul``'s product:
+    ``matmul - sum(b, 0, keepdim=True) * 128`` (``b`` the product's second operand)."""
+    if not (_called(node, "sub", "sub_") and len(node.args) == 2 and node.args[0] is matmul):
+        return False
+    scaled = node.args[1]
+    if not (_called(scaled, "mul") and len(scaled.args) == 2 and scaled.args[1] == _SHIFT):
+        return False
+    summed = scaled.args[0]
+    return _called(summed, "sum") and summed.args[0] is matmul.args[1] and list(summed.args[1:2]) == [[0]]
+
+
+def _dtype(node: object) -> torch.dtype | None:
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value.dtype if isinstance(value, torch.Tensor) else None
 
 
 def _bias(product: Node, out_features: int) -> Node | None:
