@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from typing_extensions import TypeIs
 
-from export_guards.analysis.ops import aten_name, input_node
+from export_guards.analysis.ops import aten_name, input_node, value_dtype
 
 __all__ = ["INT_MM", "Int8DynamicLinear", "int8_dynamic_linears", "is_assertion", "weight_part"]
 
@@ -139,7 +139,7 @@ def _scaled(
     while (user := _user(node)) is not None:
         if _called(user, *_RESHAPES, *_CASTS) and user.args[0] is node:
             pass
-        elif not compensated and node is matmul and _is_compensation(user, matmul):
+        elif not compensated and _is_compensation(user, matmul):
             compensated = True
         elif _called(user, "mul") and len(user.args) == 2 and node in user.args:
             other = user.args[1] if user.args[0] is node else user.args[0]
@@ -175,20 +175,20 @@ _SHIFT = 128  # torchao's u8s8 form: int8 values + 128 are uint8
 def _unshifted(activation: object) -> Node | None:
     """The int8 activation that ``activation`` is shifted by 128 into uint8
     (``to(to(a, int32) + 128, uint8)``), if it is so shifted."""
-    if not (_called(activation, *_CASTS) and _dtype(activation) == torch.uint8):
+    if not (_called(activation, *_CASTS) and value_dtype(activation) == torch.uint8):
         return None
     added = activation.args[0]
     if not (_called(added, "add") and len(added.args) == 2 and added.args[1] == _SHIFT):
         return None
     widened = added.args[0]
-    if not (_called(widened, *_CASTS) and _dtype(widened) == torch.int32 and isinstance(widened.args[0], Node)):
+    if not (_called(widened, *_CASTS) and value_dtype(widened) == torch.int32 and isinstance(widened.args[0], Node)):
         return None
-    return widened.args[0] if _dtype(widened.args[0]) == torch.int8 else None
+    return widened.args[0] if value_dtype(widened.args[0]) == torch.int8 else None
 
 
 def _is_compensation(node: Node, matmul: Node) -> bool:
     """Whether ``node`` takes the activation's shift back from ``matmul``'s product:
-    ``matmul - sum(b, 0, keepdim=True) * 128`` (``b`` the product's second operand)."""
+    ``matmul - sum(b, [0]) * 128`` (``b`` the product's second operand)."""
     if not (_called(node, "sub", "sub_") and len(node.args) == 2 and node.args[0] is matmul):
         return False
     scaled = node.args[1]
@@ -196,11 +196,6 @@ def _is_compensation(node: Node, matmul: Node) -> bool:
         return False
     summed = scaled.args[0]
     return _called(summed, "sum") and summed.args[0] is matmul.args[1] and list(summed.args[1:2]) == [[0]]
-
-
-def _dtype(node: object) -> torch.dtype | None:
-    value = node.meta.get("val") if isinstance(node, Node) else None
-    return value.dtype if isinstance(value, torch.Tensor) else None
 
 
 def _bias(product: Node, out_features: int) -> Node | None:

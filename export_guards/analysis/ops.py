@@ -29,6 +29,7 @@ __all__ = [
     "schema_arguments",
     "static_operand",
     "val_tensors",
+    "value_dtype",
     "writer",
 ]
 
@@ -186,6 +187,12 @@ def call_nodes(root: torch.fx.GraphModule) -> list[tuple[torch.fx.GraphModule, N
         for node in module.graph.nodes
         if node.op == "call_function"
     ]
+
+
+def value_dtype(node: object) -> torch.dtype | None:
+    """The dtype of the tensor ``node`` computes (its traced value), if it is a node that computes one."""
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value.dtype if isinstance(value, torch.Tensor) else None
 
 
 def val_tensors(node: Node) -> list[torch.Tensor]:

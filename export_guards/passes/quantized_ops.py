@@ -28,7 +28,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from export_guards.analysis.ops import aten_name, aten_overload
+from export_guards.analysis.ops import aten_name, aten_overload, value_dtype
 from export_guards.analysis.source import node_location
 from export_guards.errors import LoweringFailed
 from export_guards.passes.int8_dynamic import PRE_STEP
@@ -46,22 +46,17 @@ def float8_refusal(program: ExportedProgram) -> tuple[str, SourceLocation | None
     """Why ``program`` cannot be lowered, where and what works, if it holds float8 values
     (torchao's float8 configurations): no ExecuTorch kernel nor delegate takes float8, and
     ``to_edge`` would stop on "mismatched dtypes" without saying so. ``None`` otherwise."""
-    float8 = next((node for node in program.graph.nodes if _dtype(node) in _FLOAT8), None)
+    float8 = next((node for node in program.graph.nodes if value_dtype(node) in _FLOAT8), None)
     if float8 is None:
         return None
     message = (
-        f"'{float8.name}' is {_dtype(float8)} (a float8 quantization: torchao's Float8WeightOnlyConfig, "
+        f"'{float8.name}' is {value_dtype(float8)} (a float8 quantization: torchao's Float8WeightOnlyConfig, "
         f"Float8DynamicActivationFloat8WeightConfig), and neither ExecuTorch's kernels nor its delegates compute float8"
     )
     return message, node_location(float8), f"quantize with {QUANTIZATION_THAT_WORKS}"
 
 
 _FLOAT8 = {getattr(torch, name) for name in dir(torch) if name.startswith("float8_")}
-
-
-def _dtype(node: Node) -> torch.dtype | None:
-    value = node.meta.get("val")
-    return value.dtype if isinstance(value, torch.Tensor) else None
 
 
 def torchao_quantize_ops(nodes: Iterable[Node]) -> list[Node]:
