@@ -5,13 +5,17 @@ each kind of partitioner, the emit passes, the guarded partitioners with the cop
 every XNNPACK recipe by name. Each cell either runs in ``executorch.runtime`` and matches eager
 (within the flow's tolerance; a copy cell gives the CPU twin's bytes), or is a limitation of
 stock ExecuTorch, which ``STOCK_LIMITS`` names and the test shows by the stock flow failing the
-same way (``docs/compatibility.md`` lists them). Each model is built, and each program lowered,
-once per test process.
+same way (``docs/compatibility.md`` lists them). The rows a flow can do lower side by side in
+one program (``program_rows``), built once a run, so that the matrix costs a few lowerings per
+flow rather than one per cell; each cell checks its own row's output.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import hashlib
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +29,9 @@ from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_
 
 import export_guards as eg
 import models
+from conftest import built_once
 from device_backend import BACKEND_ID, HostCopyPartitioner, runnable
+from export_guards.analysis.ops import compute_op_name
 from export_guards.verify import run_pte
 from flow_models import ROWS, Inputs
 
@@ -65,12 +71,12 @@ is lowered in one program and checked, not run."""
 
 @dataclass(frozen=True)
 class Lowered:
-    """A cell's program, the bytes it must equal (a copy's CPU twin) if any, and the convs an
-    XNNPACK flow left on the portable kernels."""
+    """A program of one flow, the bytes it must equal (a copy's CPU twin) if any, and the convs
+    an XNNPACK flow left on the portable kernels, by row."""
 
     pte: bytes
     twin: bytes | None = None
-    portable_convs: int | None = None
+    portable_convs: dict[str, int] | None = None
 
 
 WEIGHTS_COMPUTED_IN_FORWARD = ("weight-standardized conv", "spectral norm", "weight norm")
@@ -80,7 +86,19 @@ flow, the quantizing recipes included, must delegate each of their convs."""
 
 def fresh(name: str) -> tuple[torch.nn.Module, Inputs]:
     """The row's model as built: a new one each time, as flows and eager calls may change a
-    model's state (and a model with the old ``weight_norm`` API cannot be deep-copied)."""
+    model's state (and a model with the old ``weight_norm`` API cannot be deep-copied). A row
+    that takes seconds to build (PT2E's calibration) is built once and handed out as copies."""
+    if name in BUILT_ONCE:
+        model, inputs = _built(name)
+        return copy.deepcopy(model), inputs
+    return ROWS[name]()
+
+
+BUILT_ONCE = frozenset({"PT2E-quantized conv"})
+
+
+@functools.cache
+def _built(name: str) -> tuple[torch.nn.Module, Inputs]:
     return ROWS[name]()
 
 
@@ -91,6 +109,17 @@ def eager(name: str) -> torch.Tensor:
         return model(*inputs)
 
 
+Rows = tuple[str, ...]
+"""The rows in one program: one row is its own model; several sit side by side in ``EveryRow``."""
+
+
+def built(rows: Rows) -> tuple[torch.nn.Module, Inputs]:
+    if len(rows) == 1:
+        return fresh(rows[0])
+    every = EveryRow(list(rows))
+    return every, every.inputs
+
+
 def export(model: torch.nn.Module, inputs: Inputs) -> torch.export.ExportedProgram:
     """``torch.export`` as ExecuTorch's examples do it, without autograd: in grad mode, a
     buffer written in place (the KV cache) fails ``to_executorch`` with "a leaf Variable
@@ -99,30 +128,44 @@ def export(model: torch.nn.Module, inputs: Inputs) -> torch.export.ExportedProgr
         return torch.export.export(model, inputs)
 
 
-def on_trapdev(name: str) -> torch.export.ExportedProgram:
+def on_trapdev(rows: Rows) -> torch.export.ExportedProgram:
     from export_guards.testing import load_trapdev
 
     device = load_trapdev()
-    model, inputs = fresh(name)
+    model, inputs = built(rows)
     return export(models.to_device(model, device), tuple(x.to(device) for x in inputs))
 
 
-def exported(name: str) -> torch.export.ExportedProgram:
+def exported(rows: Rows) -> torch.export.ExportedProgram:
     """A new export each time: a lowering may edit the program it is given (``to_executorch``
     writes a mutated buffer's write-back into it)."""
-    return export(*fresh(name))
+    return export(*built(rows))
+
+
+def portable_convs(program: torch.export.ExportedProgram, rows: Rows) -> dict[str, int]:
+    """The convs each row left on the portable kernels, told by the module each node came from."""
+    counts = dict.fromkeys(rows, 0)
+    for node in program.graph.nodes:
+        if compute_op_name(node) == "convolution":
+            paths = (path for path, _ in node.meta.get("nn_module_stack", {}).values())
+            at = next((int(found[1]) for path in paths if (found := ROW_PATH.match(path))), 0)
+            counts[rows[at]] += 1
+    return counts
+
+
+ROW_PATH = re.compile(r"rows\.(\d+)")
 
 
 def guard_passes_with(
     partitioner: Callable[[], object] | None, trusted: tuple[str, ...] = eg.placement.DEVICE_BACKENDS
-) -> Callable[[str], Lowered]:
-    def lower(name: str) -> Lowered:
+) -> Callable[[Rows], Lowered]:
+    def lower(rows: Rows) -> Lowered:
         parts = eg.guard_partitioners([partitioner()], device_backends=trusted) if partitioner else []
         edge = to_edge_transform_and_lower(
-            exported(name), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts
+            exported(rows), transform_passes=eg.guard_passes(partitioner=parts or None), partitioner=parts
         )
         pte = edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer
-        return Lowered(pte, portable_convs=eg.delegation_summary(edge).portable["convolution"] if partitioner else None)
+        return Lowered(pte, portable_convs=portable_convs(edge.exported_program(), rows) if partitioner else None)
 
     return lower
 
@@ -133,55 +176,54 @@ def vulkan() -> object:
     return VulkanPartitioner()
 
 
-def device_backend(name: str) -> Lowered:
+def device_backend(rows: Rows) -> Lowered:
     """Constants on the test device, lowered by a backend that reads device memory itself
     (``device_backend.HostCopyBackend``, trusted); what it does not take is copied at emission."""
     parts = eg.guard_partitioners(
         [HostCopyPartitioner()], device_backends=(*eg.placement.DEVICE_BACKENDS, BACKEND_ID), emitter="copy"
     )
     edge = to_edge_transform_and_lower(
-        on_trapdev(name), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts
+        on_trapdev(rows), transform_passes=eg.guard_passes(partitioner=parts), partitioner=parts
     )
     return Lowered(runnable(edge).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer)
 
 
-def emit_copy(name: str) -> Lowered:
-    pte = to_edge(on_trapdev(name)).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer
-    return Lowered(pte, twin=to_edge(exported(name)).to_executorch().buffer)
+def emit_copy(rows: Rows) -> Lowered:
+    pte = to_edge(on_trapdev(rows)).to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes("copy"))).buffer
+    return Lowered(pte, twin=to_edge(exported(rows)).to_executorch().buffer)
 
 
-def partitioners_copy(name: str) -> Lowered:
+def partitioners_copy(rows: Rows) -> Lowered:
     """Constants on the test device, copied by the drop-in passes, lowered by guarded XNNPACK."""
     parts = eg.guard_partitioners([XnnpackPartitioner()])
     edge = to_edge_transform_and_lower(
-        on_trapdev(name),
+        on_trapdev(rows),
         transform_passes=eg.guard_passes(partitioner=parts, config=eg.Settings(placement="copy")),
         partitioner=parts,
     )
     return Lowered(
         edge.to_executorch(ExecutorchBackendConfig(passes=eg.emit_passes())).buffer,
-        twin=cell("guard_passes × XNNPACK", name).pte,
+        twin=cell("guard_passes × XNNPACK", rows).pte,
     )
 
 
-def lower_with_guards_copy(name: str) -> Lowered:
+def lower_with_guards_copy(rows: Rows) -> Lowered:
     """Constants on the test device, copied on the torch.export program, folded and lowered by
     ``lower_with_guards``: the CPU export's bytes, parameter flags included."""
-    pte = eg.lower_with_guards(on_trapdev(name), config=eg.Settings(placement="copy")).to_pte()
-    return Lowered(pte, twin=eg.lower_with_guards(exported(name)).to_pte())
+    pte = eg.lower_with_guards(on_trapdev(rows), config=eg.Settings(placement="copy")).to_pte()
+    return Lowered(pte, twin=eg.lower_with_guards(exported(rows)).to_pte())
 
 
-def recipe(recipe_name: str) -> Callable[[str], Lowered]:
-    def lower(name: str) -> Lowered:
-        model, inputs = fresh(name)
-        guarded = eg.export_with_guards(model, inputs, config=eg.Settings(recipe=recipe_name))
-        assert guarded.delegation is not None
-        return Lowered(guarded.to_pte(), portable_convs=guarded.delegation.portable["convolution"])
+def recipe(recipe_name: str) -> Callable[[Rows], Lowered]:
+    def lower(rows: Rows) -> Lowered:
+        guarded = eg.export_with_guards(*built(rows), config=eg.Settings(recipe=recipe_name))
+        assert guarded.edge is not None
+        return Lowered(guarded.to_pte(), portable_convs=portable_convs(guarded.edge.exported_program(), rows))
 
     return lower
 
 
-FLOWS: dict[str, Callable[[str], Lowered]] = {
+FLOWS: dict[str, Callable[[Rows], Lowered]] = {
     "guard_passes × portable": guard_passes_with(None),
     "guard_passes × XNNPACK": guard_passes_with(XnnpackPartitioner),
     "guard_passes × Vulkan": guard_passes_with(vulkan),
@@ -194,8 +236,34 @@ FLOWS: dict[str, Callable[[str], Lowered]] = {
 
 
 @functools.cache
-def cell(flow: str, name: str) -> Lowered:
-    return FLOWS[flow](name)
+def cell(flow: str, rows: Rows) -> Lowered:
+    return FLOWS[flow](rows)
+
+
+ON_ITS_OWN = frozenset({"PT2E-quantized conv"})
+"""Rows lowered as their own program: PT2E's converted graph module is the model a user passes
+(inside another module, a dynamic-quantizing recipe lowers it otherwise)."""
+
+
+def program_rows(flow: str, name: str) -> Rows:
+    """The rows of the program that holds ``name``'s cell: every row the flow can do lowers in
+    one program (a lowering's cost is mostly per program), but for those ``ON_ITS_OWN``."""
+    if name in ON_ITS_OWN:
+        return (name,)
+    return tuple(row for row in ROWS if row not in ON_ITS_OWN and (row, flow) not in STOCK_LIMITS)
+
+
+def shared_cell(tmp_path_factory: pytest.TempPathFactory, flow: str, rows: Rows) -> Lowered:
+    """``cell``, once a run however many workers ask (its bytes only: no test changes them)."""
+    key = hashlib.sha256(repr((flow, rows)).encode()).hexdigest()[:16]
+    return built_once(tmp_path_factory, f"flow-matrix-{key}", lambda: cell(flow, rows))
+
+
+@functools.cache
+def ran(flow: str, rows: Rows, pte: bytes) -> tuple[torch.Tensor, ...]:
+    """Each row's output of the program, run once a process."""
+    _, inputs = built(rows)
+    return tuple(run_pte(pte, inputs))
 
 
 def tolerance(name: str, flow: str) -> float:
@@ -211,17 +279,17 @@ def cells(flows: list[str]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("name", "flow"), cells([flow for flow in FLOWS if flow not in LOWERED_ONLY]))
-def test_the_cell_runs_and_matches_eager(name: str, flow: str) -> None:
-    lowered = cell(flow, name)
+def test_the_cell_runs_and_matches_eager(name: str, flow: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    rows = program_rows(flow, name)
+    lowered = shared_cell(tmp_path_factory, flow, rows)
     if lowered.twin is not None:
         assert lowered.pte == lowered.twin, "the copy is not the CPU twin"
     if name in WEIGHTS_COMPUTED_IN_FORWARD and lowered.portable_convs is not None:
-        assert lowered.portable_convs == 0, (
+        assert lowered.portable_convs[name] == 0, (
             "a conv whose weight is computed in forward was left on the portable kernels"
         )
     expected = eager(name)
-    _, inputs = fresh(name)
-    (actual,) = run_pte(lowered.pte, inputs)
+    actual = ran(flow, rows, lowered.pte)[rows.index(name)]
     error = (actual - expected).abs().max().item() / max(expected.abs().max().item(), 1e-6)
     assert error <= tolerance(name, flow), f"{name} through {flow}: relative error {error:.3g}"
 
@@ -288,10 +356,10 @@ def test_stock_limits_fail_the_stock_flow_the_same_way(name: str, flow: str) -> 
     partitioner = STOCK_FLOWS.get(flow)
     stock = failure(
         lambda: to_edge_transform_and_lower(
-            exported(name), partitioner=[partitioner()] if partitioner else []
+            exported((name,)), partitioner=[partitioner()] if partitioner else []
         ).to_executorch()
     )
-    guarded = failure(lambda: cell(flow, name))
+    guarded = failure(lambda: cell(flow, (name,)))
     assert stock == guarded
     assert STOCK_LIMITS[(name, flow)] in stock
     assert STOCK_LIMITS[(name, flow)] in (ROOT / "docs" / "compatibility.md").read_text()
@@ -305,7 +373,9 @@ def test_one_report_whichever_entry_point_ran(name: str) -> None:
 
     device = load_trapdev()
     settings = eg.Settings(placement="copy")
-    direct = eg.lower_with_guards(on_trapdev(name), config=settings)
+    on_device_program = on_trapdev((name,))
+    expected_copies = set(on_device_program.state_dict) | set(on_device_program.constants)
+    direct = eg.lower_with_guards(on_device_program, config=settings)
     model, inputs = fresh(name)
     on_device = models.to_device(model, device)
     with torch.no_grad():
@@ -316,11 +386,11 @@ def test_one_report_whichever_entry_point_ran(name: str) -> None:
     direct_copies, recipe_copies = (
         {f.constant for f in export.report.with_code("EG103")} for export in (direct, recipe)
     )
-    assert direct_copies == set(on_trapdev(name).state_dict) | set(on_trapdev(name).constants)
+    assert direct_copies == expected_copies
     # The recipe's strict torch.export drops the batch norm's unused counter: nothing else differs.
     assert recipe_copies <= direct_copies
     assert {c.rsplit(".", 1)[-1] for c in direct_copies - recipe_copies} <= {"num_batches_tracked"}
     assert len(direct.report.with_code("EG201")) == len(recipe.report.with_code("EG201")) > 0
     on_host = eg.export_with_guards(*fresh(name), config=eg.Settings(recipe="xnnpack_fp32"))
     assert recipe.to_pte() == on_host.to_pte(), "the recipe's copy is not the CPU twin"
-    assert direct.to_pte() == eg.lower_with_guards(exported(name)).to_pte(), "the direct copy is not the CPU twin"
+    assert direct.to_pte() == eg.lower_with_guards(exported((name,))).to_pte(), "the direct copy is not the CPU twin"
