@@ -2,10 +2,12 @@
 fixtures build, and the tests themselves), the slowest setups, and how many times each model
 class is exported with ``torch.export.export`` in one run, per file.
 
-Run: ``.venv/bin/python benchmarks/test_time.py [PYTEST ARGS]`` (default: the whole suite as
-``make test`` runs it, ``-n auto --dist worksteal``). This file is also the pytest plugin that
-records the figures in each process (``-p test_time``); exports in subprocesses that tests start
-(the command, pytester runs) are not counted, only their time.
+Run: ``.venv/bin/python benchmarks/test_time.py [--keep] [PYTEST ARGS]`` (default: the whole
+suite as ``make test`` runs it, ``-n auto --dist worksteal``). Each file's seconds are printed
+beside those kept in ``benchmarks/test_time.json`` (the last run that was kept), so that a file
+that slowed down shows; ``--keep`` keeps this run's. This file is also the pytest plugin that
+records the figures in each test process (``-p test_time``); exports in subprocesses that tests
+start (the command, pytester runs) are not counted, only their time.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+KEPT = Path(__file__).with_name("test_time.json")
+SLOWER = 1.25  # a file this much slower than the kept run's, and by 5 s or more, is marked
 _FOLDER = "EG_TEST_TIME_FOLDER"  # where each pytest process writes its figures
 
 
 def main() -> int:
-    args = sys.argv[1:] or ["-n", "auto", "--dist", "worksteal"]
+    keep = "--keep" in sys.argv[1:]
+    args = [arg for arg in sys.argv[1:] if arg != "--keep"] or ["-n", "auto", "--dist", "worksteal"]
     with tempfile.TemporaryDirectory() as folder:
         # this file alone on the path (benchmarks/xdist.py would shadow pytest-xdist)
         (Path(folder) / "eg_test_time.py").symlink_to(Path(__file__).resolve())
@@ -53,12 +58,16 @@ def main() -> int:
         for file, models in record["exports"].items():
             exports[file].update(models)
     print(f"\n{tests} tests in {wall / 60:.1f} min wall ({' '.join(args)}); pytest exited {done.returncode}\n")
-    print(f"{'file':<48} {'setup s':>8} {'tests s':>8} {'exports':>8}  most exported")
+    kept = json.loads(KEPT.read_text())["seconds"] if KEPT.exists() else {}
+    print(f"{'file':<48} {'setup s':>8} {'tests s':>8} {'kept s':>8} {'exports':>8}  most exported")
     for file, phases in sorted(seconds.items(), key=lambda item: -sum(item[1].values())):
         models = exports.get(file, collections.Counter())
         top = ", ".join(f"{name} x{n}" for name, n in models.most_common(3))
+        total, before = sum(phases.values()), kept.get(file)
+        slower = before is not None and total > before * SLOWER and total - before >= 5
         print(
-            f"{file:<48} {phases['setup']:8.1f} {phases['call'] + phases['teardown']:8.1f} {sum(models.values()):8d}  {top}"
+            f"{file:<48} {phases['setup']:8.1f} {phases['call'] + phases['teardown']:8.1f} "
+            f"{'-' if before is None else f'{before:.1f}':>8} {sum(models.values()):8d}  {top}{'  SLOWER' if slower else ''}"
         )
     print("\nslowest setups (a shared fixture builds in the first test that asks for it):")
     for taken, test in sorted(setups, reverse=True)[:12]:
@@ -67,6 +76,12 @@ def main() -> int:
     for models in exports.values():
         every.update(models)
     print("\nexports per model class in this run: " + ", ".join(f"{name} x{n}" for name, n in every.most_common()))
+    if keep:
+        figures = {file: round(sum(phases.values()), 1) for file, phases in sorted(seconds.items())}
+        KEPT.write_text(
+            json.dumps({"tests": tests, "wall_minutes": round(wall / 60, 1), "seconds": figures}, indent=1) + "\n"
+        )
+        print(f"kept in {KEPT.relative_to(ROOT)}")
     return done.returncode
 
 
@@ -109,7 +124,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     folder = os.environ.get(_FOLDER)
-    if folder:
+    controller = not hasattr(session.config, "workerinput") and session.config.getoption("numprocesses", None)
+    if folder and not controller:  # xdist's controller hears every worker's reports again
         Path(folder, f"{os.getpid()}.json").write_text(json.dumps(_record))
 
 
