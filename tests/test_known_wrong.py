@@ -4,6 +4,8 @@ guarded flow (right) against eager; a program without the pattern is left as it 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +15,7 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from executorch.export import export as export_recipe
+from torch.export import ExportedProgram
 
 import export_guards as eg
 from export_guards.analysis.known_wrong import XNNPACK_LINEAR_WEIGHT_MATH, known_wrong_in
@@ -40,7 +43,22 @@ def relative_error(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], pte
     return float((actual - expected).abs().max() / expected.abs().max())
 
 
-def stock(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
+# Each case's model, stock program, partitioned program and guarded programs are made once per
+# process and shared by the tests that read them: the models are only run (without grad) and
+# exported, the programs are bytes and reports; a test that runs a pass on the partitioned
+# program gets its own copy of it (``partitioned``).
+
+
+@functools.cache
+def built(case: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """``CASES[case]()``, once: callers run and export the model, never change it."""
+    return CASES[case]()
+
+
+@functools.cache
+def stock(case: str) -> bytes:
+    """The case as stock ExecuTorch lowers it to XNNPACK, unguarded."""
+    model, inputs = built(case)
     return (
         to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
         .to_executorch()
@@ -48,43 +66,63 @@ def stock(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> bytes:
     )
 
 
-GUARDED_FLOWS: dict[str, Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], tuple[bytes, eg.Report]]] = {}
+@functools.cache
+def _partitioned(case: str) -> ExportedProgram:
+    return as_partitioned(*built(case))
 
 
-def flow(function: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], tuple[bytes, eg.Report]]) -> None:
+def partitioned(case: str) -> ExportedProgram:
+    """The edge program XNNPACK's partitioner is handed for the case: a copy of its own for each caller."""
+    return copy.deepcopy(_partitioned(case))
+
+
+GUARDED_FLOWS: dict[str, Callable[[str], tuple[bytes, eg.Report]]] = {}
+
+
+def flow(function: Callable[[str], tuple[bytes, eg.Report]]) -> None:
     GUARDED_FLOWS[function.__name__] = function
 
 
+@functools.cache
+def guarded(flow_name: str, case: str) -> tuple[bytes, eg.Report]:
+    """What the guarded flow ``flow_name`` writes for the case, and its report (once)."""
+    return GUARDED_FLOWS[flow_name](case)
+
+
 @flow
-def pass_list(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+def pass_list(case: str) -> tuple[bytes, eg.Report]:
     """guard_passes() beside the user's own, unguarded partitioner."""
+    model, inputs = built(case)
     passes = eg.guard_passes()
     edge = to_edge_transform_and_lower(
         torch.export.export(model, inputs), transform_passes=passes, partitioner=[XnnpackPartitioner()]
     )
-    ran = KnownWrongDelegationPass()(as_partitioned(model, inputs))
+    ran = KnownWrongDelegationPass()(partitioned(case))
     return edge.to_executorch().buffer, ran.report
 
 
 @flow
-def guarded_partitioners(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+def guarded_partitioners(case: str) -> tuple[bytes, eg.Report]:
+    model, inputs = built(case)
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
     passes = eg.guard_passes(partitioner=partitioner)
     edge = to_edge_transform_and_lower(
         torch.export.export(model, inputs), transform_passes=passes, partitioner=partitioner
     )
-    ran = KnownWrongDelegationPass(("XnnpackBackend",))(as_partitioned(model, inputs))
+    ran = KnownWrongDelegationPass(("XnnpackBackend",))(partitioned(case))
     return edge.to_executorch().buffer, ran.report
 
 
 @flow
-def lower_with_guards(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
-    guarded = eg.lower_with_guards(torch.export.export(model, inputs))
-    return guarded.to_pte(), guarded.report
+def lower_with_guards(case: str) -> tuple[bytes, eg.Report]:
+    model, inputs = built(case)
+    result = eg.lower_with_guards(torch.export.export(model, inputs))
+    return result.to_pte(), result.report
 
 
 @flow
-def recipe(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[bytes, eg.Report]:
+def recipe(case: str) -> tuple[bytes, eg.Report]:
+    model, inputs = built(case)
     session = export_recipe(model, [inputs], eg.guard_recipe(recipe_named("xnnpack_fp32")))
     return session.get_pte_buffer(), eg.recipes.recipe_report(session)
 
@@ -102,33 +140,31 @@ def is_right_and_said(
 
 @pytest.mark.parametrize("case", WEIGHT_ONLY)
 def test_a_weight_only_linear_is_wrong_on_stock_xnnpack_and_right_through_the_guards(case: str) -> None:
-    model, inputs = CASES[case]()
+    model, inputs = built(case)
     # Keyed to the releases: when a release computes it right, this fails until the entry's
     # fixed_in says so, and the entry then stops applying.
-    assert (relative_error(model, inputs, stock(model, inputs)) > WRONG) == XNNPACK_LINEAR_WEIGHT_MATH.applies()
-    is_right_and_said(case, *GUARDED_FLOWS["pass_list"](model, inputs), model, inputs)
+    assert (relative_error(model, inputs, stock(case)) > WRONG) == XNNPACK_LINEAR_WEIGHT_MATH.applies()
+    is_right_and_said(case, *guarded("pass_list", case), model, inputs)
 
 
 def test_every_guarded_flow_keeps_a_weight_only_linear_off_xnnpack() -> None:
-    model, inputs = CASES["torchao-intx4wo-group32"]()
-    for name, guarded in GUARDED_FLOWS.items():
-        is_right_and_said(name, *guarded(model, inputs), model, inputs)
+    model, inputs = built("torchao-intx4wo-group32")
+    for name in GUARDED_FLOWS:
+        is_right_and_said(name, *guarded(name, "torchao-intx4wo-group32"), model, inputs)
 
 
 @pytest.mark.parametrize("case", RIGHT)
 def test_a_quantized_linear_xnnpack_computes_right_is_left_as_stock_lowers_it(case: str) -> None:
-    model, inputs = CASES[case]()
-    edge = as_partitioned(model, inputs)
+    edge = partitioned(case)
     assert not known_wrong_in(edge)
     result = KnownWrongDelegationPass()(edge)
     assert result.exported_program is edge and not result.modified and not result.report.findings
-    pte, report = GUARDED_FLOWS["pass_list"](model, inputs)
-    assert pte == stock(model, inputs) and not report.with_code("EG405")
+    pte, report = guarded("pass_list", case)
+    assert pte == stock(case) and not report.with_code("EG405")
 
 
 def test_the_pass_leaves_its_input_program_as_it_was() -> None:
-    model, inputs = CASES["torchao-intx4wo-group32"]()
-    edge = as_partitioned(model, inputs)
+    edge = partitioned("torchao-intx4wo-group32")
     before = [(n.name, str(n.target), dict(n.meta.get("nn_module_stack") or {})) for n in edge.graph.nodes]
     result = KnownWrongDelegationPass()(edge)
     assert result.modified and result.exported_program is not edge
@@ -170,8 +206,7 @@ def test_a_kept_linear_runs_as_the_portable_mm_and_matches_eager_on_any_shape(co
 
 
 def test_other_backends_patterns_do_not_apply() -> None:
-    model, inputs = CASES["torchao-int8wo"]()
-    edge = as_partitioned(model, inputs)
+    edge = partitioned("torchao-int8wo")
     assert known_wrong_in(edge, ("XnnpackBackend",)) and not known_wrong_in(edge, ("CudaBackend",))
     assert KnownWrongDelegationPass(("CudaBackend",))(edge).exported_program is edge
 
@@ -200,7 +235,7 @@ def test_the_lint_keeps_a_weight_only_linear_off_xnnpack_and_its_program_matches
 def test_guarded_partitioners_without_the_guard_passes_stop_before_writing() -> None:
     """The guarded partitioner cannot change the graph (ExecuTorch checks), so where no guard
     pass kept the linear off it stops, naming the op and the pass list that fixes it."""
-    model, inputs = CASES["torchao-int8wo"]()
+    model, inputs = built("torchao-int8wo")
     partitioner = eg.guard_partitioners([XnnpackPartitioner()])
     with pytest.raises(eg.errors.KnownWrongDelegationError) as stopped:
         to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=partitioner)
