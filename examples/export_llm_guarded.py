@@ -6,11 +6,12 @@ through the same builder lowered with the guards (``guarded``); both programs ru
 ``executorch.runtime`` over decode steps, and their argmax tokens are compared. docs/exporters.md
 explains each step.
 
-    python examples/export_llm_guarded.py [llama_xnnpack.yaml] [--no-embedding-quantize]
+    python examples/export_llm_guarded.py [llama_xnnpack.yaml] [--no-embedding-quantize] [--layers=N]
 
 (``--no-embedding-quantize`` drops the config's ``embedding_quantize``, whose
 ``quantized_decomposed::embedding_4bit`` kernel the pip wheel's runtime does not register: the
-programs are still compared byte for byte, but only such a program runs here.)
+programs are still compared byte for byte, but only such a program runs here. ``--layers=N``:
+the Llama's layers, default 2; each one adds to both lowerings, most of the run.)
 """
 
 from __future__ import annotations
@@ -54,15 +55,17 @@ def llm_config(config_file: str, folder: Path, name: str, embedding_quantize: bo
     return config
 
 
-def write_model(folder: Path) -> None:
-    """``params.json`` and a checkpoint of deterministic weights (``export_llama`` without one
-    leaves its RMSNorm weights uninitialized: two exports would differ)."""
+def write_model(folder: Path, layers: int = PARAMS["n_layers"]) -> None:
+    """``params.json`` (``PARAMS``, with ``layers`` layers) and a checkpoint of deterministic
+    weights (``export_llama`` without one leaves its RMSNorm weights uninitialized: two exports
+    would differ)."""
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
 
-    (folder / "params.json").write_text(json.dumps(PARAMS))
+    params = {**PARAMS, "n_layers": layers}
+    (folder / "params.json").write_text(json.dumps(params))
     torch.manual_seed(0)
-    torch.save(construct_transformer(ModelArgs(**PARAMS)).state_dict(), folder / "model.pth")
+    torch.save(construct_transformer(ModelArgs(**params)).state_dict(), folder / "model.pth")
 
 
 def stock(config) -> bytes:
@@ -103,8 +106,9 @@ def decode(pte: bytes, steps: int = 6) -> list[torch.Tensor]:
 def main(argv: list[str]) -> None:
     config_file = next((a for a in argv if not a.startswith("--")), "llama_xnnpack.yaml")
     embedding_quantize = "--no-embedding-quantize" not in argv
+    layers = next((int(a.removeprefix("--layers=")) for a in argv if a.startswith("--layers=")), PARAMS["n_layers"])
     folder = Path(tempfile.mkdtemp())
-    write_model(folder)
+    write_model(folder, layers)
     # What this script prints is the comparison: export_llama's progress lines and prints, the
     # emitter's warning about the KV cache (it starts at zeros: nothing lost) and the native
     # start-up lines of the tokenizers and the runtime's CPU probe stay off the terminal.
