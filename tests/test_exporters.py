@@ -2,7 +2,7 @@
 on) with ``guard_passes(partitioner=guarded)``, guarded partitioners and ``emit_passes()``,
 beside the same flow without the guards: the same bytes or fewer, the same tokens.
 
-Each program is built once per module, of a one-layer decoder (what the claims are about is in
+Each program is built once per run (``built_once``: bytes, shared by the xdist workers), of a one-layer decoder (what the claims are about is in
 every layer; a second one only doubles ExecuTorch's lowering time); the runtime runs both over a
 prefill and decode steps through one loaded method (the KV cache carries over), and their argmax
 tokens must agree."""
@@ -18,6 +18,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.extension.llm.export.builder import LLMEdgeManager
 
 import export_guards as eg
+from conftest import built_once
 from export_guards.verify import LoadedMethod
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -61,9 +62,10 @@ def run_steps(pte: bytes) -> list[torch.Tensor]:
     return [method(step)[0] for step in llm.steps(prompt=4, decode=3)]
 
 
-@pytest.fixture(scope="module")
-def programs() -> tuple[bytes, bytes]:
-    return stock(VARIANT), guarded(VARIANT)
+@pytest.fixture(scope="session")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
+    """Stock's and the guarded program, as bytes: the two tests that read them may run on two workers."""
+    return built_once(tmp_path_factory, f"llm-edge-manager-{VARIANT}", lambda: (stock(VARIANT), guarded(VARIANT)))
 
 
 def test_guarded_llm_edge_manager_is_stock_or_smaller(programs: tuple[bytes, bytes]) -> None:

@@ -4,12 +4,12 @@ merge), each guarded flow against stock ExecuTorch: the same bytes or fewer (a t
 or more, outputs that match eager (as well as stock's do), no false finding.
 
 Each variant's stock and guarded programs are built once, by the variant's one test, which
-checks every claim about that variant."""
+checks every claim about that variant. The decoder is one layer deep (``llm_builds``): what is
+counted below is counted per layer."""
 
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +20,13 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
 import export_guards as eg
+import llm_builds
 from export_guards.analysis.fold_plan import plan_fold
 from export_guards.report import Severity
 from export_guards.verify import LoadedMethod, run_pte
+from llm_builds import CONFIG, llm
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
-sys.path.insert(0, str(EXAMPLES))
-import llm  # noqa: E402  (examples/llm.py)
+BUILDS = Path(llm_builds.__file__)
 
 pytestmark = [pytest.mark.slow]  # decoders quantized, lowered stock and guarded, and run
 
@@ -48,7 +48,7 @@ class Exported:
 
 
 def exported(variant: str) -> Exported:
-    model, inputs = llm.model(variant)
+    model, inputs = llm_builds.model(variant)
     with torch.no_grad():
         eager = copy.deepcopy(model)(*inputs)
     stock = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
@@ -89,12 +89,12 @@ def is_stock_or_better(done: Exported, variant: str) -> None:
 
 def keeps_the_weight_only_linears_off_xnnpack(done: Exported) -> None:
     """XNNPACK reads a weight-only linear's int8 weight as its float one (executorch #8830): stock
-    is far from eager, the guarded program as close as float kernels are, each of the 14
-    projections kept off XNNPACK (EG405, on the user's line) and its weight kept int8."""
+    is far from eager, the guarded program as close as float kernels are, each of the 7
+    projections a layer kept off XNNPACK (EG405, on the user's line) and its weight kept int8."""
     assert max_error(done.stock, done) > 1.0
     assert max_error(done.pte, done) < 1e-3
     kept = done.guarded.report.with_code("EG405")
-    assert len(kept) == 14 and all(f.location is not None and "llm.py" in f.location.file for f in kept)
+    assert len(kept) == 7 * CONFIG.layers and all(f.location is not None and "llm.py" in f.location.file for f in kept)
     assert {f.code for f in done.guarded.report.at_least(Severity.WARNING)} == {"EG405"}
     assert len(done.pte) < len(done.stock) * 1.05  # the weights stay int8: no float copy of them
 
@@ -141,14 +141,17 @@ def states_the_tied_embedding_stored_once(done: Exported) -> None:
 def counts_the_ops_left_on_the_runtime_kernels(done: Exported) -> None:
     (coverage,) = done.guarded.report.with_code("EG402")
     stated, _, listed = coverage.message.partition(" other ops on the runtime's kernels: ")
-    assert stated.startswith("19 of 19 compute ops delegated (100%) to XnnpackBackend (conv / linear / matmul); ")
+    compute = 9 * CONFIG.layers + 1  # a layer's 7 projections and 2 attention matmuls, and the head
+    assert stated.startswith(
+        f"{compute} of {compute} compute ops delegated (100%) to XnnpackBackend (conv / linear / matmul); "
+    )
     counts = [int(item.rpartition(" x")[2]) for item in listed.removesuffix(" (EG403)").split(", ")]
     assert int(stated.rpartition("; ")[2]) == sum(counts) > 20  # norms, cache writes, the embedding, ...
-    # the lint's summary, read after to_executorch, says the same: the 4 cache write-backs counted
+    # the lint's summary, read after to_executorch, says the same: the cache write-backs (2 a layer) counted
     assert (
         done.guarded.delegation is not None and done.guarded.delegation.stated() == coverage.message.partition(": ")[0]
     )
-    assert "aten::copy_ x4" in listed and "aten::view_copy" not in listed
+    assert f"aten::copy_ x{2 * CONFIG.layers}" in listed and "aten::view_copy" not in listed
 
 
 def leaves_torchao_weights_to_to_edge(done: Exported) -> None:
@@ -157,7 +160,7 @@ def leaves_torchao_weights_to_to_edge(done: Exported) -> None:
 
     program = torch.export.export(done.model, done.inputs)
     subclassed = {fqn for fqn, tensor in program.state_dict.items() if is_traceable_wrapper_subclass(tensor)}
-    assert len(subclassed) == 4 * 2 + 3 * 2  # attention's four projections and the MLP's three, in two layers
+    assert len(subclassed) == (4 + 3) * CONFIG.layers  # attention's four projections and the MLP's three
     plan = plan_fold(program)
     assert not subclassed & {c.fqn for c in plan.constants.values()} and not plan.roots
     folded, report = eg.fold.fold_constants(program)
@@ -176,7 +179,7 @@ def the_pass_list_gives_stock_bytes(done: Exported) -> None:
 def folds_the_lora_merges_so_xnnpack_takes_every_projection(done: Exported) -> None:
     folds = done.guarded.report.with_code("EG201")
     assert sorted(f.constant for f in folds) == sorted(
-        f"layers.{i}.attention.{p}.weight" for i in range(2) for p in ("wq", "wk", "wv", "wo")
+        f"layers.{i}.attention.{p}.weight" for i in range(CONFIG.layers) for p in ("wq", "wk", "wv", "wo")
     )
     assert all("'layers." in f.message and ".base.weight'" in f.message for f in folds)
     assert len(done.pte) < len(done.stock)  # the merged weight is smaller than base + A + B
@@ -209,7 +212,7 @@ def test_each_variant_through_the_guards_against_stock(variant: str) -> None:
 
 def test_the_lint_passes_a_quantized_decoder(cli: Callable[..., object], tmp_path: Path) -> None:
     pte = tmp_path / "decoder.pte"
-    ran = cli("lint", f"{EXAMPLES / 'llm.py'}:model", "--arg", "variant='8da4w'", "--pte", pte)
+    ran = cli("lint", f"{BUILDS}:model", "--arg", "variant='8da4w'", "--pte", pte)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (summary,) = ran.stdout.splitlines()
     assert summary.startswith("All checks passed: ") and " other ops on the runtime's kernels" in summary
@@ -217,7 +220,7 @@ def test_the_lint_passes_a_quantized_decoder(cli: Callable[..., object], tmp_pat
 
 
 def test_the_fixture_checks_a_lora_decoder_against_eager(check_export: Callable[..., object]) -> None:
-    model, inputs = llm.model("lora")
+    model, inputs = llm_builds.model("lora")
     result = check_export(model, inputs, atol=1e-4, rtol=1e-4)
     assert result.report.with_code("EG201")
 
@@ -225,7 +228,7 @@ def test_the_fixture_checks_a_lora_decoder_against_eager(check_export: Callable[
 def test_the_fixture_steps_a_decoder_through_its_kv_cache(check_export: Callable[..., object]) -> None:
     """Decode steps run in order through one loaded method, as eager runs them: each step reads
     the keys the steps before it wrote. The caller's decoder never runs: its cache stays empty."""
-    model = llm.decoder("fp32")
+    model = llm_builds.decoder("fp32")
     result = check_export(model, steps=[llm.tokens(1, position) for position in range(4)], atol=1e-4, rtol=1e-4)
     assert len(result.comparisons) == 4 and all(e.within for c in result.comparisons for e in c)
     assert not model.layers[0].attention.k_cache.any()
@@ -238,7 +241,7 @@ def test_a_kv_cache_left_over_from_an_eager_call_is_no_error_and_the_program_mat
     cache, which the program drops; its writes and its mask make them irrelevant: no EG308, and
     the program, stepped through two chunks of the prompt, matches eager on a copy of the stale
     decoder at every step."""
-    model = llm.decoder("fp32")
+    model = llm_builds.decoder("fp32")
     with torch.no_grad():
         model(*llm.tokens(12))  # slots 0-11 written; the steps below overwrite 0-7 and mask 8-11
     assert model.layers[0].attention.k_cache[:, :, 8:12].any()
@@ -251,7 +254,7 @@ def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_re
 ) -> None:
     """One program for every length: the prefill (4 tokens) and three single-token decode steps,
     in order through one loaded method, against eager, by the backend and by a recipe."""
-    model, _, dynamic_shapes = llm.prefill()
+    model, _, dynamic_shapes = llm_builds.prefill()
     for flow in ({}, {"recipe": "xnnpack_fp32"}):
         result = check_export(model, steps=llm.steps(4, 3), dynamic_shapes=dynamic_shapes, atol=1e-4, rtol=1e-4, **flow)
         # the steps, then the prefill at the length's bounds: one token, the whole cache
@@ -262,7 +265,7 @@ def test_a_dynamic_prefill_and_three_decode_steps_through_the_fixture_and_the_re
 @pytest.mark.runs_program
 def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], tmp_path: Path) -> None:
     pte = tmp_path / "decoder.pte"
-    ran = cli("lint", f"{EXAMPLES / 'llm.py'}:prefill", "--pte", pte)
+    ran = cli("lint", f"{BUILDS}:prefill", "--pte", pte)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     # the program ran at the example's 4 tokens, and at the length's bounds: one token, the whole cache
     assert (
@@ -273,7 +276,7 @@ def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], 
         ran.stdout
     )
     method = LoadedMethod(pte.read_bytes())
-    eager = llm.decoder()
+    eager = llm_builds.decoder()
     for step in llm.steps(4, 3):  # the written program takes each length
         torch.testing.assert_close(method(step)[0], eager(*step), atol=1e-4, rtol=1e-4)
 
@@ -281,7 +284,7 @@ def test_the_lint_takes_the_factorys_dynamic_shapes(cli: Callable[..., object], 
 def test_a_dynamic_prefill_and_three_decode_steps_through_the_drop_in_guards() -> None:
     """The pass list, the guarded partitioner and the emit passes in the user's own
     to_edge_transform_and_lower: one program for the prefill and each decode step, against eager."""
-    model, inputs, dynamic_shapes = llm.prefill()
+    model, inputs, dynamic_shapes = llm_builds.prefill()
     edge = to_edge_transform_and_lower(
         torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes),
         transform_passes=eg.guard_passes(),

@@ -8,6 +8,7 @@ the PT2E decoder it builds anyway."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -200,16 +201,23 @@ class TwoWeights(torch.nn.Module):
         return torch.nn.functional.linear(x, self.weight), torch.index_select(self.table, 0, rows)
 
 
+@functools.cache
+def two_weights_stock(equal: bool) -> bytes:
+    """Stock's program of ``TwoWeights(equal)``, once per process: two tests read the equal one."""
+    model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+    return (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
+
+
 @pytest.mark.parametrize("equal", [True, False])
 def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> None:
     """Data is hashed only where its size and first bytes match another's; what decides is
     every byte."""
     model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
-    stock = (
-        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
-        .to_executorch()
-        .buffer
-    )
+    stock = two_weights_stock(equal)
     shared = eg.program.shared_copies(stock)
     pte = eg.program.store_once(stock)
     if equal:
@@ -227,12 +235,7 @@ def test_a_rewrite_that_would_change_what_a_reader_reads_returns_the_program_as_
     copy pointed 16 bytes off its constant: the program comes back unchanged."""
     from export_guards.pte import store_once as module
 
-    model, inputs = TwoWeights(equal=True).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
-    stock = (
-        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
-        .to_executorch()
-        .buffer
-    )
+    stock = two_weights_stock(equal=True)
     layout = module._layout
     (copy,) = eg.program.shared_copies(stock)
 
