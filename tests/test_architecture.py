@@ -296,6 +296,7 @@ def test_every_pass_declares_whether_it_changes_its_input() -> None:
     assert [c.__name__ for c in classes if not isinstance(c.__dict__.get("changes_input"), bool)] == []
 
 
+@pytest.mark.slow
 def test_a_pass_that_says_it_keeps_its_input_keeps_it(trapdev: torch.device) -> None:
     """Each program pass, on a program that gives it work (device constants to copy, a
     spectral-normed weight to fold, a finding to report), leaves its input as it was."""

@@ -158,6 +158,7 @@ def test_usage_errors_exit_2_with_one_clear_line(cli: Callable[..., Ran], args: 
         )
 
 
+@pytest.mark.slow
 def test_several_targets_one_after_another_each_its_report_and_one_exit_code(
     cli: Callable[..., Ran], tmp_path: Path
 ) -> None:
@@ -306,6 +307,7 @@ def noisy():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.runs_program
 def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(
     cli: Callable[..., Ran], tmp_path: Path
@@ -344,6 +346,7 @@ def test_a_clean_lint_means_the_program_loads_the_lint_checks_what_it_writes(
     assert missing_list.returncode == 2 and "--kernels" in missing_list.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.runs_program
 def test_a_clean_lint_means_the_program_runs_and_matches_eager(cli: Callable[..., Ran], tmp_path: Path) -> None:
     """Issue 47: the lint runs what it writes on the example inputs, in executorch.runtime, in a
@@ -586,6 +589,7 @@ def test_a_failed_lowering_says_its_cause_once(cli: Callable[..., Ran]) -> None:
     )
 
 
+@pytest.mark.slow  # exports in children
 def test_reproducible_check_of_a_failing_factory_says_why(cli: Callable[..., Ran]) -> None:
     done = cli("check", "--reproducible", f"{MODELS}:raises")
     assert done.returncode == 2

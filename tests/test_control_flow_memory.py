@@ -38,6 +38,7 @@ def same(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
     return len(first) == len(second) and all(torch.equal(a, b) for a, b in zip(first, second))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["two conds", "cond result read later"])
 def test_stock_program_is_wrong_and_check_says_which_values_share_bytes(
     programs: Mapping[str, bytes], name: str

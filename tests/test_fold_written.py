@@ -77,7 +77,9 @@ def written(program: torch.export.ExportedProgram, passes: list | None, partitio
     )
 
 
-@pytest.mark.parametrize("partitioned", [False, True], ids=["portable", "xnnpack"])
+@pytest.mark.parametrize(
+    "partitioned", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["portable", "xnnpack"]
+)
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_estimate_agrees_with_the_written_programs(case: str, partitioned: bool) -> None:
     """Folding everything (``max_growth=inf``) against folding nothing, written: the default
@@ -109,6 +111,7 @@ def test_a_reflect_padded_conv_writes_its_index_as_a_constant(dims: int) -> None
     assert len(result.to_pte()) < 0.9 * written(program, None, True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["replicate", "circular"])
 def test_replicate_and_circular_padding_are_left_as_stock_writes_them(mode: str) -> None:
     """Their index or buffer is computed from literals alone (arange, empty): folded, as
@@ -177,6 +180,7 @@ def test_a_fold_of_no_gain_is_neither_done_nor_reported() -> None:
     assert not edge[1].with_code("EG201", "EG203")
 
 
+@pytest.mark.slow
 def test_gemma2_style_model_prints_each_finding_once() -> None:
     """Sliding-window and global layers, soft-capped logits ``tanh(x / cap) * cap`` with the caps
     as tensors (two constants lifted from one line), ``(1 + weight)`` RMSNorm, a tied embedding

@@ -94,6 +94,7 @@ def test_mixed_dtypes_no_probe_made_are_not_judged() -> None:
     assert not eg.check_pte(pte).with_code("EG525")
 
 
+@pytest.mark.slow  # builds the shared corpora of programs
 @needs_the_table
 def test_the_repo_programs_are_free_of_it(
     written_programs: dict[str, Written], valid_program_bytes: dict[str, bytes], architecture_programs: dict[str, bytes]
