@@ -2,10 +2,10 @@
 on) with ``guard_passes(partitioner=guarded)``, guarded partitioners and ``emit_passes()``,
 beside the same flow without the guards: the same bytes or fewer, the same tokens.
 
-Each program is built once per run (``built_once``: bytes, shared by the xdist workers), of a one-layer decoder (what the claims are about is in
-every layer; a second one only doubles ExecuTorch's lowering time); the runtime runs both over a
-prefill and decode steps through one loaded method (the KV cache carries over), and their argmax
-tokens must agree."""
+Each program is built once a run (``built_once``: bytes, shared by the xdist workers), of a
+one-layer decoder (what the claims are about is in every layer; a second one only doubles
+ExecuTorch's lowering time); the runtime runs both over a prefill and decode steps through one
+loaded method (the KV cache carries over), and their argmax tokens must agree."""
 
 from __future__ import annotations
 

@@ -201,10 +201,14 @@ class TwoWeights(torch.nn.Module):
         return torch.nn.functional.linear(x, self.weight), torch.index_select(self.table, 0, rows)
 
 
+def two_weights(equal: bool) -> tuple[TwoWeights, tuple[torch.Tensor, torch.Tensor]]:
+    return TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+
+
 @functools.cache
 def two_weights_stock(equal: bool) -> bytes:
     """Stock's program of ``TwoWeights(equal)``, once per process: two tests read the equal one."""
-    model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+    model, inputs = two_weights(equal)
     return (
         to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
         .to_executorch()
@@ -216,7 +220,7 @@ def two_weights_stock(equal: bool) -> bytes:
 def test_bytes_that_begin_alike_are_shared_only_when_all_alike(equal: bool) -> None:
     """Data is hashed only where its size and first bytes match another's; what decides is
     every byte."""
-    model, inputs = TwoWeights(equal).eval(), (torch.randn(2, 32), torch.tensor([1, 5, 47]))
+    model, inputs = two_weights(equal)
     stock = two_weights_stock(equal)
     shared = eg.program.shared_copies(stock)
     pte = eg.program.store_once(stock)
