@@ -103,10 +103,27 @@ def decode(pte: bytes, steps: int = 6) -> list[torch.Tensor]:
     ]
 
 
+USAGE = "usage: python examples/export_llm_guarded.py [CONFIG.yaml] [--no-embedding-quantize] [--layers=N]"
+
+
+def layers_of(argv: list[str]) -> int:
+    """The ``--layers=N`` given (PARAMS' own without one); a misspelt option or a count that is
+    not a whole number of 1 or more stops the script, saying so."""
+    for option in argv:
+        if option.startswith("--") and option != "--no-embedding-quantize" and not option.startswith("--layers="):
+            raise SystemExit(f"{USAGE}\nunknown option {option}")
+    given = [a.removeprefix("--layers=") for a in argv if a.startswith("--layers=")]
+    if not given:
+        return PARAMS["n_layers"]
+    if not given[-1].isdigit() or int(given[-1]) < 1:
+        raise SystemExit(f"{USAGE}\n--layers takes a whole number of layers, 1 or more (got {given[-1]!r})")
+    return int(given[-1])
+
+
 def main(argv: list[str]) -> None:
     config_file = next((a for a in argv if not a.startswith("--")), "llama_xnnpack.yaml")
     embedding_quantize = "--no-embedding-quantize" not in argv
-    layers = next((int(a.removeprefix("--layers=")) for a in argv if a.startswith("--layers=")), PARAMS["n_layers"])
+    layers = layers_of(argv)
     folder = Path(tempfile.mkdtemp())
     write_model(folder, layers)
     # What this script prints is the comparison: export_llama's progress lines and prints, the

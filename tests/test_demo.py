@@ -41,6 +41,20 @@ def test_demo_exports_runs_and_writes_the_report(tmp_path: Path) -> None:
 LLM_EXAMPLE = DEMO.parent / "export_llm_guarded.py"
 
 
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ("--layer=1", "unknown option --layer=1"),
+        ("--layers=0", "1 or more (got '0')"),
+        ("--layers=two", "1 or more (got 'two')"),
+    ],
+)
+def test_the_export_llm_example_stops_on_a_misspelt_option_or_a_count_it_cannot_use(option: str, said: str) -> None:
+    done = subprocess.run([sys.executable, str(LLM_EXAMPLE), option], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.startswith("usage: python examples/export_llm_guarded.py"), done.stderr
+    assert done.stderr.rstrip().endswith(said) and "Traceback" not in done.stderr
+
+
 def test_the_export_llm_example_prints_only_its_comparison() -> None:
     """``export_llama`` stock and guarded on a shipped config: the same bytes, the same tokens,
     and no library line (torchao's start-up, torch's FutureWarnings, export_llama's prints).
